@@ -1,0 +1,51 @@
+// The collective algorithms, one per source file, written only against the
+// Mesh. All are blocking and called on every rank of the mesh with matching
+// arguments (the engine has already negotiated sizes). Buffers are plain
+// host memory. Byte counts given per rank are indexed by rank.
+//
+// Determinism: for a fixed world size and fixed chunk boundaries, every
+// element is reduced in the same order in every run and the result is
+// bitwise identical on every rank.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "common/types.h"
+#include "transport/mesh.h"
+
+namespace ring {
+
+// In-place ring allreduce of `buf`, split into size() chunks of
+// chunk_counts[c] elements (laid out consecutively, sum = total count).
+// Reduce-scatter (chunk c is completed on rank c) then allgather, each step
+// streamed through the transport and reduced straight out of it.
+// ReduceOp::Average reduces as Sum.
+void ring_allreduce(Mesh& mesh, void* buf, const std::vector<size_t>& chunk_counts, DataType dtype,
+                    ReduceOp op);
+
+// In-place ring reduce-scatter with the same chunk layout as ring_allreduce:
+// afterwards chunk rank() of `buf` holds the reduction of that chunk over all
+// ranks; other chunks hold partial results.
+void ring_reducescatter(Mesh& mesh, void* buf, const std::vector<size_t>& chunk_counts, DataType dtype,
+                        ReduceOp op);
+
+// Ring allgather of variable-size blocks into `buf` (total = sum of
+// block_bytes, block r at offset sum(block_bytes[0..r))). This rank's block
+// must already be in place.
+void ring_allgather(Mesh& mesh, void* buf, const std::vector<size_t>& block_bytes);
+
+// Broadcast of `bytes` bytes in `buf` from `root` to every rank, pipelined
+// along a chain that starts at root.
+void broadcast(Mesh& mesh, void* buf, size_t bytes, int root);
+
+// Personalised exchange: send_bytes[r] bytes go from `sendbuf` (blocks laid
+// out by rank) to rank r, recv_bytes[r] bytes arrive from rank r into
+// `recvbuf` (blocks laid out by rank). Pairwise exchange in size()-1 steps.
+void alltoall(Mesh& mesh, const void* sendbuf, const std::vector<size_t>& send_bytes, void* recvbuf,
+              const std::vector<size_t>& recv_bytes);
+
+// Returns once every rank has entered.
+void barrier(Mesh& mesh);
+
+}  // namespace ring

@@ -1,0 +1,43 @@
+// Element types and reduction operators shared by every layer of the engine.
+//
+// The numeric values are part of the Python API (exported through the
+// binding), so never renumber them.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace ring {
+
+enum class DataType : uint8_t {
+  UInt8 = 0,
+  Int8 = 1,
+  Int16 = 2,
+  Int32 = 3,
+  Int64 = 4,
+  Float16 = 5,
+  BFloat16 = 6,
+  Float32 = 7,
+  Float64 = 8,
+  Bool = 9,
+};
+constexpr int kNumDataTypes = 10;
+
+enum class ReduceOp : uint8_t {
+  Sum = 0,
+  Average = 1,  // the collectives reduce with Sum; the engine scales by 1/n
+  Min = 2,
+  Max = 3,
+  Product = 4,
+};
+constexpr int kNumReduceOps = 5;
+
+// Bytes per element.
+size_t dtype_size(DataType t);
+const char* dtype_name(DataType t);
+const char* reduce_op_name(ReduceOp op);
+bool is_valid_dtype(int v);
+bool is_valid_reduce_op(int v);
+
+}  // namespace ring

@@ -1,0 +1,45 @@
+// A Channel is a bidirectional byte stream between this rank and one peer.
+//
+// Channels never block: the Mesh drives them from one thread with a progress
+// loop and decides how to wait. Two implementations exist: shared memory
+// (ShmChannel, peers on the same host) and TCP (TcpChannel, any peer).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+
+namespace ring {
+
+class Channel {
+ public:
+  virtual ~Channel() = default;
+
+  // Copies up to `len` bytes from `buf` into the channel. Never blocks;
+  // returns the number of bytes accepted (0 when the channel is full).
+  // Throws RingError(PeerFailure) when the peer is gone.
+  virtual size_t try_write(const uint8_t* buf, size_t len) = 0;
+
+  // Returns a span of received, not yet consumed bytes, at most `max` long;
+  // {nullptr, 0} when none are available. Never blocks. The span stays valid
+  // and unchanged until the next consume() or peek(). The channel owns the
+  // memory. Throws RingError(PeerFailure) when the peer is gone and no bytes
+  // remain.
+  virtual std::pair<const uint8_t*, size_t> peek(size_t max) = 0;
+
+  // Releases the first `n` bytes of the last peek() span (n <= its length).
+  virtual void consume(size_t n) = 0;
+
+  // A file descriptor that poll() reports readable/writable when progress is
+  // possible, or -1 when the channel has none (shared memory).
+  virtual int fd() const { return -1; }
+
+  // Throws RingError(PeerFailure) when the peer is known to be dead (process
+  // gone, socket closed). Cheap enough to call every few milliseconds.
+  virtual void check_alive() {}
+
+  // Tells the peer that no more bytes will come; idempotent, never throws.
+  virtual void close() = 0;
+};
+
+}  // namespace ring

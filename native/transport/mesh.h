@@ -1,0 +1,84 @@
+// Mesh: this rank's channels to every other rank, and the blocking
+// point-to-point operations the collectives are written in.
+//
+// Every method except abort() must be called from one thread (the engine's
+// background thread, or a test's rank thread). Blocking calls wait with a
+// short spin, then yield, then sleep with backoff (poll() when every channel
+// involved is a socket), so ranks that outnumber cores do not starve each
+// other. Peers that die or stall turn into RingError(PeerFailure) or
+// RingError(Timeout) naming the peer rank; abort() from any thread turns
+// every blocked or later call into RingError(PeerFailure) with its reason.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "transport/channel.h"
+
+namespace ring {
+
+class Mesh {
+ public:
+  // Receives bytes in order: `offset` counts from the start of the message.
+  // `data` is valid only during the call.
+  using Sink = std::function<void(const uint8_t* data, size_t offset, size_t len)>;
+
+  // channels[r] is the channel to rank r; channels[rank] must be null.
+  // peer_names[r] describes rank r in errors, e.g. "rank 1 (host-a, pid 4242)".
+  Mesh(int rank, int size, std::vector<std::unique_ptr<Channel>> channels,
+       std::vector<std::string> peer_names);
+  ~Mesh();
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const std::string& peer_name(int r) const { return peer_names_[r]; }
+
+  // Seconds without any progress before a blocked call throws Timeout.
+  void set_timeout(double seconds) { timeout_s_ = seconds; }
+
+  // Sends `slen` bytes to rank `to` while receiving exactly `rlen` bytes from
+  // rank `from` into `rbuf`. Either side may be skipped with peer -1. Blocks
+  // until both are done. `to` and `from` may be the same rank.
+  void sendrecv(int to, const void* sbuf, size_t slen, int from, void* rbuf, size_t rlen);
+
+  // Like sendrecv, but hands the received bytes to `sink` instead of copying
+  // them: pieces arrive in order and every piece's length is a multiple of
+  // `granule` (only the last may be shorter, when rlen is not a multiple).
+  // Used to reduce straight out of the transport's memory.
+  void sendrecv_sink(int to, const void* sbuf, size_t slen, int from, size_t rlen, size_t granule,
+                     const Sink& sink);
+
+  void send(int to, const void* buf, size_t len) { sendrecv(to, buf, len, -1, nullptr, 0); }
+  void recv(int from, void* buf, size_t len) { sendrecv(-1, nullptr, 0, from, buf, len); }
+
+  // Length-prefixed messages (8-byte little-endian length, then payload).
+  // recv_msg throws RingError(Internal) when the announced length exceeds
+  // max_len, before allocating.
+  void send_msg(int to, const std::vector<uint8_t>& msg);
+  std::vector<uint8_t> recv_msg(int from, size_t max_len);
+
+  // Thread-safe. Every blocked and later call throws PeerFailure(reason).
+  void abort(const std::string& reason);
+  bool aborted() const { return aborted_.load(std::memory_order_acquire); }
+
+  // Closes every channel (idempotent).
+  void close();
+
+ private:
+  int rank_;
+  int size_;
+  std::vector<std::unique_ptr<Channel>> channels_;
+  std::vector<std::string> peer_names_;
+  double timeout_s_ = 30.0;
+  std::atomic<bool> aborted_{false};
+  std::mutex abort_mu_;
+  std::string abort_reason_;
+};
+
+}  // namespace ring

@@ -1,0 +1,26 @@
+// Backoff: how a blocked Mesh call waits without burning a core. It spins
+// for a few microseconds (latency), then yields (another rank may need this
+// core), then sleeps with a growing interval capped at 1 ms.
+#pragma once
+
+#include <chrono>
+
+namespace ring {
+
+class Backoff {
+ public:
+  // Called after an iteration that moved bytes.
+  void reset() { idle_since_valid_ = false; }
+  // Called after an iteration that moved nothing; waits a little.
+  void wait();
+  // Seconds since the last reset().
+  double idle_seconds() const;
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  bool idle_since_valid_ = false;
+  Clock::time_point idle_since_;
+  long idle_iterations_ = 0;
+};
+
+}  // namespace ring
