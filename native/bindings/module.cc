@@ -1,9 +1,179 @@
-// The one Python extension module, ring_strategy._native.
+// ring_strategy._native: the engine's only Python binding.
+//
+// Arrays cross through DLPack (nb::ndarray), zero-copy for numpy, torch,
+// TensorFlow and JAX CPU arrays. Blocking calls release the GIL. C++
+// RingErrors become the Python exception classes created here, one per
+// ErrorKind, so errors are defined once.
 #include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include "common/error.h"
+#include "common/types.h"
+#include "engine/config.h"
+#include "engine/runtime.h"
 
 namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace {
+
+PyObject* g_errors[6] = {};
+
+PyObject* new_error(nb::module_& m, const char* name, PyObject* bases, const char* doc) {
+  std::string qual = std::string("ring_strategy._native.") + name;
+  PyObject* cls = PyErr_NewExceptionWithDoc(qual.c_str(), doc, bases, nullptr);
+  if (!cls) throw nb::python_error();
+  m.attr(name) = nb::handle(cls);
+  return cls;
+}
+
+void register_errors(nb::module_& m) {
+  using ring::ErrorKind;
+  PyObject* base = new_error(m, "RingError", PyExc_RuntimeError, "Base class of every error raised by ring.");
+  g_errors[int(ErrorKind::Internal)] = base;
+  auto two = [&](PyObject* other) { return PyTuple_Pack(2, base, other); };
+  g_errors[int(ErrorKind::BadArgument)] =
+      new_error(m, "BadArgumentError", two(PyExc_ValueError), "An argument is invalid; nothing was sent.");
+  g_errors[int(ErrorKind::Mismatch)] =
+      new_error(m, "MismatchError", base, "Ranks submitted the same tensor name with different properties.");
+  g_errors[int(ErrorKind::PeerFailure)] =
+      new_error(m, "PeerFailureError", base, "A peer process died or closed its connection.");
+  g_errors[int(ErrorKind::Timeout)] =
+      new_error(m, "RingTimeoutError", two(PyExc_TimeoutError), "No progress within RING_TIMEOUT_SECONDS.");
+  g_errors[int(ErrorKind::Shutdown)] =
+      new_error(m, "ShutdownError", base, "ring is not initialized, or has been shut down.");
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const ring::RingError& e) {
+      PyErr_SetString(g_errors[int(e.kind())], e.what());
+    }
+  });
+}
+
+using AnyArray = nb::ndarray<nb::device::cpu, nb::c_contig>;
+
+// Checks that `a` holds exactly the bytes `req` describes.
+void check_array(const AnyArray& a, const ring::Request& req, const char* which) {
+  size_t expected = static_cast<size_t>(req.num_elements()) * ring::dtype_size(req.dtype);
+  if (a.nbytes() != expected)
+    throw ring::RingError(ring::ErrorKind::BadArgument,
+                          std::string(which) + " of '" + req.name + "' has " + std::to_string(a.nbytes()) +
+                              " bytes; its shape and dtype need " + std::to_string(expected));
+}
+
+int64_t enqueue(ring::Runtime& rt, int op, const std::string& name, AnyArray input, std::optional<AnyArray> output,
+                int dtype, int reduce_op, int root, double prescale, double postscale,
+                const std::vector<int64_t>& shape, const std::vector<int64_t>& splits) {
+  if (op < 0 || op >= ring::kNumOpTypes) throw ring::RingError(ring::ErrorKind::BadArgument, "unknown operation");
+  if (!ring::is_valid_dtype(dtype)) throw ring::RingError(ring::ErrorKind::BadArgument, "unsupported dtype code");
+  if (!ring::is_valid_reduce_op(reduce_op)) throw ring::RingError(ring::ErrorKind::BadArgument, "unknown reduce op");
+  ring::EnqueueArgs args;
+  args.req.name = name;
+  args.req.op = static_cast<ring::OpType>(op);
+  args.req.dtype = static_cast<ring::DataType>(dtype);
+  args.req.reduce_op = static_cast<ring::ReduceOp>(reduce_op);
+  args.req.root = root;
+  args.req.prescale = prescale;
+  args.req.postscale = postscale;
+  args.req.shape = shape;
+  args.req.splits = splits;
+  check_array(input, args.req, "input");
+  args.input = input.data();
+  if (output) {
+    if (args.req.op == ring::OpType::Allreduce || args.req.op == ring::OpType::Broadcast) {
+      check_array(*output, args.req, "output");
+    }
+    args.output = output->data();
+  }
+  return rt.enqueue(std::move(args));
+}
+
+nb::tuple release(ring::Runtime& rt, int64_t handle) {
+  ring::OpResult res = rt.release(handle);
+  nb::object data = nb::none();
+  if (res.data) {
+    auto* owner = new std::shared_ptr<std::vector<uint8_t>>(std::move(res.data));
+    nb::capsule deleter(owner, [](void* p) noexcept { delete static_cast<std::shared_ptr<std::vector<uint8_t>>*>(p); });
+    size_t n = (*owner)->size();
+    data = nb::cast(nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>>((*owner)->data(), {n}, deleter));
+  }
+  return nb::make_tuple(data, res.shape, res.received_splits);
+}
+
+nb::dict config_dict(const ring::Config& c) {
+  nb::dict d;
+  d["fusion_threshold_bytes"] = c.fusion_threshold_bytes;
+  d["cycle_time_ms"] = c.cycle_time_ms;
+  d["cache_capacity"] = c.cache_capacity;
+  d["timeout_seconds"] = c.timeout_seconds;
+  d["transport"] = c.force_tcp ? "tcp" : "shm";
+  d["shm_ring_bytes"] = c.shm_ring_bytes;
+  d["log_level"] = static_cast<int>(c.log_level);
+  return d;
+}
+
+}  // namespace
 
 NB_MODULE(_native, m) {
   m.doc() = "ring native engine";
   m.attr("__version__") = "0.1.0";
+  register_errors(m);
+
+  m.attr("OP_ALLREDUCE") = int(ring::OpType::Allreduce);
+  m.attr("OP_ALLGATHER") = int(ring::OpType::Allgather);
+  m.attr("OP_BROADCAST") = int(ring::OpType::Broadcast);
+  m.attr("OP_ALLTOALL") = int(ring::OpType::Alltoall);
+  m.attr("OP_REDUCESCATTER") = int(ring::OpType::Reducescatter);
+  m.attr("OP_BARRIER") = int(ring::OpType::Barrier);
+  nb::dict dtypes;
+  for (int i = 0; i < ring::kNumDataTypes; ++i) dtypes[ring::dtype_name(static_cast<ring::DataType>(i))] = i;
+  m.attr("DTYPES") = dtypes;
+  nb::dict ops;
+  for (int i = 0; i < ring::kNumReduceOps; ++i) ops[ring::reduce_op_name(static_cast<ring::ReduceOp>(i))] = i;
+  m.attr("REDUCE_OPS") = ops;
+
+  m.def("config_table", [] {
+    std::vector<std::tuple<std::string, std::string, std::string, std::string>> rows;
+    for (const auto& e : ring::config_table()) rows.emplace_back(e.name, e.alias, e.default_value, e.doc);
+    return rows;
+  });
+
+  nb::class_<ring::Runtime>(m, "Runtime")
+      .def(
+          "__init__",
+          [](ring::Runtime* self, int rank, int size, int local_rank, int local_size, int cross_rank, int cross_size,
+             nb::bytes secret, std::string job_id, std::string host_id, std::string bind_host,
+             std::string advertise_host) {
+            ring::RuntimeOptions o;
+            o.rank = rank;
+            o.size = size;
+            o.local_rank = local_rank;
+            o.local_size = local_size;
+            o.cross_rank = cross_rank;
+            o.cross_size = cross_size;
+            o.secret = std::string(secret.c_str(), secret.size());
+            o.job_id = std::move(job_id);
+            o.host_id = std::move(host_id);
+            o.bind_host = std::move(bind_host);
+            o.advertise_host = std::move(advertise_host);
+            new (self) ring::Runtime(std::move(o));
+          },
+          "rank"_a, "size"_a, "local_rank"_a, "local_size"_a, "cross_rank"_a, "cross_size"_a, "secret"_a,
+          "job_id"_a, "host_id"_a, "bind_host"_a = "127.0.0.1", "advertise_host"_a = "127.0.0.1")
+      .def("local_endpoint", &ring::Runtime::local_endpoint)
+      .def("connect", &ring::Runtime::connect, "endpoints"_a, nb::call_guard<nb::gil_scoped_release>())
+      .def("start", &ring::Runtime::start)
+      .def("enqueue", &enqueue, "op"_a, "name"_a, "input"_a, "output"_a.none(), "dtype"_a, "reduce_op"_a,
+           "root"_a, "prescale"_a, "postscale"_a, "shape"_a, "splits"_a)
+      .def("poll", &ring::Runtime::poll, "handle"_a)
+      .def("wait", &ring::Runtime::wait, "handle"_a, "timeout"_a = -1.0, nb::call_guard<nb::gil_scoped_release>())
+      .def("release", &release, "handle"_a)
+      .def("shutdown", &ring::Runtime::shutdown, nb::call_guard<nb::gil_scoped_release>())
+      .def("running", &ring::Runtime::running)
+      .def_prop_ro("config", [](ring::Runtime& rt) { return config_dict(rt.config()); });
 }

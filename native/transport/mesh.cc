@@ -164,6 +164,22 @@ void Mesh::sendrecv_sink(int to, const void* sbuf, size_t slen, int from, size_t
   }
 }
 
+bool Mesh::readable(int from) {
+  try {
+    return channels_[from]->peek(1).second > 0;
+  } catch (const RingError& e) {
+    throw RingError(e.kind(), "lost " + peer_names_[from] + ": " + e.what());
+  }
+}
+
+void Mesh::check_alive(int peer) {
+  try {
+    channels_[peer]->check_alive();
+  } catch (const RingError& e) {
+    throw RingError(e.kind(), "lost " + peer_names_[peer] + ": " + e.what());
+  }
+}
+
 void Mesh::send_msg(int to, const std::vector<uint8_t>& msg) {
   uint8_t header[8];
   little_endian_u64(msg.size(), header);

@@ -63,6 +63,12 @@ class Mesh {
   void send_msg(int to, const std::vector<uint8_t>& msg);
   std::vector<uint8_t> recv_msg(int from, size_t max_len);
 
+  // Non-blocking: true when bytes from `from` are waiting to be received.
+  // Throws RingError(PeerFailure) naming the peer when it is gone.
+  bool readable(int from);
+  // Throws RingError(PeerFailure) naming the peer when it is known dead.
+  void check_alive(int peer);
+
   // Thread-safe. Every blocked and later call throws PeerFailure(reason).
   void abort(const std::string& reason);
   bool aborted() const { return aborted_.load(std::memory_order_acquire); }

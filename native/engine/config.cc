@@ -1,0 +1,90 @@
+#include "engine/config.h"
+
+#include <cstdlib>
+#include <cctype>
+#include <cstring>
+
+#include "common/error.h"
+
+namespace ring {
+namespace {
+
+const std::vector<ConfigEntry> kTable = {
+    {"RING_FUSION_THRESHOLD", "HOROVOD_FUSION_THRESHOLD", "67108864",
+     "bytes: allreduces are fused into one buffer up to this size"},
+    {"RING_CYCLE_TIME", "HOROVOD_CYCLE_TIME", "1", "milliseconds: longest wait of the idle background thread"},
+    {"RING_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY", "1024", "tensor names kept in the response cache"},
+    {"RING_TIMEOUT_SECONDS", "HOROVOD_GLOO_TIMEOUT_SECONDS", "30",
+     "seconds without progress in a transfer before it fails"},
+    {"RING_TRANSPORT", "", "shm", "shm: shared memory between ranks on one host, TCP across hosts; tcp: TCP only"},
+    {"RING_SHM_RING_BYTES", "", "4194304", "bytes of each shared-memory ring between two ranks"},
+    {"RING_LOG_LEVEL", "HOROVOD_LOG_LEVEL", "warning", "trace, debug, info, warning or error"},
+};
+
+// The value of the first of name/alias that is set and non-empty, or null.
+const char* lookup(const ConfigEntry& e) {
+  const char* v = std::getenv(e.name);
+  if (v && *v) return v;
+  if (*e.alias) {
+    v = std::getenv(e.alias);
+    if (v && *v) return v;
+  }
+  return nullptr;
+}
+
+[[noreturn]] void bad(const ConfigEntry& e, const char* what, const char* value) {
+  throw_error(ErrorKind::BadArgument, std::string(e.name) + " should be " + what + ". Got: '" + value + "'");
+}
+
+double parse_number(const ConfigEntry& e, const char* v, const char* what, double min) {
+  char* end = nullptr;
+  double d = std::strtod(v, &end);
+  if (end == v || *end != '\0' || !(d >= min)) bad(e, what, v);
+  return d;
+}
+
+const ConfigEntry& entry(const char* name) {
+  for (const auto& e : kTable)
+    if (std::strcmp(e.name, name) == 0) return e;
+  throw_error(ErrorKind::Internal, std::string("no config entry ") + name);
+}
+
+}  // namespace
+
+const std::vector<ConfigEntry>& config_table() { return kTable; }
+
+Config Config::from_env() {
+  Config c;
+  auto number = [](const char* name, const char* what, double min, double dflt) {
+    const ConfigEntry& e = entry(name);
+    const char* v = lookup(e);
+    return v ? parse_number(e, v, what, min) : dflt;
+  };
+  c.fusion_threshold_bytes = static_cast<size_t>(
+      number("RING_FUSION_THRESHOLD", "a non-negative integer number of bytes", 0, double(c.fusion_threshold_bytes)));
+  c.cycle_time_ms = number("RING_CYCLE_TIME", "a non-negative number of milliseconds", 0, c.cycle_time_ms);
+  c.cache_capacity =
+      static_cast<size_t>(number("RING_CACHE_CAPACITY", "a non-negative integer", 0, double(c.cache_capacity)));
+  c.timeout_seconds = number("RING_TIMEOUT_SECONDS", "a positive number of seconds", 0.001, c.timeout_seconds);
+  c.shm_ring_bytes = static_cast<size_t>(
+      number("RING_SHM_RING_BYTES", "a number of bytes of at least 4096", 4096, double(c.shm_ring_bytes)));
+  c.shm_ring_bytes &= ~size_t(63);
+  if (const char* v = lookup(entry("RING_TRANSPORT"))) {
+    std::string t(v);
+    if (t == "tcp") c.force_tcp = true;
+    else if (t != "shm" && t != "auto") bad(entry("RING_TRANSPORT"), "'shm' or 'tcp'", v);
+  }
+  if (const char* v = lookup(entry("RING_LOG_LEVEL"))) {
+    static const char* levels[] = {"trace", "debug", "info", "warning", "error"};
+    std::string s(v);
+    for (auto& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    if (s == "warn") s = "warning";
+    bool found = false;
+    for (int i = 0; i < 5; ++i)
+      if (s == levels[i]) { c.log_level = static_cast<LogLevel>(i); found = true; }
+    if (!found) bad(entry("RING_LOG_LEVEL"), "one of trace, debug, info, warning, error", v);
+  }
+  return c;
+}
+
+}  // namespace ring

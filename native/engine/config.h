@@ -1,0 +1,39 @@
+// Config: every knob of the engine, parsed once from the environment.
+//
+// Each knob is one row of a table (RING_ name, HOROVOD_ alias, default,
+// doc); the RING_ name wins when both are set. A bad value is a
+// RingError(BadArgument) that quotes it.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace ring {
+
+enum class LogLevel { Trace = 0, Debug, Info, Warning, Error };
+
+struct Config {
+  size_t fusion_threshold_bytes = 64u << 20;
+  double cycle_time_ms = 1.0;
+  size_t cache_capacity = 1024;
+  double timeout_seconds = 30.0;
+  bool force_tcp = false;
+  size_t shm_ring_bytes = 4u << 20;
+  LogLevel log_level = LogLevel::Warning;
+
+  // Reads the process environment.
+  static Config from_env();
+};
+
+struct ConfigEntry {
+  const char* name;     // RING_...
+  const char* alias;    // HOROVOD_... or ""
+  const char* default_value;
+  const char* doc;
+};
+
+// The table, for documentation and `ringrun --check-build`.
+const std::vector<ConfigEntry>& config_table();
+
+}  // namespace ring

@@ -1,0 +1,218 @@
+#include "engine/coordinator.h"
+
+#include <algorithm>
+#include <sstream>
+#include <tuple>
+
+#include "common/error.h"
+
+namespace ring {
+namespace {
+
+std::string shape_str(const std::vector<int64_t>& v) {
+  std::ostringstream os;
+  os << "[";
+  for (size_t i = 0; i < v.size(); ++i) os << (i ? ", " : "") << v[i];
+  os << "]";
+  return os.str();
+}
+
+std::string num_str(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+// Compares one field across ranks; returns the error text or "".
+template <class Field>
+std::string compare(const std::string& name, const char* field, const std::vector<std::optional<Request>>& reqs,
+                    Field get) {
+  std::vector<std::string> values;
+  bool differ = false;
+  for (const auto& r : reqs) {
+    values.push_back(get(*r));
+    differ |= values.back() != values.front();
+  }
+  if (!differ) return "";
+  return std::string("Mismatched ") + field + " for tensor '" + name + "': " + describe_disagreement(values);
+}
+
+std::vector<int64_t> tail_dims(const std::vector<int64_t>& shape) {
+  return shape.empty() ? shape : std::vector<int64_t>(shape.begin() + 1, shape.end());
+}
+
+}  // namespace
+
+std::string describe_disagreement(const std::vector<std::string>& values_by_rank) {
+  // Group ranks by value, in order of first appearance.
+  std::vector<std::pair<std::string, std::vector<int>>> groups;
+  for (int r = 0; r < static_cast<int>(values_by_rank.size()); ++r) {
+    auto it = std::find_if(groups.begin(), groups.end(), [&](auto& g) { return g.first == values_by_rank[r]; });
+    if (it == groups.end()) groups.push_back({values_by_rank[r], {r}});
+    else it->second.push_back(r);
+  }
+  std::ostringstream os;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const auto& ranks = groups[g].second;
+    os << (g ? "; " : "") << (ranks.size() > 1 ? "ranks " : "rank ");
+    for (size_t i = 0; i < ranks.size(); ++i) os << (i ? ", " : "") << ranks[i];
+    os << ": " << groups[g].first;
+  }
+  return os.str();
+}
+
+Coordinator::Coordinator(int world_size, ResponseCache* cache, size_t fusion_threshold_bytes)
+    : world_size_(world_size), cache_(cache), fusion_threshold_(fusion_threshold_bytes) {}
+
+void Coordinator::add(int rank, const RequestList& list) {
+  for (size_t byte = 0; byte < list.cache_bits.size(); ++byte) {
+    if (!list.cache_bits[byte]) continue;
+    for (int bit = 0; bit < 8; ++bit) {
+      if (!(list.cache_bits[byte] & (1u << bit))) continue;
+      uint32_t id = static_cast<uint32_t>(byte * 8 + bit);
+      const Request* sig = cache_->signature(id, rank);
+      if (!sig)
+        throw_error(ErrorKind::Internal,
+                    "rank " + std::to_string(rank) + " sent response-cache bit " + std::to_string(id) + " it never cached");
+      add_request(rank, *sig);
+    }
+  }
+  for (const auto& req : list.requests) {
+    int64_t id = cache_->id_of(req.name);
+    if (id >= 0) cache_->set_signature(static_cast<uint32_t>(id), rank, req);
+    add_request(rank, req);
+  }
+  if (list.shutdown) request_shutdown(rank);
+}
+
+void Coordinator::add_request(int rank, const Request& req) {
+  auto it = table_.find(req.name);
+  if (it == table_.end()) {
+    it = table_.emplace(req.name, Pending{}).first;
+    it->second.by_rank.resize(world_size_);
+    arrival_.push_back(req.name);
+  }
+  Pending& p = it->second;
+  if (p.by_rank[rank])
+    throw_error(ErrorKind::Internal, "rank " + std::to_string(rank) + " submitted '" + req.name + "' twice");
+  p.by_rank[rank] = req;
+  if (++p.count == world_size_) ready_.push_back(req.name);
+}
+
+void Coordinator::request_shutdown(int rank) {
+  if (shutdown_rank_ < 0) shutdown_rank_ = rank;
+}
+
+std::string Coordinator::validate(const std::string& name, const Pending& p) const {
+  const auto& q = p.by_rank;
+  const Request& first = *q[0];
+  std::string err = compare(name, "operation", q, [](const Request& r) { return std::string(op_type_name(r.op)); });
+  if (err.empty()) err = compare(name, "dtype", q, [](const Request& r) { return std::string(dtype_name(r.dtype)); });
+  if (!err.empty()) return err;
+  switch (first.op) {
+    case OpType::Allreduce:
+    case OpType::Reducescatter:
+      err = compare(name, "reduce op", q, [](const Request& r) { return std::string(reduce_op_name(r.reduce_op)); });
+      if (err.empty()) err = compare(name, "shape", q, [](const Request& r) { return shape_str(r.shape); });
+      if (err.empty()) err = compare(name, "prescale_factor", q, [](const Request& r) { return num_str(r.prescale); });
+      if (err.empty()) err = compare(name, "postscale_factor", q, [](const Request& r) { return num_str(r.postscale); });
+      break;
+    case OpType::Broadcast:
+      err = compare(name, "root rank", q, [](const Request& r) { return std::to_string(r.root); });
+      if (err.empty()) err = compare(name, "shape", q, [](const Request& r) { return shape_str(r.shape); });
+      break;
+    case OpType::Allgather:
+    case OpType::Alltoall:
+      err = compare(name, "rank (number of dimensions)", q,
+                    [](const Request& r) { return std::to_string(r.shape.size()); });
+      if (err.empty())
+        err = compare(name, "shape after the first dimension", q,
+                      [](const Request& r) { return shape_str(tail_dims(r.shape)); });
+      break;
+    case OpType::Barrier:
+      break;
+  }
+  return err;
+}
+
+Response Coordinator::execute_response(const std::string& name, const Pending& p) const {
+  Response r;
+  r.kind = ResponseKind::Execute;
+  r.op = p.by_rank[0]->op;
+  r.names.push_back(name);
+  if (r.op == OpType::Allgather) {
+    for (const auto& q : p.by_rank) r.sizes.push_back(q->shape.empty() ? 1 : q->shape[0]);
+  } else if (r.op == OpType::Alltoall) {
+    for (const auto& q : p.by_rank) r.sizes.insert(r.sizes.end(), q->splits.begin(), q->splits.end());
+  }
+  return r;
+}
+
+ResponseList Coordinator::take() {
+  ResponseList list;
+  // Allreduces fuse when dtype, op and scale factors agree.
+  using Key = std::tuple<int, int, double, double>;
+  std::map<Key, std::pair<size_t, size_t>> open;  // key -> (index in responses, bytes)
+  for (const std::string& name : ready_) {
+    auto node = table_.extract(name);
+    Pending& p = node.mapped();
+    std::string err = validate(name, p);
+    if (!err.empty()) {
+      Response r;
+      r.kind = ResponseKind::Error;
+      r.op = p.by_rank[0]->op;
+      r.names.push_back(name);
+      r.error_kind = static_cast<int32_t>(ErrorKind::Mismatch);
+      r.error = err;
+      list.responses.push_back(std::move(r));
+      continue;
+    }
+    if (cache_->id_of(name) < 0 && !cache_->full()) {
+      uint32_t id = static_cast<uint32_t>(cache_->size());
+      cache_->put(name, id);
+      for (int rank = 0; rank < world_size_; ++rank) cache_->set_signature(id, rank, *p.by_rank[rank]);
+      list.cache_puts.push_back({name, id});
+    }
+    const Request& q = *p.by_rank[0];
+    if (q.op == OpType::Allreduce) {
+      size_t bytes = static_cast<size_t>(q.num_elements()) * dtype_size(q.dtype);
+      Key key{static_cast<int>(q.dtype), static_cast<int>(q.reduce_op), q.prescale, q.postscale};
+      auto it = open.find(key);
+      if (it != open.end() && it->second.second + bytes <= fusion_threshold_) {
+        list.responses[it->second.first].names.push_back(name);
+        it->second.second += bytes;
+        continue;
+      }
+      open[key] = {list.responses.size(), bytes};
+    }
+    list.responses.push_back(execute_response(name, p));
+  }
+  ready_.clear();
+  arrival_.erase(std::remove_if(arrival_.begin(), arrival_.end(), [&](const std::string& n) { return !table_.count(n); }),
+                 arrival_.end());
+  if (shutdown_rank_ >= 0) fail_unfinished(list);
+  return list;
+}
+
+void Coordinator::fail_unfinished(ResponseList& list) {
+  list.shutdown = true;
+  list.shutdown_reason = "rank " + std::to_string(shutdown_rank_) + " called shutdown()";
+  for (const std::string& name : arrival_) {
+    const Pending& p = table_.at(name);
+    std::vector<std::string> missing;
+    for (int r = 0; r < world_size_; ++r)
+      if (!p.by_rank[r]) missing.push_back(std::to_string(r));
+    std::string ranks;
+    for (size_t i = 0; i < missing.size(); ++i) ranks += (i ? ", " : "") + missing[i];
+    Response r;
+    r.kind = ResponseKind::Error;
+    r.names.push_back(name);
+    r.error_kind = static_cast<int32_t>(ErrorKind::Shutdown);
+    r.error = "tensor '" + name + "' was never submitted by rank(s) " + ranks + " before " + list.shutdown_reason;
+    list.responses.push_back(std::move(r));
+  }
+  table_.clear();
+  arrival_.clear();
+}
+
+}  // namespace ring

@@ -1,0 +1,71 @@
+// Coordinator: rank 0's half of the negotiation protocol.
+//
+// It collects every rank's requests (full, or as response-cache bits), keeps
+// a table of named tensors and which ranks have submitted them, and once a
+// tensor is ready on every rank checks that the ranks agree (operation,
+// dtype, shape, reduce op, root, scale factors) and turns it into a
+// Response: an Execute, fused with other allreduces of the same kind up to
+// the fusion threshold, or an Error that names the tensor, the field and
+// the ranks with their values. Responses leave in the order tensors became
+// ready, so every rank executes the same sequence. A shutdown request from
+// any rank fails what can never complete and ends the job on every rank.
+//
+// The class is pure logic (no I/O), so it is unit-tested directly.
+#pragma once
+
+#include <deque>
+#include <map>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/message.h"
+#include "engine/response_cache.h"
+
+namespace ring {
+
+class Coordinator {
+ public:
+  Coordinator(int world_size, ResponseCache* cache, size_t fusion_threshold_bytes);
+
+  // Resolves cache bits against `rank`'s cached signatures; records full
+  // requests as that rank's new signatures. Throws RingError(Internal) for a
+  // bit that names no cached tensor.
+  void add(int rank, const RequestList& list);
+  void add_request(int rank, const Request& req);
+  void request_shutdown(int rank);
+
+  // True when take() would return responses or a shutdown.
+  bool has_work() const { return !ready_.empty() || shutdown_rank_ >= 0; }
+  // Ready tensors become responses; new cache entries are put into the
+  // cache and listed in cache_puts.
+  ResponseList take();
+
+  size_t fusion_threshold() const { return fusion_threshold_; }
+  void set_fusion_threshold(size_t bytes) { fusion_threshold_ = bytes; }
+
+ private:
+  struct Pending {
+    std::vector<std::optional<Request>> by_rank;
+    int count = 0;
+  };
+  // Checks agreement; returns an error message or "" when the ranks agree.
+  std::string validate(const std::string& name, const Pending& p) const;
+  Response execute_response(const std::string& name, const Pending& p) const;
+  void fail_unfinished(ResponseList& list);
+
+  int world_size_;
+  ResponseCache* cache_;
+  size_t fusion_threshold_;
+  std::unordered_map<std::string, Pending> table_;
+  std::deque<std::string> arrival_;  // names in first-seen order
+  std::vector<std::string> ready_;   // in the order they became ready
+  int shutdown_rank_ = -1;
+};
+
+// The error text for ranks that disagree about `field` of tensor `name`:
+// "ranks 0, 2: [3, 4]; rank 1: [4, 4]".
+std::string describe_disagreement(const std::vector<std::string>& values_by_rank);
+
+}  // namespace ring

@@ -1,0 +1,217 @@
+#include "engine/executor.h"
+
+#include <cstring>
+
+#include "collectives/collectives.h"
+#include "reduce/reduce.h"
+
+namespace ring {
+namespace {
+
+std::vector<size_t> even_chunks(size_t count, int n) {
+  std::vector<size_t> chunks(n);
+  for (int c = 0; c < n; ++c) chunks[c] = slice_count(count, n, c);
+  return chunks;
+}
+
+// Scale factor applied after the reduction: postscale, and 1/n for Average.
+double post_factor(const Request& q, int n) {
+  return q.postscale * (q.reduce_op == ReduceOp::Average ? 1.0 / n : 1.0);
+}
+
+}  // namespace
+
+size_t slice_count(size_t count, int n, int c) {
+  size_t base = count / n, rem = count % n;
+  return base + (static_cast<size_t>(c) < rem ? 1 : 0);
+}
+
+size_t slice_offset(size_t count, int n, int c) {
+  size_t base = count / n, rem = count % n;
+  return base * c + std::min<size_t>(c, rem);
+}
+
+uint8_t* Executor::fusion(size_t bytes) {
+  if (fusion_.size() < bytes) fusion_.resize(bytes);
+  return fusion_.data();
+}
+
+uint8_t* Executor::output_for(Entry& e, size_t bytes, OpResult& res) {
+  if (e.output) return static_cast<uint8_t*>(e.output);
+  res.data = std::make_shared<std::vector<uint8_t>>(bytes);
+  return res.data->data();
+}
+
+void Executor::finish(Entry& e, OpResult res) {
+  queue_->release_name(e.req.name);
+  handles_->complete(e.handle, std::move(res));
+}
+
+void Executor::run(const Response& r, std::unordered_map<std::string, Entry>& pending) {
+  std::vector<Entry> entries;
+  for (const auto& name : r.names) {
+    auto it = pending.find(name);
+    if (it == pending.end()) {
+      if (r.kind == ResponseKind::Error) continue;  // e.g. a shutdown error for a tensor only others have
+      throw_error(ErrorKind::Internal, "coordinator scheduled '" + name + "', which this rank never submitted");
+    }
+    entries.push_back(std::move(it->second));
+    pending.erase(it);
+  }
+  if (r.kind == ResponseKind::Error) {
+    for (auto& e : entries) {
+      queue_->release_name(e.req.name);
+      handles_->fail(e.handle, static_cast<ErrorKind>(r.error_kind), r.error);
+    }
+    return;
+  }
+  switch (r.op) {
+    case OpType::Allreduce: {
+      std::vector<OpResult> results(entries.size());
+      for (size_t i = 0; i < entries.size(); ++i) {
+        Entry& e = entries[i];
+        output_for(e, static_cast<size_t>(e.req.num_elements()) * dtype_size(e.req.dtype), results[i]);
+        if (results[i].data) e.output = results[i].data->data();
+        results[i].shape = e.req.shape;
+      }
+      allreduce(entries);
+      for (size_t i = 0; i < entries.size(); ++i) finish(entries[i], std::move(results[i]));
+      return;
+    }
+    case OpType::Allgather: finish(entries[0], allgather(entries[0], r.sizes)); return;
+    case OpType::Broadcast: finish(entries[0], broadcast(entries[0])); return;
+    case OpType::Alltoall: finish(entries[0], alltoall(entries[0], r.sizes)); return;
+    case OpType::Reducescatter: finish(entries[0], reducescatter(entries[0])); return;
+    case OpType::Barrier:
+      barrier(*mesh_);
+      finish(entries[0], OpResult{});
+      return;
+  }
+}
+
+void Executor::allreduce(std::vector<Entry>& entries) {
+  const Request& q = entries[0].req;
+  const int n = mesh_->size();
+  const size_t esize = dtype_size(q.dtype);
+  uint8_t* work;
+  size_t total = 0;
+  std::vector<size_t> chunks(n, 0);
+  if (entries.size() == 1) {
+    Entry& e = entries[0];
+    total = static_cast<size_t>(q.num_elements());
+    work = static_cast<uint8_t*>(e.output);
+    if (work != e.input && total) std::memcpy(work, e.input, total * esize);
+    chunks = even_chunks(total, n);
+  } else {
+    for (auto& e : entries) total += static_cast<size_t>(e.req.num_elements());
+    work = fusion(total * esize);
+    size_t pos = 0;
+    for (int c = 0; c < n; ++c) {
+      for (auto& e : entries) {
+        size_t count = static_cast<size_t>(e.req.num_elements());
+        size_t len = slice_count(count, n, c) * esize;
+        std::memcpy(work + pos, static_cast<const uint8_t*>(e.input) + slice_offset(count, n, c) * esize, len);
+        pos += len;
+        chunks[c] += len / esize;
+      }
+    }
+  }
+  if (q.prescale != 1.0) scale_buffer(work, total, q.dtype, q.prescale);
+  ring_allreduce(*mesh_, work, chunks, q.dtype, q.reduce_op);
+  double post = post_factor(q, n);
+  if (post != 1.0) scale_buffer(work, total, q.dtype, post);
+  if (entries.size() > 1) {
+    size_t pos = 0;
+    for (int c = 0; c < n; ++c) {
+      for (auto& e : entries) {
+        size_t count = static_cast<size_t>(e.req.num_elements());
+        size_t len = slice_count(count, n, c) * esize;
+        std::memcpy(static_cast<uint8_t*>(e.output) + slice_offset(count, n, c) * esize, work + pos, len);
+        pos += len;
+      }
+    }
+  }
+}
+
+OpResult Executor::allgather(Entry& e, const std::vector<int64_t>& first_dims) {
+  const Request& q = e.req;
+  const int n = mesh_->size();
+  const size_t row_bytes = static_cast<size_t>(q.row_elements()) * dtype_size(q.dtype);
+  std::vector<size_t> blocks(n);
+  size_t total = 0, offset = 0;
+  for (int r = 0; r < n; ++r) {
+    blocks[r] = static_cast<size_t>(first_dims[r]) * row_bytes;
+    if (r < mesh_->rank()) offset += blocks[r];
+    total += blocks[r];
+  }
+  OpResult res;
+  e.output = nullptr;
+  uint8_t* out = output_for(e, total, res);
+  if (blocks[mesh_->rank()]) std::memcpy(out + offset, e.input, blocks[mesh_->rank()]);
+  ring_allgather(*mesh_, out, blocks);
+  int64_t rows = 0;
+  for (int64_t d : first_dims) rows += d;
+  res.shape = q.shape.empty() ? std::vector<int64_t>{rows} : q.shape;
+  res.shape[0] = rows;
+  return res;
+}
+
+OpResult Executor::broadcast(Entry& e) {
+  const Request& q = e.req;
+  size_t bytes = static_cast<size_t>(q.num_elements()) * dtype_size(q.dtype);
+  OpResult res;
+  uint8_t* out = output_for(e, bytes, res);
+  if (mesh_->rank() == q.root && out != e.input && bytes) std::memcpy(out, e.input, bytes);
+  ring::broadcast(*mesh_, out, bytes, q.root);
+  res.shape = q.shape;
+  return res;
+}
+
+OpResult Executor::alltoall(Entry& e, const std::vector<int64_t>& splits) {
+  const Request& q = e.req;
+  const int n = mesh_->size(), me = mesh_->rank();
+  const size_t row_bytes = static_cast<size_t>(q.row_elements()) * dtype_size(q.dtype);
+  std::vector<size_t> send(n), recv(n);
+  size_t total = 0;
+  int64_t rows = 0;
+  for (int r = 0; r < n; ++r) {
+    send[r] = static_cast<size_t>(splits[me * n + r]) * row_bytes;
+    recv[r] = static_cast<size_t>(splits[r * n + me]) * row_bytes;
+    total += recv[r];
+    rows += splits[r * n + me];
+  }
+  OpResult res;
+  e.output = nullptr;
+  uint8_t* out = output_for(e, total, res);
+  ring::alltoall(*mesh_, e.input, send, out, recv);
+  for (int r = 0; r < n; ++r) res.received_splits.push_back(splits[r * n + me]);
+  res.shape = q.shape;
+  res.shape[0] = rows;
+  return res;
+}
+
+OpResult Executor::reducescatter(Entry& e) {
+  const Request& q = e.req;
+  const int n = mesh_->size(), me = mesh_->rank();
+  const size_t esize = dtype_size(q.dtype);
+  const size_t row = static_cast<size_t>(q.row_elements());
+  const size_t rows = static_cast<size_t>(q.shape[0]);
+  std::vector<size_t> chunks(n);
+  for (int c = 0; c < n; ++c) chunks[c] = slice_count(rows, n, c) * row;
+  size_t total = rows * row;
+  uint8_t* work = fusion(total * esize);
+  if (total) std::memcpy(work, e.input, total * esize);
+  if (q.prescale != 1.0) scale_buffer(work, total, q.dtype, q.prescale);
+  ring_reducescatter(*mesh_, work, chunks, q.dtype, q.reduce_op);
+  uint8_t* mine = work + slice_offset(rows, n, me) * row * esize;
+  double post = post_factor(q, n);
+  if (post != 1.0) scale_buffer(mine, chunks[me], q.dtype, post);
+  OpResult res;
+  uint8_t* out = output_for(e, chunks[me] * esize, res);
+  if (chunks[me]) std::memcpy(out, mine, chunks[me] * esize);
+  res.shape = q.shape;
+  res.shape[0] = static_cast<int64_t>(slice_count(rows, n, me));
+  return res;
+}
+
+}  // namespace ring

@@ -1,0 +1,56 @@
+// Executor: runs one Response on this rank. Every rank runs the same
+// Responses in the same order, so the collectives line up.
+//
+// Allreduce fusion layout (why results never depend on what was fused):
+// the ring splits its buffer into one chunk per rank, and the order in
+// which an element is reduced depends on the chunk it falls in. So the
+// fusion buffer is laid out chunk-major: chunk c holds slice c of every
+// tensor (tensor T of N elements contributes elements [c*N/n, (c+1)*N/n)),
+// which puts every element of T in the same chunk whatever else was fused
+// with it. Results are bitwise identical across runs and across ranks.
+#pragma once
+
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/handle_table.h"
+#include "engine/message.h"
+#include "engine/tensor_queue.h"
+#include "transport/mesh.h"
+
+namespace ring {
+
+// Elements of slice c when `count` elements are split over n ranks.
+size_t slice_count(size_t count, int n, int c);
+size_t slice_offset(size_t count, int n, int c);
+
+class Executor {
+ public:
+  Executor(Mesh* mesh, HandleTable* handles, TensorQueue* queue) : mesh_(mesh), handles_(handles), queue_(queue) {}
+
+  // Executes `r` for the entries named in it (taken out of `pending`) and
+  // finishes their handles. Throws RingError only for transport failures.
+  void run(const Response& r, std::unordered_map<std::string, Entry>& pending);
+
+  void set_mesh(Mesh* mesh) { mesh_ = mesh; }
+
+ private:
+  // Entries' outputs are set; several entries are fused.
+  void allreduce(std::vector<Entry>& entries);
+  OpResult allgather(Entry& e, const std::vector<int64_t>& first_dims);
+  OpResult broadcast(Entry& e);
+  OpResult alltoall(Entry& e, const std::vector<int64_t>& splits);
+  OpResult reducescatter(Entry& e);
+  // Output memory for `e`: the caller's, or a new engine-owned buffer.
+  uint8_t* output_for(Entry& e, size_t bytes, OpResult& res);
+  uint8_t* fusion(size_t bytes);
+  void finish(Entry& e, OpResult res);
+
+  Mesh* mesh_;
+  HandleTable* handles_;
+  TensorQueue* queue_;
+  std::vector<uint8_t> fusion_;
+};
+
+}  // namespace ring

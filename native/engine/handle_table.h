@@ -1,0 +1,62 @@
+// HandleTable: the state of every enqueued operation, from enqueue to the
+// front end's synchronize(). The background thread completes or fails a
+// handle; callers wait on a condition variable (the binding releases the
+// GIL first), never in a busy spin.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/error.h"
+
+namespace ring {
+
+// What a finished operation hands back. `data` is set when the engine
+// allocated the output (allgather, alltoall, or when no output was given).
+struct OpResult {
+  std::shared_ptr<std::vector<uint8_t>> data;
+  std::vector<int64_t> shape;
+  std::vector<int64_t> received_splits;  // alltoall: rows received from each rank
+};
+
+class HandleTable {
+ public:
+  int64_t create();
+  void complete(int64_t handle, OpResult result);
+  void fail(int64_t handle, ErrorKind kind, const std::string& message);
+  // Fails every unfinished handle (lost peer, shutdown).
+  void fail_all(ErrorKind kind, const std::string& message);
+
+  // True when finished (successfully or not). Unknown handle: BadArgument.
+  bool poll(int64_t handle);
+  // Blocks until finished, or until timeout_s (< 0: forever); returns false
+  // on timeout.
+  bool wait(int64_t handle, double timeout_s = -1.0);
+  // Removes a finished handle: returns its result or throws its error.
+  OpResult release(int64_t handle);
+  size_t pending() const;
+  // Forgets a handle whatever its state (an enqueue that was rejected).
+  void discard(int64_t handle);
+
+ private:
+  struct State {
+    bool done = false;
+    bool failed = false;
+    ErrorKind kind = ErrorKind::Internal;
+    std::string message;
+    OpResult result;
+  };
+  State& find(int64_t handle);
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::unordered_map<int64_t, State> states_;
+  int64_t next_ = 1;
+};
+
+}  // namespace ring

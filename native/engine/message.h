@@ -1,0 +1,90 @@
+// The negotiation protocol's messages.
+//
+// A worker tells the coordinator (rank 0) which tensors it has ready in a
+// RequestList: tensors the response cache knows are a bit in a bit vector,
+// the others a full Request. The coordinator answers every rank with the
+// same ResponseList: what to execute, in which order, fused how; errors for
+// tensors whose requests disagree; new response-cache entries; and, per
+// receiver, how many of its RequestLists it has consumed (flow control).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/types.h"
+#include "engine/wire.h"
+
+namespace ring {
+
+enum class OpType : uint8_t { Allreduce = 0, Allgather, Broadcast, Alltoall, Reducescatter, Barrier };
+constexpr int kNumOpTypes = 6;
+const char* op_type_name(OpType t);
+
+// What one rank asks for one named tensor.
+struct Request {
+  std::string name;
+  OpType op = OpType::Allreduce;
+  DataType dtype = DataType::Float32;
+  ReduceOp reduce_op = ReduceOp::Sum;
+  int32_t root = 0;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  std::vector<int64_t> shape;
+  std::vector<int64_t> splits;  // alltoall: rows sent to each rank
+
+  int64_t num_elements() const;
+  int64_t row_elements() const;  // elements per first-dimension row
+  bool operator==(const Request& o) const;
+  bool operator!=(const Request& o) const { return !(*this == o); }
+  void encode(ByteWriter& w) const;
+  static Request decode(ByteReader& r);
+};
+
+struct RequestList {
+  bool shutdown = false;
+  std::vector<uint8_t> cache_bits;  // bit i set: cached entry i is ready here
+  std::vector<Request> requests;    // tensors not (or no longer) cached
+
+  std::vector<uint8_t> encode() const;
+  static RequestList decode(const std::vector<uint8_t>& bytes);
+};
+
+enum class ResponseKind : uint8_t { Execute = 0, Error = 1 };
+
+// One unit of work. Execute: `op` on `names` (several only for fused
+// allreduce). Error: every rank fails `names` with error_kind/message.
+struct Response {
+  ResponseKind kind = ResponseKind::Execute;
+  OpType op = OpType::Allreduce;
+  std::vector<std::string> names;
+  // Allgather: first dimension of every rank. Alltoall: size*size matrix,
+  // entry [i*size + j] = rows rank i sends to rank j.
+  std::vector<int64_t> sizes;
+  int32_t error_kind = 0;
+  std::string error;
+};
+
+struct CachePut {
+  std::string name;
+  uint32_t id;
+};
+
+struct ResponseList {
+  bool shutdown = false;
+  std::string shutdown_reason;
+  std::vector<CachePut> cache_puts;  // applied before `responses` are read
+  std::vector<Response> responses;
+  int64_t acked = 0;  // RequestLists of the receiver consumed so far
+
+  // Names of cached tensors are sent as ids: `id_of` maps a name to its id
+  // or -1, `name_of` maps back. Both sides apply cache_puts first.
+  template <class IdOf>
+  std::vector<uint8_t> encode(IdOf id_of) const;
+  template <class NameOf>
+  static ResponseList decode(const std::vector<uint8_t>& bytes, NameOf name_of);
+};
+
+}  // namespace ring
+
+#include "engine/message_impl.h"

@@ -1,0 +1,78 @@
+// Template parts of message.h (name <-> cache id mapping is the caller's).
+#pragma once
+
+namespace ring {
+
+template <class IdOf>
+std::vector<uint8_t> ResponseList::encode(IdOf id_of) const {
+  ByteWriter w;
+  w.u8(shutdown ? 1 : 0);
+  w.str(shutdown_reason);
+  w.u32(static_cast<uint32_t>(cache_puts.size()));
+  for (const auto& p : cache_puts) {
+    w.str(p.name);
+    w.u32(p.id);
+  }
+  w.u32(static_cast<uint32_t>(responses.size()));
+  for (const auto& r : responses) {
+    w.u8(static_cast<uint8_t>(r.kind));
+    w.u8(static_cast<uint8_t>(r.op));
+    w.u32(static_cast<uint32_t>(r.names.size()));
+    for (const auto& n : r.names) {
+      int64_t id = id_of(n);
+      if (id >= 0) {
+        w.u8(1);
+        w.u32(static_cast<uint32_t>(id));
+      } else {
+        w.u8(0);
+        w.str(n);
+      }
+    }
+    w.i64s(r.sizes);
+    w.u32(static_cast<uint32_t>(r.error_kind));
+    w.str(r.error);
+  }
+  w.i64(acked);
+  return std::move(w.buffer());
+}
+
+template <class NameOf>
+ResponseList ResponseList::decode(const std::vector<uint8_t>& bytes, NameOf name_of) {
+  // Cache puts must be applied before names are resolved, so decoding is
+  // two-phase: the caller's name_of sees the puts through `list`.
+  ByteReader r(bytes);
+  ResponseList list;
+  list.shutdown = r.u8() != 0;
+  list.shutdown_reason = r.str();
+  uint32_t nputs = r.count(1 << 20, 5);
+  for (uint32_t i = 0; i < nputs; ++i) {
+    CachePut p;
+    p.name = r.str();
+    p.id = r.u32();
+    list.cache_puts.push_back(std::move(p));
+  }
+  uint32_t nresp = r.count(1 << 20, 14);
+  for (uint32_t i = 0; i < nresp; ++i) {
+    Response resp;
+    uint8_t kind = r.u8(), op = r.u8();
+    if (kind > 1 || op >= kNumOpTypes) throw_error(ErrorKind::Internal, "malformed control message: bad response");
+    resp.kind = static_cast<ResponseKind>(kind);
+    resp.op = static_cast<OpType>(op);
+    uint32_t nnames = r.count(1 << 20, 5);
+    for (uint32_t k = 0; k < nnames; ++k) {
+      if (r.u8() == 1)
+        resp.names.push_back(name_of(list, r.u32()));
+      else
+        resp.names.push_back(r.str());
+    }
+    resp.sizes = r.i64s();
+    resp.error_kind = static_cast<int32_t>(r.u32());
+    resp.error = r.str(1 << 20);
+    list.responses.push_back(std::move(resp));
+  }
+  list.acked = r.i64();
+  r.expect_done();
+  return list;
+}
+
+}  // namespace ring

@@ -1,0 +1,179 @@
+#include "engine/runtime.h"
+
+#include <chrono>
+#include <cstdio>
+
+#include "common/error.h"
+
+namespace ring {
+namespace {
+
+constexpr char kEndpointSeparator = '\n';
+
+MeshOptions mesh_options(const RuntimeOptions& o, const Config& c, const std::string& suffix, size_t ring_bytes) {
+  MeshOptions m;
+  m.rank = o.rank;
+  m.size = o.size;
+  m.secret = o.secret;
+  m.job_id = o.job_id + suffix;
+  m.host_id = o.host_id;
+  m.bind_host = o.bind_host;
+  m.advertise_host = o.advertise_host;
+  m.force_tcp = c.force_tcp;
+  m.shm_ring_bytes = ring_bytes;
+  m.connect_timeout_s = std::max(60.0, c.timeout_seconds);
+  return m;
+}
+
+}  // namespace
+
+Runtime::Runtime(RuntimeOptions opts)
+    : opts_(std::move(opts)), config_(Config::from_env()), cache_(config_.cache_capacity, opts_.size) {
+  if (opts_.size < 1 || opts_.rank < 0 || opts_.rank >= opts_.size)
+    throw_error(ErrorKind::BadArgument, "rank " + std::to_string(opts_.rank) + " is outside a world of size " +
+                                            std::to_string(opts_.size));
+  data_builder_ = std::make_unique<MeshBuilder>(mesh_options(opts_, config_, "", config_.shm_ring_bytes));
+  control_builder_ = std::make_unique<MeshBuilder>(mesh_options(opts_, config_, "-c", 1u << 20));
+}
+
+Runtime::~Runtime() {
+  try {
+    shutdown();
+  } catch (...) {
+  }
+}
+
+std::string Runtime::local_endpoint() {
+  return data_builder_->local_endpoint() + kEndpointSeparator + control_builder_->local_endpoint();
+}
+
+void Runtime::connect(const std::vector<std::string>& endpoints) {
+  if (static_cast<int>(endpoints.size()) != opts_.size)
+    throw_error(ErrorKind::BadArgument, "expected " + std::to_string(opts_.size) + " endpoints, got " +
+                                            std::to_string(endpoints.size()));
+  std::vector<std::string> data, control;
+  for (const auto& e : endpoints) {
+    size_t cut = e.find(kEndpointSeparator);
+    if (cut == std::string::npos) throw_error(ErrorKind::BadArgument, "malformed endpoint from the rendezvous");
+    data.push_back(e.substr(0, cut));
+    control.push_back(e.substr(cut + 1));
+  }
+  data_builder_->connect(data);
+  control_builder_->connect(control);
+}
+
+void Runtime::start() {
+  std::lock_guard<std::mutex> lock(state_mu_);
+  if (state_ != State::Created) throw_error(ErrorKind::BadArgument, "Runtime::start called twice");
+  data_builder_->finalize();
+  control_builder_->finalize();
+  data_ = data_builder_->build();
+  control_ = control_builder_->build();
+  data_builder_.reset();
+  control_builder_.reset();
+  data_->set_timeout(config_.timeout_seconds);
+  control_->set_timeout(config_.timeout_seconds);
+  executor_ = std::make_unique<Executor>(data_.get(), &handles_, &queue_);
+  state_ = State::Running;
+  thread_ = std::thread([this] { loop(); });
+}
+
+bool Runtime::running() const {
+  std::lock_guard<std::mutex> lock(state_mu_);
+  return state_ == State::Running;
+}
+
+void Runtime::validate(const Request& q) const {
+  auto bad = [&](const std::string& what) {
+    throw_error(ErrorKind::BadArgument, std::string(op_type_name(q.op)) + " of tensor '" + q.name + "': " + what);
+  };
+  if (q.name.empty()) bad("the name must not be empty");
+  for (int64_t d : q.shape)
+    if (d < 0) bad("negative dimension in the shape");
+  if (q.dtype == DataType::Bool &&
+      (q.reduce_op == ReduceOp::Average || q.prescale != 1.0 || q.postscale != 1.0) &&
+      (q.op == OpType::Allreduce || q.op == OpType::Reducescatter))
+    bad("bool tensors support Sum, Min, Max and Product without scale factors");
+  switch (q.op) {
+    case OpType::Broadcast:
+      if (q.root < 0 || q.root >= opts_.size)
+        bad("root_rank " + std::to_string(q.root) + " is outside [0, " + std::to_string(opts_.size) + ")");
+      break;
+    case OpType::Alltoall: {
+      if (q.shape.empty()) bad("needs at least one dimension");
+      if (static_cast<int>(q.splits.size()) != opts_.size)
+        bad("splits must have one entry per rank (" + std::to_string(opts_.size) + "), got " +
+            std::to_string(q.splits.size()));
+      int64_t sum = 0;
+      for (int64_t s : q.splits) {
+        if (s < 0) bad("splits must not be negative");
+        sum += s;
+      }
+      if (sum != q.shape[0])
+        bad("splits sum to " + std::to_string(sum) + " but the first dimension is " + std::to_string(q.shape[0]));
+      break;
+    }
+    case OpType::Reducescatter:
+    case OpType::Allgather:
+      if (q.shape.empty()) bad("needs at least one dimension");
+      break;
+    default:
+      break;
+  }
+}
+
+int64_t Runtime::enqueue(EnqueueArgs args) {
+  validate(args.req);
+  std::lock_guard<std::mutex> lock(state_mu_);
+  if (state_ == State::Created) throw_error(ErrorKind::Shutdown, "ring is not initialized: call init() first");
+  if (state_ == State::Stopped) throw RingError(stop_kind_, stop_reason_);
+  Entry e;
+  e.req = std::move(args.req);
+  e.input = args.input;
+  e.output = args.output;
+  e.handle = handles_.create();
+  int64_t h = e.handle;
+  try {
+    queue_.push(std::move(e));
+  } catch (...) {
+    handles_.discard(h);
+    throw;
+  }
+  return h;
+}
+
+void Runtime::stop(ErrorKind kind, const std::string& reason) {
+  std::lock_guard<std::mutex> lock(state_mu_);
+  if (state_ == State::Stopped) return;
+  state_ = State::Stopped;
+  stop_kind_ = kind;
+  stop_reason_ = reason;
+  for (auto& [name, e] : pending_) queue_.release_name(name);
+  pending_.clear();
+  for (auto& e : queue_.take_all()) queue_.release_name(e.req.name);
+  handles_.fail_all(kind, reason);
+  state_cv_.notify_all();
+}
+
+void Runtime::shutdown() {
+  {
+    std::unique_lock<std::mutex> lock(state_mu_);
+    if (state_ == State::Created) {
+      state_ = State::Stopped;
+      stop_reason_ = "ring has been shut down";
+      return;
+    }
+    shutdown_requested_.store(true);
+    // Every rank normally answers within a few cycles; a peer that cannot
+    // answer is given the transport timeout before we stop waiting.
+    auto deadline = std::chrono::duration<double>(config_.timeout_seconds + 5.0);
+    if (!state_cv_.wait_for(lock, deadline, [&] { return state_ == State::Stopped; })) {
+      lock.unlock();
+      data_->abort("rank " + std::to_string(opts_.rank) + " gave up waiting for the others to shut down");
+      control_->abort("rank " + std::to_string(opts_.rank) + " gave up waiting for the others to shut down");
+    }
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace ring

@@ -1,0 +1,42 @@
+// TensorQueue: operations enqueued by the front end, waiting for the
+// background thread. Enqueue never blocks on communication. The queue also
+// owns the set of names in flight on this rank, so a duplicate name is
+// rejected at enqueue time, on the caller's thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "engine/message.h"
+
+namespace ring {
+
+struct Entry {
+  Request req;
+  const void* input = nullptr;  // caller-owned, alive until the handle finishes
+  void* output = nullptr;       // caller-owned, or null: the engine allocates
+  int64_t handle = 0;
+};
+
+class TensorQueue {
+ public:
+  // Throws RingError(BadArgument) when the name is already in flight.
+  void push(Entry entry);
+  std::vector<Entry> take_all();
+  // Called when an entry's handle finished.
+  void release_name(const std::string& name);
+  // Cheap check for the background thread's wait loop.
+  bool has_new() const { return count_.load(std::memory_order_acquire) > 0; }
+
+ private:
+  std::mutex mu_;
+  std::vector<Entry> entries_;
+  std::unordered_set<std::string> in_flight_;
+  std::atomic<size_t> count_{0};
+};
+
+}  // namespace ring
