@@ -1,0 +1,429 @@
+// MeshBuilder: endpoints, transport choice, connection set-up.
+//
+// Endpoint string (opaque to callers, versioned by its first field):
+//   ring1;rank=<r>;host_id=<%>;hostname=<%>;pid=<n>;addr=<%>;port=<n>;shm=<%>
+// <%> fields are percent-encoded (bytes outside [A-Za-z0-9._~-] become %XX);
+// port is 0 and shm empty when this rank opened no listener / no segment.
+//
+// Transport choice, made identically on both sides of every pair because it
+// depends only on the two endpoints: shared memory when both ranks created
+// a segment (size > 1, not force_tcp) and their host_ids are equal; TCP
+// otherwise. For TCP the higher rank dials the lower rank's listener, so
+// every pair gets exactly one connection; both sides then authenticate with
+// the handshake, which also tells the acceptor which rank dialed.
+#include "transport/mesh_builder.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <optional>
+#include <sstream>
+#include <utility>
+
+#include "common/error.h"
+#include "transport/handshake.h"
+#include "transport/shm_channel.h"
+#include "transport/tcp_channel.h"
+
+namespace ring {
+namespace {
+
+constexpr double kRedialSeconds = 0.05;
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Closes the descriptor it owns.
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  UniqueFd(UniqueFd&& o) noexcept : fd_(o.release()) {}
+  UniqueFd& operator=(UniqueFd&& o) noexcept {
+    reset(o.release());
+    return *this;
+  }
+  ~UniqueFd() { reset(); }
+  int get() const { return fd_; }
+  int release() { return std::exchange(fd_, -1); }
+  void reset(int fd = -1) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = fd;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+struct Endpoint {
+  int rank = -1;
+  std::string host_id, hostname;
+  int pid = 0;
+  std::string addr;
+  int port = 0;
+  std::string shm;
+};
+
+std::string escape(const std::string& s) {
+  static const char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '.' || c == '_' || c == '~' || c == '-') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
+}
+
+int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  return -1;
+}
+
+bool unescape(const std::string& s, std::string* out) {
+  out->clear();
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '%') {
+      unsigned char c = static_cast<unsigned char>(s[i]);
+      if (!(std::isalnum(c) || c == '.' || c == '_' || c == '~' || c == '-')) return false;
+      *out += s[i];
+      continue;
+    }
+    if (i + 2 >= s.size()) return false;
+    int hi = hex_value(s[i + 1]), lo = hex_value(s[i + 2]);
+    if (hi < 0 || lo < 0) return false;
+    *out += static_cast<char>(hi * 16 + lo);
+    i += 2;
+  }
+  return true;
+}
+
+bool parse_int(const std::string& s, long lo, long hi, int* out) {
+  if (s.empty() || s.size() > 10 || !std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return false;
+  long v = std::stol(s);
+  if (v < lo || v > hi) return false;
+  *out = static_cast<int>(v);
+  return true;
+}
+
+std::string format_endpoint(const Endpoint& e) {
+  std::ostringstream os;
+  os << "ring1;rank=" << e.rank << ";host_id=" << escape(e.host_id) << ";hostname=" << escape(e.hostname)
+     << ";pid=" << e.pid << ";addr=" << escape(e.addr) << ";port=" << e.port << ";shm=" << escape(e.shm);
+  return os.str();
+}
+
+[[noreturn]] void bad_endpoint(int rank, const std::string& why, const std::string& s) {
+  std::string shown = s.size() > 200 ? s.substr(0, 200) + "..." : s;
+  throw_error(ErrorKind::BadArgument, "endpoint of rank " + std::to_string(rank) + " is malformed (" + why +
+                                          "). Got: '" + shown + "'");
+}
+
+// Parses rank `rank`'s endpoint; throws BadArgument quoting it.
+Endpoint parse_endpoint(const std::string& s, int rank) {
+  static const char* kKeys[] = {"rank", "host_id", "hostname", "pid", "addr", "port", "shm"};
+  std::vector<std::string> fields;
+  std::stringstream ss(s);
+  for (std::string f; std::getline(ss, f, ';');) fields.push_back(f);
+  if (fields.size() != 8 || fields[0] != "ring1") bad_endpoint(rank, "expected 'ring1;' and 7 fields", s);
+  std::string v[7];
+  for (int i = 0; i < 7; ++i) {
+    std::string prefix = std::string(kKeys[i]) + "=";
+    if (fields[i + 1].compare(0, prefix.size(), prefix) != 0) bad_endpoint(rank, "expected field " + prefix, s);
+    if (!unescape(fields[i + 1].substr(prefix.size()), &v[i])) bad_endpoint(rank, "bad escape in " + prefix, s);
+  }
+  Endpoint e;
+  e.host_id = v[1];
+  e.hostname = v[2];
+  e.addr = v[4];
+  e.shm = v[6];
+  if (!parse_int(v[0], 0, 1 << 30, &e.rank)) bad_endpoint(rank, "bad rank", s);
+  if (e.rank != rank) bad_endpoint(rank, "it names rank " + std::to_string(e.rank), s);
+  if (!parse_int(v[3], 1, 0x7fffffff, &e.pid)) bad_endpoint(rank, "bad pid", s);
+  if (!parse_int(v[5], 0, 65535, &e.port)) bad_endpoint(rank, "bad port", s);
+  if (e.port != 0 && e.addr.empty()) bad_endpoint(rank, "port without addr", s);
+  return e;
+}
+
+bool valid_job_id(const std::string& id) {
+  return !id.empty() && id.size() <= 128 && std::all_of(id.begin(), id.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+  });
+}
+
+std::string local_hostname() {
+  char buf[256] = {0};
+  if (::gethostname(buf, sizeof(buf) - 1) != 0) return "unknown-host";
+  return buf;
+}
+
+void validate(const MeshOptions& o) {
+  auto bad = [](const std::string& what) { throw_error(ErrorKind::BadArgument, "MeshOptions: " + what); };
+  if (o.size < 1) bad("size should be >= 1. Got: " + std::to_string(o.size));
+  if (o.rank < 0 || o.rank >= o.size)
+    bad("rank should be in [0, " + std::to_string(o.size) + "). Got: " + std::to_string(o.rank));
+  if (o.size > 1 && o.secret.empty()) bad("a job secret is required when size > 1");
+  if (o.size > 1 && !o.force_tcp && !valid_job_id(o.job_id))
+    bad("job_id should match [A-Za-z0-9_-]{1,128}. Got: '" + o.job_id + "'");
+  if (o.shm_ring_bytes < 64 || o.shm_ring_bytes > (size_t(1) << 40))
+    bad("shm_ring_bytes should be in [64, 2^40]. Got: " + std::to_string(o.shm_ring_bytes));
+  if (!(o.connect_timeout_s > 0)) bad("connect_timeout_s should be > 0");
+}
+
+}  // namespace
+
+struct MeshBuilder::Impl {
+  MeshOptions opts;
+  std::string hostname = local_hostname();
+  UniqueFd listener;
+  std::shared_ptr<ShmSegment> own_seg;
+  std::string endpoint;  // ours, once local_endpoint() ran
+  std::vector<Endpoint> peers;
+  std::vector<std::unique_ptr<Channel>> channels;
+  bool connected = false, finalized = false, built = false;
+
+  ~Impl() {
+    if (own_seg && !finalized) own_seg->unlink();
+  }
+
+  std::string me() const { return "rank " + std::to_string(opts.rank) + " (this process)"; }
+  std::string at(int r) const { return peers[r].addr + ":" + std::to_string(peers[r].port); }
+  std::string peer_name(int r) const {
+    return "rank " + std::to_string(r) + " (" + peers[r].hostname + ", pid " + std::to_string(peers[r].pid) + ")";
+  }
+  bool use_shm(int r) const {
+    return own_seg != nullptr && !peers[r].shm.empty() && peers[r].host_id == opts.host_id;
+  }
+
+  std::string make_endpoint();
+  void open_shm(int r);
+  std::vector<UniqueFd> connect_tcp(const std::vector<bool>& tcp_peer);
+};
+
+std::string MeshBuilder::Impl::make_endpoint() {
+  Endpoint e;
+  e.rank = opts.rank;
+  e.host_id = opts.host_id;
+  e.hostname = hostname;
+  e.pid = static_cast<int>(::getpid());
+  if (opts.size > 1) {
+    listener = UniqueFd(listen_tcp(opts.bind_host, &e.port));
+    e.addr = opts.advertise_host;
+    if (!opts.force_tcp) {
+      e.shm = "/ring." + opts.job_id + "." + std::to_string(opts.rank);
+      own_seg = ShmSegment::create(e.shm, opts.rank, opts.size, opts.shm_ring_bytes);
+    }
+  }
+  return format_endpoint(e);
+}
+
+void MeshBuilder::Impl::open_shm(int r) {
+  std::shared_ptr<ShmSegment> seg;
+  try {
+    seg = ShmSegment::open(peers[r].shm, r, opts.size, peers[r].pid);
+  } catch (const RingError& e) {
+    throw_error(ErrorKind::PeerFailure, me() + " could not open the shared memory of " + peer_name(r) + ": " +
+                                            e.what() + " (same host_id '" + opts.host_id +
+                                            "' but no shared /dev/shm? set distinct host ids or force TCP)");
+  }
+  channels[r] = std::make_unique<ShmChannel>(own_seg, seg, opts.rank, r);
+}
+
+// Dials every lower TCP peer and accepts every higher one from one poll()
+// loop, so a slow or silent connection never holds up the others.
+std::vector<UniqueFd> MeshBuilder::Impl::connect_tcp(const std::vector<bool>& tcp_peer) {
+  struct Dial {
+    int peer;
+    UniqueFd fd;
+    bool connecting = false;
+    std::optional<Handshake> hs;
+    double retry_at = 0;
+    std::string last_error = "no attempt finished yet";
+  };
+  struct Incoming {
+    UniqueFd fd;
+    Handshake hs;
+    double deadline;
+  };
+  const int rank = opts.rank, size = opts.size;
+  std::vector<UniqueFd> result(size);
+  std::vector<Dial> dials;
+  int missing = 0;
+  for (int r = 0; r < size; ++r) {
+    if (!tcp_peer[r]) continue;
+    ++missing;
+    if (r < rank) dials.push_back(Dial{r, UniqueFd(), false, std::nullopt, 0.0});
+  }
+  std::vector<Incoming> incoming;
+  const double deadline = now_s() + opts.connect_timeout_s;
+
+  auto dial_failed = [&](Dial& d, const std::string& why) {
+    d.fd.reset();
+    d.connecting = false;
+    d.hs.reset();
+    d.last_error = why;
+    d.retry_at = now_s() + kRedialSeconds;
+  };
+
+  while (missing > 0) {
+    double now = now_s();
+    if (now >= deadline) {
+      std::ostringstream os;
+      os << me() << " timed out after " << opts.connect_timeout_s << " s connecting to its peers; still missing:";
+      for (int r = 0; r < size; ++r) {
+        if (!tcp_peer[r] || result[r].get() >= 0) continue;
+        os << " rank " << r;
+        if (r < rank) {
+          for (auto& d : dials)
+            if (d.peer == r) os << " (could not connect to it at " << at(r) << ": " << d.last_error << ");";
+        } else {
+          os << " (it has not connected to this rank's listener);";
+        }
+      }
+      throw_error(ErrorKind::Timeout, os.str());
+    }
+    // Start the dials that are due.
+    for (auto& d : dials) {
+      if (result[d.peer].get() >= 0 || d.fd.get() >= 0 || now < d.retry_at) continue;
+      std::string err;
+      int fd = start_connect(peers[d.peer].addr, peers[d.peer].port, &err);
+      if (fd < 0) {
+        dial_failed(d, err);
+      } else {
+        d.fd.reset(fd);
+        d.connecting = true;
+      }
+    }
+    // One poll over the listener, the dials in flight and the handshakes.
+    std::vector<pollfd> fds;
+    fds.push_back({listener.get(), POLLIN, 0});
+    for (auto& d : dials)
+      fds.push_back({d.fd.get(), static_cast<short>(d.connecting ? POLLOUT : d.hs ? d.hs->poll_events() : 0), 0});
+    for (auto& in : incoming) fds.push_back({in.fd.get(), in.hs.poll_events(), 0});
+    ::poll(fds.data(), fds.size(), 20);  // short: also paces redials and deadlines
+    now = now_s();
+
+    if (fds[0].revents & POLLIN) {
+      for (;;) {
+        int fd = ::accept4(listener.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) break;
+        incoming.push_back(Incoming{UniqueFd(fd), Handshake::acceptor(opts.secret, rank, size),
+                                    now + kHandshakeTimeoutSeconds});
+      }
+    }
+    for (size_t i = 0; i < dials.size(); ++i) {
+      Dial& d = dials[i];
+      if (d.fd.get() < 0 || fds[1 + i].revents == 0) continue;
+      try {
+        if (d.connecting) {
+          std::string err = finish_connect(d.fd.get());
+          if (!err.empty()) throw HandshakeError(err);
+          d.connecting = false;
+          d.hs = Handshake::connector(opts.secret, rank, d.peer);
+        }
+        if (d.hs->advance(d.fd.get())) {
+          result[d.peer] = std::move(d.fd);
+          d.hs.reset();
+          --missing;
+        }
+      } catch (const HandshakeError& e) {
+        dial_failed(d, e.what());
+      }
+    }
+    // Handshakes of accepted connections: keep the ones that authenticate,
+    // drop strangers (bad bytes, wrong secret, replay, silence past the limit).
+    size_t base = 1 + dials.size();
+    std::vector<Incoming> still;
+    for (size_t i = 0; i < incoming.size(); ++i) {
+      Incoming& in = incoming[i];
+      bool keep = now < in.deadline;
+      try {
+        if (keep && fds[base + i].revents && in.hs.advance(in.fd.get())) {
+          int p = in.hs.peer_rank();
+          if (tcp_peer[p]) {
+            if (result[p].get() < 0) --missing;
+            result[p] = std::move(in.fd);  // a redial after a lost ack replaces the first
+          }
+          keep = false;
+        }
+      } catch (const HandshakeError&) {
+        keep = false;
+      }
+      if (keep) still.push_back(std::move(in));
+    }
+    incoming.swap(still);
+  }
+  return result;
+}
+
+MeshBuilder::MeshBuilder(MeshOptions opts) : impl_(std::make_unique<Impl>()) {
+  validate(opts);
+  if (opts.host_id.empty()) opts.host_id = impl_->hostname;
+  impl_->opts = std::move(opts);
+}
+
+MeshBuilder::~MeshBuilder() = default;
+
+std::string MeshBuilder::local_endpoint() {
+  if (impl_->endpoint.empty()) impl_->endpoint = impl_->make_endpoint();
+  return impl_->endpoint;
+}
+
+void MeshBuilder::connect(const std::vector<std::string>& endpoints) {
+  Impl& m = *impl_;
+  const int rank = m.opts.rank, size = m.opts.size;
+  if (m.endpoint.empty()) throw_error(ErrorKind::Internal, "MeshBuilder: call local_endpoint() before connect()");
+  if (m.connected) throw_error(ErrorKind::Internal, "MeshBuilder: connect() called twice");
+  if (static_cast<int>(endpoints.size()) != size)
+    throw_error(ErrorKind::BadArgument, "expected " + std::to_string(size) + " endpoints, one per rank. Got: " +
+                                            std::to_string(endpoints.size()));
+  if (endpoints[rank] != m.endpoint)
+    throw_error(ErrorKind::BadArgument, "endpoints[" + std::to_string(rank) + "] is not " + m.me() + "'s endpoint");
+  m.peers.clear();
+  for (int r = 0; r < size; ++r) m.peers.push_back(parse_endpoint(endpoints[r], r));
+  std::vector<bool> tcp_peer(size, false);
+  for (int r = 0; r < size; ++r) {
+    if (r == rank || m.use_shm(r)) continue;
+    if (m.peers[r].port == 0)
+      throw_error(ErrorKind::BadArgument, "endpoint of rank " + std::to_string(r) + " has no TCP listener, but " +
+                                              m.me() + " must reach it over TCP");
+    tcp_peer[r] = true;
+  }
+  m.channels.clear();
+  m.channels.resize(size);
+  for (int r = 0; r < size; ++r)
+    if (r != rank && !tcp_peer[r]) m.open_shm(r);
+  std::vector<UniqueFd> fds = m.connect_tcp(tcp_peer);
+  for (int r = 0; r < size; ++r)
+    if (tcp_peer[r]) m.channels[r] = std::make_unique<TcpChannel>(fds[r].release());
+  m.listener.reset();  // every peer that dials us has done so
+  m.connected = true;
+}
+
+void MeshBuilder::finalize() {
+  if (impl_->own_seg) impl_->own_seg->unlink();
+  impl_->finalized = true;
+}
+
+std::unique_ptr<Mesh> MeshBuilder::build() {
+  Impl& m = *impl_;
+  if (!m.connected || m.built) throw_error(ErrorKind::Internal, "MeshBuilder: build() needs one successful connect()");
+  m.built = true;
+  std::vector<std::string> names;
+  for (int r = 0; r < m.opts.size; ++r) names.push_back(m.peer_name(r));
+  return std::make_unique<Mesh>(m.opts.rank, m.opts.size, std::move(m.channels), std::move(names));
+}
+
+}  // namespace ring

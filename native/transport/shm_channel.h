@@ -1,0 +1,104 @@
+// Shared-memory transport for ranks on one host.
+//
+// Each rank creates ONE POSIX shared-memory segment, "/ring.<job_id>.<rank>",
+// holding one single-producer/single-consumer byte ring per possible sender.
+// Ring i of rank j's segment carries the bytes from rank i to rank j: rank j
+// reads its own segment, rank i writes into j's. A rank thus maps its own
+// segment plus one per local peer, and every ring has exactly one writer
+// and one reader, so plain atomics suffice (no locks, no syscalls per call).
+//
+// Segment layout (offsets in bytes):
+//   0                      SegmentHeader (magic, version, rank, size, pid, ring capacity)
+//   kPage                  RingHeader[size]: head | tail | closed, each on its own 128-byte line
+//   data_offset            ring data, one stride (capacity rounded up to a page) per sender
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "transport/channel.h"
+
+namespace ring {
+
+// 128 rather than 64: adjacent-line prefetchers pull cache lines in pairs,
+// and head/tail ping-ponging between two cores must not share a pair.
+constexpr size_t kShmLine = 128;
+
+struct alignas(kShmLine) ShmRingHeader {
+  alignas(kShmLine) std::atomic<uint64_t> head{0};  // bytes ever written; producer only
+  alignas(kShmLine) std::atomic<uint64_t> tail{0};  // bytes ever consumed; consumer only
+  alignas(kShmLine) std::atomic<uint32_t> closed{0};  // producer sets 1: nothing more will come
+};
+static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared-memory rings need lock-free 64-bit atomics");
+
+// One mapped segment. Unmaps on destruction; never unlinks by itself (the
+// MeshBuilder decides when the name goes away).
+class ShmSegment {
+ public:
+  // Creates and initializes "/ring.<job_id>.<rank>" (O_EXCL, mode 0600).
+  // Throws RingError(Internal) naming the segment on failure, leaving no
+  // name behind.
+  static std::shared_ptr<ShmSegment> create(const std::string& name, int rank, int size, size_t ring_bytes);
+  // Maps a peer's segment and checks that its header describes rank `rank`
+  // of a job of `size` created by process `pid`. Throws RingError(PeerFailure)
+  // when it cannot be opened or does not match.
+  static std::shared_ptr<ShmSegment> open(const std::string& name, int rank, int size, int pid);
+  ~ShmSegment();
+
+  const std::string& name() const { return name_; }
+  int pid() const;
+  size_t ring_bytes() const;
+  ShmRingHeader* ring(int sender) const;
+  uint8_t* data(int sender) const;
+  // shm_unlink()s the name once; mappings stay valid. Never throws.
+  void unlink();
+
+ private:
+  ShmSegment(std::string name, void* base, size_t len) : name_(std::move(name)), base_(base), len_(len) {}
+  std::string name_;
+  void* base_;
+  size_t len_;
+  bool unlinked_ = false;
+};
+
+// Total segment size for `size` rings of `ring_bytes` each.
+size_t shm_segment_bytes(int size, size_t ring_bytes);
+
+class ShmChannel : public Channel {
+ public:
+  // `own` is this rank's segment, `peer` the segment of rank `peer_rank`.
+  ShmChannel(std::shared_ptr<ShmSegment> own, std::shared_ptr<ShmSegment> peer, int my_rank, int peer_rank);
+
+  // memcpy into the peer's ring up to the wrap point; 0 when full.
+  // PeerFailure once the peer has closed its channel.
+  size_t try_write(const uint8_t* buf, size_t len) override;
+  // The contiguous readable part of our ring (up to the wrap point).
+  std::pair<const uint8_t*, size_t> peek(size_t max) override;
+  void consume(size_t n) override;
+  // Peer process gone or a zombie, or closed with nothing left: PeerFailure.
+  void check_alive() override;
+  void close() override;
+
+ private:
+  [[noreturn]] void fail_closed();
+  std::shared_ptr<ShmSegment> own_, peer_;
+  int peer_pid_;
+  bool closed_ = false;
+  // Outgoing ring (in the peer's segment); we are its producer.
+  ShmRingHeader* out_;
+  uint8_t* out_data_;
+  size_t out_cap_;
+  uint64_t out_head_;        // our head (only we write it)
+  uint64_t out_tail_seen_;   // last tail read; reloaded only when it looks full
+  // Incoming ring (in our segment); we are its consumer.
+  ShmRingHeader* in_;
+  const uint8_t* in_data_;
+  size_t in_cap_;
+  uint64_t in_tail_;         // our tail (only we write it)
+  uint64_t in_head_seen_;    // last head read; reloaded only when it looks empty
+};
+
+}  // namespace ring
