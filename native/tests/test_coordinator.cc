@@ -1,0 +1,133 @@
+// The negotiation logic without any transport: readiness, validation,
+// fusion, the response cache and shutdown.
+#include <string>
+
+#include "engine/coordinator.h"
+#include "engine/executor.h"
+#include "tests/harness.h"
+
+using namespace ring;
+
+namespace {
+
+Request allreduce(const std::string& name, std::vector<int64_t> shape, DataType dt = DataType::Float32) {
+  Request q;
+  q.name = name;
+  q.op = OpType::Allreduce;
+  q.dtype = dt;
+  q.shape = std::move(shape);
+  return q;
+}
+
+}  // namespace
+
+TEST(coordinator_waits_for_every_rank) {
+  ResponseCache cache(16, 3);
+  Coordinator c(3, &cache, 1 << 20);
+  c.add_request(0, allreduce("a", {4}));
+  c.add_request(2, allreduce("a", {4}));
+  CHECK(!c.has_work());
+  c.add_request(1, allreduce("a", {4}));
+  CHECK(c.has_work());
+  ResponseList list = c.take();
+  CHECK_EQ(list.responses.size(), (size_t)1);
+  CHECK_EQ(list.cache_puts.size(), (size_t)1);
+  CHECK(list.responses[0].kind == ResponseKind::Execute);
+}
+
+TEST(coordinator_mismatch_names_tensor_field_and_ranks) {
+  ResponseCache cache(16, 3);
+  Coordinator c(3, &cache, 1 << 20);
+  c.add_request(0, allreduce("w", {4}));
+  c.add_request(1, allreduce("w", {5}));
+  c.add_request(2, allreduce("w", {4}));
+  ResponseList list = c.take();
+  CHECK_EQ(list.responses.size(), (size_t)1);
+  CHECK(list.responses[0].kind == ResponseKind::Error);
+  CHECK_EQ(list.responses[0].error, std::string("Mismatched shape for tensor 'w': ranks 0, 2: [4]; rank 1: [5]"));
+  CHECK(list.cache_puts.empty());
+}
+
+TEST(coordinator_fuses_same_kind_up_to_threshold) {
+  ResponseCache cache(16, 2);
+  Coordinator c(2, &cache, 40);  // bytes: room for two 4-float tensors
+  for (int r = 0; r < 2; ++r) {
+    c.add_request(r, allreduce("a", {4}));
+    c.add_request(r, allreduce("b", {4}));
+    c.add_request(r, allreduce("h", {4}, DataType::Float64));
+    c.add_request(r, allreduce("c", {4}));
+  }
+  ResponseList list = c.take();
+  CHECK_EQ(list.responses.size(), (size_t)3);
+  CHECK_EQ(list.responses[0].names.size(), (size_t)2);  // a, b
+  CHECK_EQ(list.responses[1].names[0], std::string("h"));
+  CHECK_EQ(list.responses[2].names[0], std::string("c"));
+}
+
+TEST(coordinator_cache_bits_resolve_to_signatures) {
+  ResponseCache cache(16, 2);
+  Coordinator c(2, &cache, 1 << 20);
+  c.add_request(0, allreduce("a", {4}));
+  RequestList first;
+  first.requests.push_back(allreduce("a", {4}));
+  c.add(1, RequestList::decode(first.encode()));
+  c.take();
+  CHECK_EQ(cache.id_of("a"), (int64_t)0);
+  RequestList again;
+  again.cache_bits = {1};
+  c.add_request(0, allreduce("a", {4}));
+  c.add(1, RequestList::decode(again.encode()));
+  ResponseList list = c.take();
+  CHECK_EQ(list.responses.size(), (size_t)1);
+  CHECK(list.responses[0].kind == ResponseKind::Execute);
+  RequestList bogus;
+  bogus.cache_bits = {2};
+  CHECK_THROWS_KIND(c.add(1, bogus), ErrorKind::Internal);
+}
+
+TEST(coordinator_shutdown_fails_unfinished) {
+  ResponseCache cache(16, 2);
+  Coordinator c(2, &cache, 1 << 20);
+  c.add_request(1, allreduce("lonely", {1}));
+  c.request_shutdown(0);
+  ResponseList list = c.take();
+  CHECK(list.shutdown);
+  CHECK_EQ(list.responses.size(), (size_t)1);
+  CHECK(list.responses[0].error.find("never submitted by rank(s) 0") != std::string::npos);
+}
+
+TEST(response_list_round_trip_with_cache_ids) {
+  ResponseCache cache(16, 2);
+  cache.put("x", 0);
+  ResponseList list;
+  list.cache_puts.push_back({"y", 1});
+  Response r;
+  r.names = {"x", "y", "z"};
+  r.sizes = {1, 2};
+  list.responses.push_back(r);
+  list.acked = 7;
+  auto bytes = list.encode([&](const std::string& n) { return n == "y" ? 1 : cache.id_of(n); });
+  auto back = ResponseList::decode(bytes, [&](const ResponseList& l, uint32_t id) {
+    for (auto& p : l.cache_puts)
+      if (p.id == id) return p.name;
+    return cache.name_of(id);
+  });
+  CHECK_EQ(back.responses[0].names[1], std::string("y"));
+  CHECK_EQ(back.responses[0].names[2], std::string("z"));
+  CHECK_EQ(back.acked, (int64_t)7);
+  bytes.resize(bytes.size() - 3);
+  CHECK_THROWS_KIND(RequestList::decode(bytes), ErrorKind::Internal);
+}
+
+TEST(slices_cover_the_tensor) {
+  for (size_t count : {0, 1, 7, 1001}) {
+    for (int n : {1, 2, 3, 5, 8}) {
+      size_t total = 0;
+      for (int c = 0; c < n; ++c) {
+        CHECK_EQ(slice_offset(count, n, c), total);
+        total += slice_count(count, n, c);
+      }
+      CHECK_EQ(total, count);
+    }
+  }
+}

@@ -1,0 +1,142 @@
+"""Process-level API: init, shutdown and where this process sits in the job."""
+
+from __future__ import annotations
+
+import atexit
+import threading
+from dataclasses import dataclass
+from typing import Optional
+
+from ring_strategy import _native
+from ring_strategy.environments import ClusterEnvironment, detect_environment
+from ring_strategy.exceptions import ShutdownError
+
+_RENDEZVOUS_TIMEOUT_S = 300.0
+
+
+@dataclass
+class _State:
+    runtime: Optional[_native.Runtime] = None
+    env: Optional[ClusterEnvironment] = None
+    generation: int = 0
+
+
+_state = _State()
+_lock = threading.Lock()
+
+
+def _runtime() -> _native.Runtime:
+    rt = _state.runtime
+    if rt is None:
+        raise ShutdownError("ring is not initialized: call ring_strategy.init() first")
+    return rt
+
+
+def _env() -> ClusterEnvironment:
+    if _state.env is None:
+        raise ShutdownError("ring is not initialized: call ring_strategy.init() first")
+    return _state.env
+
+
+def init() -> None:
+    """Joins the job: finds this process's rank, connects to every peer and
+    starts the background engine.
+
+    Under ``ringrun`` (or another supported launcher) the job's layout comes
+    from the environment; without one the process is a world of size 1.
+    Calling ``init()`` again while initialized does nothing.
+    """
+    with _lock:
+        if _state.runtime is not None:
+            return
+        env = detect_environment()
+        rt = _native.Runtime(
+            rank=env.rank,
+            size=env.size,
+            local_rank=env.local_rank,
+            local_size=env.local_size,
+            cross_rank=env.cross_rank,
+            cross_size=env.cross_size,
+            secret=env.secret or b"",
+            job_id=env.job_id,
+            host_id=env.host_id,
+        )
+        if env.size > 1:
+            _rendezvous(env, rt, _state.generation)
+        rt.start()
+        _state.runtime, _state.env = rt, env
+        _state.generation += 1
+
+
+def _rendezvous(env: ClusterEnvironment, rt: _native.Runtime, generation: int) -> None:
+    """Publishes this rank's endpoint, reads every peer's and connects."""
+    from ring_strategy.runner.store import StoreClient
+
+    if env.rendezvous_address is None or env.secret is None:
+        raise ShutdownError(
+            f"rank {env.rank} of {env.size}: the launcher gave no rendezvous address or secret"
+        )
+    store = StoreClient(env.rendezvous_address, env.secret)
+    try:
+        prefix = f"ring/{env.job_id}/init{generation}"
+        store.set(f"{prefix}/endpoint/{env.rank}", rt.local_endpoint().encode())
+        endpoints = [
+            store.get(f"{prefix}/endpoint/{r}", timeout=_RENDEZVOUS_TIMEOUT_S).decode()
+            for r in range(env.size)
+        ]
+        rt.connect(endpoints)
+        # Every rank must have mapped the others' shared memory before names
+        # are removed in start().
+        store.set(f"{prefix}/connected/{env.rank}", b"1")
+        for r in range(env.size):
+            store.get(f"{prefix}/connected/{r}", timeout=_RENDEZVOUS_TIMEOUT_S)
+    finally:
+        store.close()
+
+
+def shutdown() -> None:
+    """Leaves the job. Ends it on every rank: their later operations raise
+    ``ShutdownError``. Safe to call more than once."""
+    with _lock:
+        rt, _state.runtime = _state.runtime, None
+        _state.env = None
+    if rt is not None:
+        rt.shutdown()
+
+
+atexit.register(shutdown)
+
+
+def is_initialized() -> bool:
+    """True between ``init()`` and ``shutdown()``."""
+    return _state.runtime is not None
+
+
+def rank() -> int:
+    """This process's rank in [0, size())."""
+    return _env().rank
+
+
+def size() -> int:
+    """Number of processes in the job."""
+    return _env().size
+
+
+def local_rank() -> int:
+    """This process's rank among the processes on its host."""
+    return _env().local_rank
+
+
+def local_size() -> int:
+    """Number of processes on this host."""
+    return _env().local_size
+
+
+def cross_rank() -> int:
+    """Index of this host among the job's hosts."""
+    return _env().cross_rank
+
+
+def cross_size() -> int:
+    """Number of hosts in the job."""
+    return _env().cross_size

@@ -1,0 +1,274 @@
+"""Collective operations on numpy arrays and other CPU arrays that speak
+DLPack. Inputs are read in place (zero-copy when C-contiguous); results are
+new numpy arrays.
+
+Every operation has an ``*_async`` form that returns a :class:`Handle`
+immediately; :func:`synchronize` waits for it and returns the result,
+:func:`poll` tells whether it is done.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+
+from ring_strategy import _native
+from ring_strategy.basics import _runtime, rank, size
+from ring_strategy.exceptions import BadArgumentError
+
+Sum = _native.REDUCE_OPS["Sum"]
+Average = _native.REDUCE_OPS["Average"]
+Min = _native.REDUCE_OPS["Min"]
+Max = _native.REDUCE_OPS["Max"]
+Product = _native.REDUCE_OPS["Product"]
+
+_DTYPE_CODES = {
+    np.dtype(name): code for name, code in _native.DTYPES.items() if name != "bfloat16"
+}
+_BFLOAT16 = _native.DTYPES["bfloat16"]
+_counters: dict = {}
+
+
+class Handle:
+    """An operation in flight. Keeps its arrays alive until synchronized."""
+
+    __slots__ = ("_id", "_arrays", "_finish")
+
+    def __init__(self, handle_id: int, arrays: tuple, finish: Callable[[Any], Any]):
+        self._id = handle_id
+        self._arrays = arrays
+        self._finish = finish
+
+    def __repr__(self) -> str:
+        return f"Handle({self._id})"
+
+
+def _auto_name(kind: str, name: Optional[str]) -> str:
+    if name is not None:
+        if not isinstance(name, str) or not name:
+            raise BadArgumentError(f"name should be a non-empty string. Got: {name!r}")
+        return name
+    counter = _counters.setdefault(kind, itertools.count())
+    return f"{kind}.noname.{next(counter)}"
+
+
+def _as_array(x: Any) -> np.ndarray:
+    """A C-contiguous numpy view of x (a copy only when x is strided)."""
+    if isinstance(x, np.ndarray):
+        arr = x
+    elif hasattr(x, "__dlpack__") and not isinstance(x, np.generic):
+        try:
+            arr = np.from_dlpack(x)
+        except (BufferError, TypeError, RuntimeError) as e:
+            raise BadArgumentError(f"cannot read {type(x).__name__} through DLPack: {e}") from e
+    else:
+        arr = np.asarray(x)
+    return np.ascontiguousarray(arr)
+
+
+def _dtype_code(arr: np.ndarray) -> int:
+    if arr.dtype.name == "bfloat16":
+        return _BFLOAT16
+    code = _DTYPE_CODES.get(arr.dtype)
+    if code is None:
+        supported = ", ".join(_native.DTYPES)
+        raise BadArgumentError(f"dtype should be one of {supported}. Got: '{arr.dtype}'")
+    return code
+
+
+def _raw(arr: np.ndarray) -> np.ndarray:
+    """The array as the engine sees it (bfloat16 travels as uint16 bits)."""
+    return arr.view(np.uint16) if arr.dtype.name == "bfloat16" else arr
+
+
+def _check_op(op: int) -> int:
+    if op not in _native.REDUCE_OPS.values():
+        raise BadArgumentError(f"op should be one of Sum, Average, Min, Max, Product. Got: {op!r}")
+    return int(op)
+
+
+def _submit(
+    kind: int,
+    label: str,
+    arr: np.ndarray,
+    out: Optional[np.ndarray],
+    name: Optional[str],
+    finish: Callable[[Any], Any],
+    op: int = Sum,
+    root: int = 0,
+    prescale: float = 1.0,
+    postscale: float = 1.0,
+    splits: Sequence[int] = (),
+) -> Handle:
+    rt = _runtime()
+    code = _dtype_code(arr)
+    h = rt.enqueue(
+        kind,
+        _auto_name(label, name),
+        _raw(arr),
+        None if out is None else _raw(out),
+        code,
+        _check_op(op),
+        int(root),
+        float(prescale),
+        float(postscale),
+        list(arr.shape),
+        [int(s) for s in splits],
+    )
+    return Handle(h, (arr, out), finish)
+
+
+def _from_engine(dtype: np.dtype) -> Callable[[Any], np.ndarray]:
+    def finish(result):
+        data, shape, _ = result
+        return data.view(dtype).reshape(shape)
+
+    return finish
+
+
+def synchronize(handle: Handle) -> Any:
+    """Waits for an operation and returns its result (raises its error)."""
+    if not isinstance(handle, Handle):
+        raise BadArgumentError(f"synchronize() expects a Handle. Got: {handle!r}")
+    rt = _runtime()
+    rt.wait(handle._id)
+    result = rt.release(handle._id)
+    return handle._finish(result)
+
+
+def poll(handle: Handle) -> bool:
+    """True when the operation has finished (synchronize() will not block)."""
+    return _runtime().poll(handle._id)
+
+
+def allreduce_async(
+    tensor: Any,
+    op: int = Average,
+    name: Optional[str] = None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+) -> Handle:
+    """Starts reducing ``tensor`` over all ranks; see :func:`allreduce`."""
+    arr = _as_array(tensor)
+    out = np.empty_like(arr)
+    return _submit(
+        _native.OP_ALLREDUCE, "allreduce", arr, out, name, lambda _: out,
+        op=op, prescale=prescale_factor, postscale=postscale_factor,
+    )
+
+
+def allreduce(
+    tensor: Any,
+    op: int = Average,
+    name: Optional[str] = None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+) -> np.ndarray:
+    """Reduces ``tensor`` element-wise over all ranks.
+
+    Args:
+        tensor: array of the same shape and dtype on every rank.
+        op: ``Average`` (default), ``Sum``, ``Min``, ``Max`` or ``Product``.
+        name: unique name of this tensor while in flight; ranks match
+            tensors by name (generated in call order when omitted).
+        prescale_factor: multiplies the input before the reduction.
+        postscale_factor: multiplies the result after it.
+
+    Returns:
+        A new array with the reduced values, identical on every rank.
+    """
+    return synchronize(allreduce_async(tensor, op, name, prescale_factor, postscale_factor))
+
+
+def allgather_async(tensor: Any, name: Optional[str] = None) -> Handle:
+    """Starts an allgather; see :func:`allgather`."""
+    arr = _as_array(tensor)
+    if arr.ndim == 0:
+        arr = arr.reshape(1)
+    return _submit(_native.OP_ALLGATHER, "allgather", arr, None, name, _from_engine(arr.dtype))
+
+
+def allgather(tensor: Any, name: Optional[str] = None) -> np.ndarray:
+    """Concatenates every rank's ``tensor`` along the first dimension, in rank
+    order. The first dimension may differ between ranks; the others must match."""
+    return synchronize(allgather_async(tensor, name))
+
+
+def broadcast_async(tensor: Any, root_rank: int, name: Optional[str] = None) -> Handle:
+    """Starts a broadcast; see :func:`broadcast`."""
+    arr = _as_array(tensor)
+    out = np.empty_like(arr)
+    return _submit(_native.OP_BROADCAST, "broadcast", arr, out, name, lambda _: out, root=root_rank)
+
+
+def broadcast(tensor: Any, root_rank: int, name: Optional[str] = None) -> np.ndarray:
+    """Returns ``root_rank``'s ``tensor`` on every rank (same shape and dtype everywhere)."""
+    return synchronize(broadcast_async(tensor, root_rank, name))
+
+
+def alltoall_async(tensor: Any, splits: Optional[Sequence[int]] = None, name: Optional[str] = None) -> Handle:
+    """Starts an alltoall; see :func:`alltoall`."""
+    arr = _as_array(tensor)
+    if arr.ndim == 0:
+        raise BadArgumentError("alltoall needs an array with at least one dimension. Got a scalar")
+    n = size()
+    want_splits = splits is not None
+    if splits is None:
+        if arr.shape[0] % n:
+            raise BadArgumentError(
+                f"alltoall without splits needs a first dimension divisible by size() ({n}). Got: {arr.shape[0]}"
+            )
+        splits = [arr.shape[0] // n] * n
+    splits = np.asarray(splits).reshape(-1).tolist()
+    engine = _from_engine(arr.dtype)
+
+    def finish(result):
+        out = engine(result)
+        return (out, np.asarray(result[2], dtype=np.int32)) if want_splits else out
+
+    return _submit(_native.OP_ALLTOALL, "alltoall", arr, None, name, finish, splits=splits)
+
+
+def alltoall(tensor: Any, splits: Optional[Sequence[int]] = None, name: Optional[str] = None) -> Any:
+    """Scatters slices of ``tensor`` to every rank and gathers theirs.
+
+    Args:
+        tensor: array whose first dimension is split into consecutive blocks,
+            block r going to rank r.
+        splits: rows sent to each rank (sums to the first dimension); when
+            omitted the first dimension is split evenly.
+        name: unique name while in flight.
+
+    Returns:
+        The received rows in rank order; when ``splits`` was given, the tuple
+        ``(output, received_splits)``, as Horovod returns it.
+    """
+    return synchronize(alltoall_async(tensor, splits, name))
+
+
+def reducescatter_async(tensor: Any, op: int = Average, name: Optional[str] = None) -> Handle:
+    """Starts a reducescatter; see :func:`reducescatter`."""
+    arr = _as_array(tensor)
+    if arr.ndim == 0:
+        raise BadArgumentError("reducescatter needs an array with at least one dimension. Got a scalar")
+    n, me = size(), rank()
+    rows = arr.shape[0] // n + (1 if me < arr.shape[0] % n else 0)
+    out = np.empty((rows,) + arr.shape[1:], dtype=arr.dtype)
+    return _submit(_native.OP_REDUCESCATTER, "reducescatter", arr, out, name, lambda _: out, op=op)
+
+
+def reducescatter(tensor: Any, op: int = Average, name: Optional[str] = None) -> np.ndarray:
+    """Reduces ``tensor`` over all ranks and returns this rank's block of rows.
+
+    The first dimension is split as evenly as possible; lower ranks get one
+    extra row when it does not divide by ``size()``.
+    """
+    return synchronize(reducescatter_async(tensor, op, name))
+
+
+def barrier() -> None:
+    """Returns once every rank has called ``barrier()``."""
+    token = np.zeros(1, dtype=np.uint8)
+    synchronize(_submit(_native.OP_BARRIER, "barrier", token, None, None, lambda _: None))

@@ -1,0 +1,86 @@
+"""The core numpy API on real worker processes launched by ringrun, over
+shared memory and over TCP, for world sizes 1 to 4."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).parent
+WORKERS = HERE / "workers"
+RINGRUN = str(Path(sys.executable).parent / "ringrun")
+SIZES = [1, 2, 3, 4]
+TRANSPORTS = ["shm", "tcp"]
+
+
+def ringrun(np_: int, args, transport="shm", timeout=300, extra_env=None):
+    env = dict(os.environ, RING_TRANSPORT=transport)
+    env.update(extra_env or {})
+    proc = subprocess.run(
+        [RINGRUN, "-np", str(np_), sys.executable, *map(str, args)],
+        env=env, capture_output=True, text=True, timeout=timeout,
+    )
+    return proc
+
+
+def assert_ok(proc, np_):
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-6000:]
+    return out
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("np_", SIZES)
+def test_every_op_dtype_and_count(np_, transport):
+    out = assert_ok(ringrun(np_, [WORKERS / "grid.py"], transport), np_)
+    assert out.count("all checks passed") == np_, out[-3000:]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize(
+    "scenario", ["different_orders", "many_in_flight", "mismatch", "bad_arguments", "deterministic", "after_shutdown"]
+)
+@pytest.mark.parametrize("np_", [2, 3])
+def test_scenarios(np_, scenario, transport):
+    out = assert_ok(ringrun(np_, [WORKERS / "scenarios.py", scenario], transport), np_)
+    assert out.count(": ok") == np_, out[-3000:]
+
+
+@pytest.mark.parametrize("scenario", ["different_orders", "many_in_flight", "bad_arguments", "deterministic"])
+def test_scenarios_four_ranks(scenario):
+    out = assert_ok(ringrun(4, [WORKERS / "scenarios.py", scenario]), 4)
+    assert out.count(": ok") == 4, out[-3000:]
+
+
+def test_results_identical_across_runs():
+    digests = []
+    for _ in range(2):
+        out = assert_ok(ringrun(3, [WORKERS / "scenarios.py", "deterministic"]), 3)
+        digests.append(sorted(line.split("digest")[1] for line in out.splitlines() if "digest" in line))
+    assert digests[0] == digests[1]
+
+
+def test_readme_example_prints_sum_twice():
+    code = ("import numpy as np, ring_strategy as rs; rs.init(); "
+            "print(rs.allreduce(np.full(3, rs.rank()+1, np.float32), op=rs.Sum))")
+    out = assert_ok(ringrun(2, ["-c", code]), 2)
+    assert out.count("[3. 3. 3.]") == 2, out
+
+
+def test_without_launcher_is_world_of_one():
+    code = ("import numpy as np, ring_strategy as rs; rs.init(); "
+            "assert (rs.rank(), rs.size(), rs.local_size()) == (0, 1, 1); "
+            "print(rs.allreduce(np.arange(3.0), op=rs.Sum), rs.allgather(np.ones(2)).shape); rs.shutdown()")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RING_")}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "[0. 1. 2.] (2,)" in proc.stdout
+
+
+def test_before_init_is_shutdown_error():
+    code = ("import numpy as np, ring_strategy as rs\n"
+            "try:\n    rs.allreduce(np.ones(1))\nexcept rs.ShutdownError as e:\n    print('raised', e)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "raised ring is not initialized" in proc.stdout, proc.stdout + proc.stderr

@@ -1,0 +1,125 @@
+"""Multi-rank scenarios run under ringrun: `python scenarios.py NAME`.
+
+Each scenario prints "<rank>: ok" and exits 0 when its checks pass on this
+rank; anything else is a failure the calling test reports.
+"""
+
+import sys
+
+import numpy as np
+
+import ring_strategy as rs
+
+
+def different_orders():
+    """Tensors submitted in a rank-dependent order complete without deadlock."""
+    n, me = rs.size(), rs.rank()
+    names = [f"t{i}" for i in range(50)]
+    order = names if me % 2 == 0 else list(reversed(names))
+    if me == 2:
+        order = names[25:] + names[:25]
+    handles = {nm: rs.allreduce_async(np.full(10, int(nm[1:]) + me, np.float32), op=rs.Sum, name=nm) for nm in order}
+    for nm in names:
+        got = rs.synchronize(handles[nm])
+        want = np.full(10, n * int(nm[1:]) + n * (n - 1) / 2, np.float32)
+        assert np.array_equal(got, want), (nm, got, want)
+
+
+def many_in_flight():
+    """1,000 tensors in flight at once, fused and completed correctly."""
+    n, me = rs.size(), rs.rank()
+    for step in range(3):  # later steps use the response cache
+        handles = [rs.allreduce_async(np.full(i % 17 + 1, i + me, np.float64), op=rs.Sum, name=f"g{i}")
+                   for i in range(1000)]
+        for i, h in enumerate(handles):
+            got = rs.synchronize(h)
+            assert np.array_equal(got, np.full(i % 17 + 1, n * i + n * (n - 1) / 2)), (step, i, got)
+
+
+def mismatch():
+    """Disagreeing ranks get a MismatchError on every rank; the engine goes on."""
+    n, me = rs.size(), rs.rank()
+    cases = [
+        ("shape", lambda: rs.allreduce(np.zeros(3 + (me == n - 1), np.float32), name="bad.shape"), "shape"),
+        ("dtype", lambda: rs.allreduce(np.zeros(3, np.float32 if me == 0 else np.float64), name="bad.dtype"), "dtype"),
+        ("op", lambda: rs.allreduce(np.zeros(3, np.float32), op=rs.Sum if me == 0 else rs.Max, name="bad.op"), "reduce op"),
+        ("root", lambda: rs.broadcast(np.zeros(3, np.float32), root_rank=0 if me == 0 else 1, name="bad.root"), "root rank"),
+        ("kind", lambda: (rs.allreduce if me == 0 else rs.allgather)(np.zeros(3, np.float32), name="bad.kind"), "operation"),
+    ]
+    for label, call, field in cases:
+        try:
+            call()
+        except rs.MismatchError as e:
+            msg = str(e)
+            assert field in msg and f"'bad.{label}'" in msg and ("rank 0" in msg or "ranks 0" in msg), msg
+        else:
+            raise AssertionError(f"{label}: no MismatchError")
+        # The engine keeps working after the error.
+        assert rs.allreduce(np.ones(2, np.float32), op=rs.Sum, name=f"after.{label}")[0] == n
+
+
+def bad_arguments():
+    """Local argument errors raise BadArgumentError without sending anything."""
+    n = rs.size()
+    x = np.zeros(4, np.float32)
+    checks = [
+        lambda: rs.broadcast(x, root_rank=n),
+        lambda: rs.broadcast(x, root_rank=-1),
+        lambda: rs.alltoall(np.zeros((3, 2), np.float32), splits=[1] * (n + 1)),
+        lambda: rs.alltoall(np.zeros((3, 2), np.float32), splits=[5] + [0] * (n - 1)),
+        lambda: rs.allreduce(np.zeros(3, np.complex64)),
+        lambda: rs.allreduce(x, op=42),
+        lambda: rs.allreduce(np.zeros(3, bool), op=rs.Average),
+    ]
+    for i, call in enumerate(checks):
+        try:
+            call()
+        except rs.BadArgumentError:
+            continue
+        raise AssertionError(f"check {i}: no BadArgumentError")
+    h = rs.allreduce_async(x, name="dup")
+    try:
+        rs.allreduce_async(x, name="dup")
+        raise AssertionError("duplicate name accepted")
+    except rs.BadArgumentError as e:
+        assert "already in flight" in str(e)
+    rs.synchronize(h)
+    assert rs.allreduce(np.ones(1, np.float32), op=rs.Sum)[0] == n
+
+
+def deterministic():
+    """Bitwise identical results across ranks and fusion layouts."""
+    n, me = rs.size(), rs.rank()
+    rng = np.random.default_rng(me)
+    xs = [rng.standard_normal(s).astype(np.float32) for s in (1, 7, 1001, 33333)]
+    alone = [rs.allreduce(x, name=f"alone{i}") for i, x in enumerate(xs)]
+    handles = [rs.allreduce_async(x, name=f"fused{i}") for i, x in enumerate(xs)]
+    fused = [rs.synchronize(h) for h in handles]
+    for a, f in zip(alone, fused):
+        assert a.tobytes() == f.tobytes()
+    digest = np.frombuffer(np.concatenate(alone).tobytes(), np.uint8).astype(np.uint64).sum()
+    every = rs.allgather(np.array([digest], np.uint64))
+    assert (every == every[0]).all(), every
+    print(f"{me}: digest {int(digest)}")
+
+
+def after_shutdown():
+    rs.shutdown()
+    try:
+        rs.allreduce(np.zeros(1, np.float32))
+    except rs.ShutdownError:
+        return
+    raise AssertionError("no ShutdownError after shutdown()")
+
+
+def main():
+    rs.init()
+    globals()[sys.argv[1]]()
+    if rs.is_initialized():
+        rs.barrier()
+    print(f"{rs.rank() if rs.is_initialized() else '-'}: ok")
+    rs.shutdown()
+
+
+if __name__ == "__main__":
+    main()
