@@ -1,0 +1,100 @@
+# ring — developer entry points. `make test` and `make demo` work on a fresh
+# clone: they create .venv, install what is needed and build the extension.
+#
+#   make venv         .venv with torch (CPU, first) and the build tools
+#   make build        (re)build ring_strategy._native in place, install `ringrun`
+#   make native-test  C++ unit tests (build/native/ring_native_tests)
+#   make test         venv + build + native-test + pytest
+#   make demo         two-worker numpy logistic regression through ringrun
+#   make clean        remove build outputs (keeps .venv; `make distclean` too)
+#
+# Every pip install goes through constraints.txt so the framework pins apply.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := test
+
+PYTHON_BOOTSTRAP ?= python3.11
+VENV        := .venv
+VPY         := $(CURDIR)/$(VENV)/bin/python
+PIP         := $(VPY) -m pip
+CONSTRAINTS := -c $(CURDIR)/constraints.txt
+BUILD_TYPE  ?= Release
+PY_BUILD    := build/py
+NATIVE_BUILD := build/native
+PYTEST_TIMEOUT ?= 300
+PYTEST_ARGS ?=
+
+# The local CPU wheel of torch, where this machine has one (pip's own
+# find-links setting normally points there too; naming it again is harmless).
+WHEEL_DIR   ?= /opt/wheels
+FIND_LINKS  := $(if $(wildcard $(WHEEL_DIR)/*.whl),--find-links $(WHEEL_DIR))
+
+# Tools for compiling the extension; installed into .venv so builds do not
+# depend on what the machine happens to have.
+BUILD_TOOLS := "scikit-build-core>=0.10" "nanobind>=2.4" "cmake>=3.18" ninja
+
+# The venv's tools (python, cmake, ninja, ringrun) come first on PATH.
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: venv build native-test test demo clean distclean
+
+# ---------------------------------------------------------------- venv
+$(VPY):
+	$(PYTHON_BOOTSTRAP) -m venv $(VENV)
+	$(PIP) install --upgrade pip
+
+# torch goes in first, from the local CPU wheel, so nothing later resolves a
+# CUDA build; everything after it is installed against the same constraints.
+$(VENV)/.deps-stamp: $(VPY) constraints.txt Makefile
+	$(PIP) install $(FIND_LINKS) $(CONSTRAINTS) "torch==2.13.0"
+	$(PIP) install $(CONSTRAINTS) $(BUILD_TOOLS)
+	touch $@
+
+venv: $(VENV)/.deps-stamp
+
+# ---------------------------------------------------------------- build
+# 1. pip: dependencies of the "test" extra, the `ringrun` console script and a
+#    .pth that puts this source tree on sys.path (inplace editable install, no
+#    compilation: see the override in pyproject.toml). Redone only when
+#    pyproject.toml or constraints.txt change.
+# 2. CMake: an incremental Ninja build in build/py whose output _native*.so is
+#    written straight into ring_strategy/, so importing from the repo root and
+#    from anywhere else load the same, fresh module. After editing C++ just run
+#    `make build` (or `cmake --build build/py`).
+$(VENV)/.editable-stamp: $(VENV)/.deps-stamp pyproject.toml constraints.txt
+	RING_EDITABLE_SOURCE_TREE=1 $(PIP) install --no-build-isolation $(CONSTRAINTS) -e ".[test]"
+	touch $@
+
+$(PY_BUILD)/build.ninja: $(VENV)/.deps-stamp
+	cmake -S . -B $(PY_BUILD) -G Ninja \
+	  -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
+	  -DRING_BUILD_PYTHON=ON -DRING_BUILD_TESTS=OFF \
+	  -DPython_EXECUTABLE=$(VPY) \
+	  -Dnanobind_DIR="$$($(VPY) -m nanobind --cmake_dir)" \
+	  -DCMAKE_LIBRARY_OUTPUT_DIRECTORY=$(CURDIR)/ring_strategy
+
+build: $(VENV)/.editable-stamp $(PY_BUILD)/build.ninja
+	cmake --build $(PY_BUILD)
+
+# ---------------------------------------------------------------- tests
+native-test:
+	cmake -S . -B $(NATIVE_BUILD) -G Ninja -DRING_BUILD_PYTHON=OFF -DRING_BUILD_TESTS=ON
+	ninja -C $(NATIVE_BUILD)
+	$(NATIVE_BUILD)/ring_native_tests
+
+test: venv build native-test
+	$(VPY) -m pytest -q --timeout=$(PYTEST_TIMEOUT) tests $(PYTEST_ARGS)
+
+demo: venv build
+	ringrun -np 2 python examples/numpy_logreg.py
+
+# ---------------------------------------------------------------- clean
+clean:
+	rm -rf build dist *.egg-info .pytest_cache
+	rm -f ring_strategy/_native*.so
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV)

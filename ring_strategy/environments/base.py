@@ -1,0 +1,98 @@
+"""The interface every cluster environment implements."""
+
+from __future__ import annotations
+
+import abc
+from typing import Callable, Optional, TypeVar
+
+__all__ = ["ClusterEnvironment", "override"]
+
+_F = TypeVar("_F", bound=Callable[..., object])
+
+try:  # Python 3.12+
+    from typing import override
+except ImportError:  # pragma: no cover - older Pythons
+
+    def override(method: _F) -> _F:
+        """Marks a method as overriding its base class's (no-op before 3.12)."""
+        return method
+
+
+class ClusterEnvironment(abc.ABC):
+    """Where this process sits in a job, as told by the launcher that started it.
+
+    One subclass per launcher (ringrun, torchrun, mpirun, Slurm, ...) reads that
+    launcher's environment variables. :func:`ring_strategy.environments.detect_environment`
+    picks the first whose :meth:`detect` is true.
+
+    The job is laid out as ``cross_size`` hosts with ``local_size`` workers
+    each; ``rank`` numbers all workers, ``local_rank`` the workers on this host,
+    ``cross_rank`` the hosts.
+    """
+
+    @classmethod
+    @abc.abstractmethod
+    def detect(cls) -> bool:
+        """Tells whether the current process was started by this launcher.
+
+        Returns:
+            True if this environment's variables are present.
+        """
+
+    @property
+    @abc.abstractmethod
+    def rank(self) -> int:
+        """The global rank of this process, in ``[0, size)``."""
+
+    @property
+    @abc.abstractmethod
+    def size(self) -> int:
+        """The number of processes in the job."""
+
+    @property
+    @abc.abstractmethod
+    def local_rank(self) -> int:
+        """The rank of this process among those on its host."""
+
+    @property
+    @abc.abstractmethod
+    def local_size(self) -> int:
+        """The number of processes on this host."""
+
+    @property
+    @abc.abstractmethod
+    def cross_rank(self) -> int:
+        """The index of this host among the job's hosts."""
+
+    @property
+    @abc.abstractmethod
+    def cross_size(self) -> int:
+        """The number of hosts in the job."""
+
+    @property
+    @abc.abstractmethod
+    def rendezvous_address(self) -> Optional[str]:
+        """``"host:port"`` of the rendezvous store, or None when there is none."""
+
+    @property
+    @abc.abstractmethod
+    def secret(self) -> Optional[bytes]:
+        """The job secret every connection must prove, or None when there is none."""
+
+    @property
+    @abc.abstractmethod
+    def job_id(self) -> str:
+        """An id unique to this run of the job (names shared-memory segments)."""
+
+    @property
+    @abc.abstractmethod
+    def host_id(self) -> str:
+        """A name for this host, equal for all processes that share it."""
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(rank={self.rank}, size={self.size}, "
+            f"local_rank={self.local_rank}, local_size={self.local_size}, "
+            f"cross_rank={self.cross_rank}, cross_size={self.cross_size}, "
+            f"job_id={self.job_id!r}, host_id={self.host_id!r})"
+        )

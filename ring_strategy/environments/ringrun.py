@@ -1,0 +1,190 @@
+"""The environment of a worker started by ``ringrun``."""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import socket
+from typing import Mapping, Optional
+
+from ring_strategy.environments.base import ClusterEnvironment, override
+
+__all__ = ["RingrunEnvironment"]
+
+_JOB_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+class RingrunEnvironment(ClusterEnvironment):
+    """Reads the ``RING_*`` variables that ``ringrun`` gives each worker.
+
+    ``RING_RANK`` and ``RING_SIZE`` are required. For a job of more than one
+    process ``RING_RENDEZVOUS_ADDR`` (``host:port``), ``RING_SECRET`` (hex) and
+    ``RING_JOB_ID`` are required too. ``RING_LOCAL_RANK`` and
+    ``RING_LOCAL_SIZE`` default to the global values, ``RING_CROSS_RANK`` and
+    ``RING_CROSS_SIZE`` to 0 and 1, ``RING_HOSTNAME`` to this host's name.
+    Every value is checked when the object is made.
+
+    Args:
+        environ: The variables to read; defaults to ``os.environ``.
+
+    Raises:
+        ValueError: If a variable is missing or invalid; the message names the
+            variable and quotes the bad value.
+
+    Example:
+        >>> env = RingrunEnvironment({"RING_RANK": "0", "RING_SIZE": "1"})
+        >>> env.rank, env.size
+        (0, 1)
+    """
+
+    def __init__(self, environ: Optional[Mapping[str, str]] = None) -> None:
+        env = os.environ if environ is None else environ
+        self._size = _int(env, "RING_SIZE", minimum=1)
+        self._rank = _int(env, "RING_RANK", minimum=0, below=("RING_SIZE", self._size))
+        self._local_size = _int(
+            env, "RING_LOCAL_SIZE", minimum=1, default=self._size,
+        )
+        if self._local_size > self._size:
+            raise ValueError(
+                f"RING_LOCAL_SIZE should be at most RING_SIZE={self._size}. "
+                f"Got: {env.get('RING_LOCAL_SIZE')!r}"
+            )
+        self._local_rank = _int(
+            env, "RING_LOCAL_RANK", minimum=0, default=self._rank,
+            below=("RING_LOCAL_SIZE", self._local_size),
+        )
+        self._cross_size = _int(env, "RING_CROSS_SIZE", minimum=1, default=1)
+        self._cross_rank = _int(
+            env, "RING_CROSS_RANK", minimum=0, default=0,
+            below=("RING_CROSS_SIZE", self._cross_size),
+        )
+        needed = self._size > 1
+        self._address = _address(env, "RING_RENDEZVOUS_ADDR", required=needed)
+        self._secret = _secret(env, "RING_SECRET", required=needed)
+        job_id = env.get("RING_JOB_ID")
+        if job_id is None:
+            if needed:
+                raise ValueError("RING_JOB_ID is not set; start the job with ringrun")
+            job_id = secrets.token_hex(8)
+        elif not _JOB_ID.match(job_id):
+            raise ValueError(
+                "RING_JOB_ID should be 1 to 64 letters, digits, '_' or '-'. "
+                f"Got: {job_id!r}"
+            )
+        self._job_id = job_id
+        self._host_id = env.get("RING_HOSTNAME") or socket.gethostname()
+
+    @classmethod
+    @override
+    def detect(cls) -> bool:
+        return "RING_RANK" in os.environ or "RING_SIZE" in os.environ
+
+    @property
+    @override
+    def rank(self) -> int:
+        return self._rank
+
+    @property
+    @override
+    def size(self) -> int:
+        return self._size
+
+    @property
+    @override
+    def local_rank(self) -> int:
+        return self._local_rank
+
+    @property
+    @override
+    def local_size(self) -> int:
+        return self._local_size
+
+    @property
+    @override
+    def cross_rank(self) -> int:
+        return self._cross_rank
+
+    @property
+    @override
+    def cross_size(self) -> int:
+        return self._cross_size
+
+    @property
+    @override
+    def rendezvous_address(self) -> Optional[str]:
+        return self._address
+
+    @property
+    @override
+    def secret(self) -> Optional[bytes]:
+        return self._secret
+
+    @property
+    @override
+    def job_id(self) -> str:
+        return self._job_id
+
+    @property
+    @override
+    def host_id(self) -> str:
+        return self._host_id
+
+
+def _int(
+    env: Mapping[str, str],
+    name: str,
+    *,
+    minimum: int,
+    default: Optional[int] = None,
+    below: Optional[tuple[str, int]] = None,
+) -> int:
+    raw = env.get(name)
+    if raw is None:
+        if default is None:
+            raise ValueError(f"{name} is not set; start the job with ringrun")
+        value = default
+    else:
+        try:
+            value = int(raw.strip())
+        except ValueError:
+            raise ValueError(f"{name} should be an integer. Got: {raw!r}") from None
+    if value < minimum:
+        raise ValueError(f"{name} should be at least {minimum}. Got: {raw!r}")
+    if below is not None and value >= below[1]:
+        raise ValueError(
+            f"{name} should be less than {below[0]}={below[1]}. "
+            f"Got: {raw if raw is not None else value!r}"
+        )
+    return value
+
+
+def _address(env: Mapping[str, str], name: str, *, required: bool) -> Optional[str]:
+    raw = env.get(name)
+    if raw is None:
+        if required:
+            raise ValueError(f"{name} is not set; start the job with ringrun")
+        return None
+    host, sep, port = raw.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{name} should look like 'host:port'. Got: {raw!r}")
+    return raw
+
+
+def _secret(env: Mapping[str, str], name: str, *, required: bool) -> Optional[bytes]:
+    raw = env.get(name)
+    if raw is None:
+        if required:
+            raise ValueError(f"{name} is not set; start the job with ringrun")
+        return None
+    try:
+        secret = bytes.fromhex(raw)
+    except ValueError:
+        secret = b""
+    if not secret:
+        # Unlike the other variables, the value is not quoted: it is a secret.
+        raise ValueError(
+            f"{name} should be a non-empty even number of hexadecimal digits. "
+            f"Got: a value of {len(raw)} characters that is not"
+        )
+    return secret

@@ -1,0 +1,289 @@
+"""Tests of ringrun with real processes and plain Python workers (no engine)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO_ROOT, _with_repo_on_path
+
+PY = sys.executable
+
+
+def _script(code: str) -> list:
+    return [PY, "-c", textwrap.dedent(code)]
+
+
+def _lines_by_rank(text: str) -> dict:
+    by_rank: dict = {}
+    for line in text.splitlines():
+        m = re.match(r"^\[(\d+)\] (.*)$", line)
+        assert m, f"line without a [rank] prefix: {line!r}"
+        by_rank.setdefault(int(m.group(1)), []).append(m.group(2))
+    return by_rank
+
+
+def _gone(pid: int) -> bool:
+    """True when pid no longer runs (a zombie waiting for its reaper counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def _wait_gone(pids, timeout: float = 5.0) -> list:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        alive = [p for p in pids if not _gone(p)]
+        if not alive:
+            return []
+        time.sleep(0.05)
+    return [p for p in pids if not _gone(p)]
+
+
+@pytest.mark.parametrize("np", [1, 2, 3, 4])
+def test_worker_environment(ringrun, np):
+    result = ringrun(np, _script("""
+        import json, os
+        keys = ["RING_RANK", "RING_SIZE", "RING_LOCAL_RANK", "RING_LOCAL_SIZE",
+                "RING_CROSS_RANK", "RING_CROSS_SIZE", "RING_RENDEZVOUS_ADDR",
+                "RING_SECRET", "RING_JOB_ID", "RING_HOSTNAME", "PYTHONUNBUFFERED"]
+        print(json.dumps({k: os.environ.get(k) for k in keys}))
+    """), timeout=60)
+    assert result.returncode == 0, result.stderr
+    by_rank = _lines_by_rank(result.stdout)
+    assert sorted(by_rank) == list(range(np))
+    envs = {rank: json.loads(lines[0]) for rank, lines in by_rank.items()}
+    first = envs[0]
+    assert re.fullmatch(r"127\.0\.0\.1:\d+", first["RING_RENDEZVOUS_ADDR"])
+    assert re.fullmatch(r"[0-9a-f]{64}", first["RING_SECRET"])
+    assert re.fullmatch(r"[0-9a-f]{16}", first["RING_JOB_ID"])
+    for rank, env in envs.items():
+        assert env["RING_RANK"] == str(rank)  # the prefix is the rank
+        assert env["RING_SIZE"] == str(np)
+        assert env["RING_LOCAL_RANK"] == str(rank)
+        assert env["RING_LOCAL_SIZE"] == str(np)
+        assert env["RING_CROSS_RANK"] == "0"
+        assert env["RING_CROSS_SIZE"] == "1"
+        assert env["PYTHONUNBUFFERED"] == "1"
+        assert env["RING_HOSTNAME"] == first["RING_HOSTNAME"]
+        for shared in ("RING_RENDEZVOUS_ADDR", "RING_SECRET", "RING_JOB_ID"):
+            assert env[shared] == first[shared]
+
+
+def test_each_job_gets_a_fresh_secret_and_id(ringrun):
+    code = _script("import os; print(os.environ['RING_SECRET'], os.environ['RING_JOB_ID'])")
+    a = ringrun(1, code, timeout=60)
+    b = ringrun(1, code, timeout=60)
+    assert a.returncode == b.returncode == 0
+    sa, ja = a.stdout.split()[1:]
+    sb, jb = b.stdout.split()[1:]
+    assert sa != sb and ja != jb
+
+
+def test_output_is_prefixed_line_by_line(ringrun):
+    result = ringrun(3, _script("""
+        import os, sys
+        r = os.environ["RING_RANK"]
+        for i in range(300):
+            print(f"rank {r} line {i} " + "x" * 50)
+            if i % 3 == 0:
+                print(f"rank {r} err {i}", file=sys.stderr)
+        sys.stdout.write(f"rank {r} partial")
+    """), timeout=60)
+    assert result.returncode == 0, result.stderr
+    out = _lines_by_rank(result.stdout)
+    err = _lines_by_rank(result.stderr)
+    for rank in range(3):
+        lines = out[rank]
+        expected = [f"rank {rank} line {i} " + "x" * 50 for i in range(300)]
+        assert lines == expected + [f"rank {rank} partial"]
+        assert err[rank] == [f"rank {rank} err {i}" for i in range(0, 300, 3)]
+
+
+def test_first_failure_code_is_returned_and_others_terminated(ringrun, tmp_path):
+    result = ringrun(3, _script(f"""
+        import os, sys, time
+        rank = int(os.environ["RING_RANK"])
+        d = {str(tmp_path)!r}
+        open(os.path.join(d, f"pid{{rank}}.tmp"), "w").write(str(os.getpid()))
+        os.rename(os.path.join(d, f"pid{{rank}}.tmp"), os.path.join(d, f"pid{{rank}}"))
+        if rank == 1:
+            while not all(os.path.exists(os.path.join(d, f"pid{{r}}")) for r in range(3)):
+                time.sleep(0.02)
+            sys.exit(3)
+        time.sleep(60)
+    """), timeout=30)
+    assert result.returncode == 3
+    assert "rank 1 exited with code 3" in result.stderr
+    pids = [int((tmp_path / f"pid{r}").read_text()) for r in range(3)]
+    assert _wait_gone(pids) == []
+
+
+def test_signal_death_gives_128_plus_signal(ringrun):
+    result = ringrun(2, _script("""
+        import os, signal, time
+        if os.environ["RING_RANK"] == "0":
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(60)
+    """), timeout=30)
+    assert result.returncode == 128 + signal.SIGKILL
+    assert "rank 0 was killed by SIGKILL" in result.stderr
+
+
+def test_worker_ignoring_sigterm_is_killed_after_grace(ringrun, tmp_path):
+    start = time.monotonic()
+    result = ringrun(2, ["--grace-period", "1", *_script(f"""
+        import os, signal, sys, time
+        rank = os.environ["RING_RANK"]
+        path = os.path.join({str(tmp_path)!r}, "pid")
+        if rank == "1":
+            while not os.path.exists(path):
+                time.sleep(0.02)
+            sys.exit(7)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        open(path + ".tmp", "w").write(str(os.getpid()))
+        os.rename(path + ".tmp", path)
+        time.sleep(60)
+    """)], timeout=30)
+    assert result.returncode == 7
+    assert time.monotonic() - start < 15
+    assert _wait_gone([int((tmp_path / "pid").read_text())]) == []
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_signal_to_ringrun_leaves_no_process_behind(tmp_path, sig, code):
+    worker = textwrap.dedent(f"""
+        import os, subprocess, time
+        rank = os.environ["RING_RANK"]
+        child = subprocess.Popen(["sleep", "60"])  # a grandchild, same process group
+        path = os.path.join({str(tmp_path)!r}, f"pids{{rank}}")
+        open(path + ".tmp", "w").write(f"{{os.getpid()}} {{child.pid}}")
+        os.rename(path + ".tmp", path)
+        time.sleep(60)
+    """)
+    cmd = [PY, "-m", "ring_strategy.runner.launch", "-np", "2", PY, "-c", worker]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=_with_repo_on_path(dict(os.environ)), cwd=REPO_ROOT,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while not all((tmp_path / f"pids{r}").exists() for r in range(2)):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "workers did not start"
+            time.sleep(0.05)
+        pids = [int(p) for r in range(2) for p in (tmp_path / f"pids{r}").read_text().split()]
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == code, err
+    assert _wait_gone(pids) == []
+
+
+def test_secret_is_on_no_command_line(ringrun):
+    result = ringrun(2, _script("""
+        import os
+        secret = os.environ["RING_SECRET"]
+        found = []
+        for pid in os.listdir("/proc"):
+            if pid.isdigit():
+                try:
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        cmdline = f.read()
+                except OSError:
+                    continue
+                if secret.encode() in cmdline or bytes.fromhex(secret) in cmdline:
+                    found.append(pid)
+        print("found" if found else "clean", len(secret))
+    """), timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert _lines_by_rank(result.stdout) == {0: ["clean 64"], 1: ["clean 64"]}
+
+
+def test_workers_rendezvous_through_the_store(ringrun):
+    result = ringrun(4, _script("""
+        import os
+        from ring_strategy.runner.store import StoreClient
+        rank, size = int(os.environ["RING_RANK"]), int(os.environ["RING_SIZE"])
+        client = StoreClient(os.environ["RING_RENDEZVOUS_ADDR"],
+                             bytes.fromhex(os.environ["RING_SECRET"]), timeout=30)
+        client.set(f"addr/{rank}", f"peer-{rank}".encode())
+        client.add("arrived", 1)
+        peers = [client.get(f"addr/{r}").decode() for r in range(size)]
+        print(" ".join(peers))
+    """), timeout=60)
+    assert result.returncode == 0, result.stderr
+    lines = _lines_by_rank(result.stdout)
+    assert all(v == ["peer-0 peer-1 peer-2 peer-3"] for v in lines.values())
+
+
+def test_shared_memory_segments_of_the_job_are_removed(ringrun):
+    if not os.path.isdir("/dev/shm"):
+        pytest.skip("no /dev/shm")
+    result = ringrun(2, _script("""
+        import os
+        path = f"/dev/shm/ring.{os.environ['RING_JOB_ID']}.{os.environ['RING_RANK']}"
+        open(path, "w").write("segment")
+        print(path)
+    """), timeout=60)
+    assert result.returncode == 0, result.stderr
+    paths = [v[0] for v in _lines_by_rank(result.stdout).values()]
+    assert len(paths) == 2
+    assert not any(os.path.exists(p) for p in paths)
+
+
+def test_hosts_option(ringrun):
+    code = _script("import os; print(os.environ['RING_SIZE'])")
+    ok = ringrun(1, ["-H", "localhost:2", *code], timeout=60)
+    assert ok.returncode == 0, ok.stderr
+    too_many = ringrun(3, ["-H", "localhost:2", *code], timeout=60)
+    assert too_many.returncode == 2 and "slots" in too_many.stderr
+
+
+@pytest.mark.parametrize("hosts", ["otherhost:2", "localhost:1,otherhost:1"])
+def test_multi_host_is_rejected_clearly(ringrun, hosts):
+    result = ringrun(2, ["-H", hosts, PY, "-c", "pass"], timeout=60)
+    assert result.returncode == 2
+    assert "multi-host" in result.stderr and "not supported" in result.stderr
+
+
+def test_slots_give_the_number_of_workers_without_np():
+    code = "import os; print(os.environ['RING_SIZE'])"
+    result = subprocess.run(
+        [PY, "-m", "ring_strategy.runner.launch", "-H", "localhost:3", PY, "-c", code],
+        capture_output=True, text=True, timeout=60,
+        env=_with_repo_on_path(dict(os.environ)), cwd=REPO_ROOT,
+    )
+    assert result.returncode == 0, result.stderr
+    assert sorted(result.stdout.split()) == ["3", "3", "3", "[0]", "[1]", "[2]"]
+
+
+def test_bad_command_lines(ringrun):
+    assert ringrun(2, [], timeout=60).returncode == 2
+    assert ringrun(0, [PY, "-c", "pass"], timeout=60).returncode == 2
+    missing = ringrun(2, ["/nonexistent/program"], timeout=60)
+    assert missing.returncode == 127 and "/nonexistent/program" in missing.stderr
+
+
+@pytest.mark.skipif(shutil.which("ringrun") is None, reason="ringrun is not installed")
+def test_console_script():
+    result = subprocess.run(
+        ["ringrun", "-np", "2", PY, "-c", "import os; print(os.environ['RING_RANK'])"],
+        capture_output=True, text=True, timeout=60, cwd=Path.home(),
+    )
+    assert result.returncode == 0, result.stderr
+    assert sorted(result.stdout.splitlines()) == ["[0] 0", "[1] 1"]
