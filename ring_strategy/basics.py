@@ -63,6 +63,8 @@ def init() -> None:
         )
         if env.size > 1:
             _rendezvous(env, rt, _state.generation)
+        else:
+            rt.connect([rt.local_endpoint()])
         rt.start()
         _state.runtime, _state.env = rt, env
         _state.generation += 1

@@ -72,7 +72,8 @@ RequestList Runtime::request_list(std::vector<Entry>& unsent) {
 }
 
 void Runtime::execute(const ResponseList& list) {
-  for (const auto& put : list.cache_puts) {
+  // The coordinator filled its cache while building the list.
+  for (const auto& put : opts_.rank == 0 ? std::vector<CachePut>{} : list.cache_puts) {
     cache_.put(put.name, put.id);
     auto it = pending_.find(put.name);
     if (it != pending_.end()) cache_.set_signature(put.id, opts_.rank, it->second.req);
