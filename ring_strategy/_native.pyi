@@ -1,0 +1,67 @@
+"""Typed stub of the native engine module (native/bindings/module.cc)."""
+
+from typing import Optional, Sequence
+
+import numpy as np
+
+__version__: str
+
+class RingError(RuntimeError): ...
+class BadArgumentError(RingError, ValueError): ...
+class MismatchError(RingError): ...
+class PeerFailureError(RingError): ...
+class RingTimeoutError(RingError, TimeoutError): ...
+class ShutdownError(RingError): ...
+
+OP_ALLREDUCE: int
+OP_ALLGATHER: int
+OP_BROADCAST: int
+OP_ALLTOALL: int
+OP_REDUCESCATTER: int
+OP_BARRIER: int
+DTYPES: dict[str, int]
+REDUCE_OPS: dict[str, int]
+
+def config_table() -> list[tuple[str, str, str, str]]:
+    """(name, HOROVOD_ alias, default, doc) for every configuration variable."""
+
+class Runtime:
+    def __init__(
+        self,
+        rank: int,
+        size: int,
+        local_rank: int,
+        local_size: int,
+        cross_rank: int,
+        cross_size: int,
+        secret: bytes,
+        job_id: str,
+        host_id: str,
+        bind_host: str = "127.0.0.1",
+        advertise_host: str = "127.0.0.1",
+    ) -> None: ...
+    def local_endpoint(self) -> str: ...
+    def connect(self, endpoints: Sequence[str]) -> None: ...
+    def start(self) -> None: ...
+    def enqueue(
+        self,
+        op: int,
+        name: str,
+        input: np.ndarray,
+        output: Optional[np.ndarray],
+        dtype: int,
+        reduce_op: int,
+        root: int,
+        prescale: float,
+        postscale: float,
+        shape: Sequence[int],
+        splits: Sequence[int],
+    ) -> int: ...
+    def poll(self, handle: int) -> bool: ...
+    def wait(self, handle: int, timeout: float = -1.0) -> bool: ...
+    def release(self, handle: int) -> tuple[Optional[np.ndarray], list[int], list[int]]:
+        """(engine-allocated output bytes or None, output shape, received splits)."""
+    def shutdown(self) -> None: ...
+    def running(self) -> bool: ...
+    @property
+    def config(self) -> dict: ...
