@@ -96,7 +96,10 @@ void Coordinator::add_request(int rank, const Request& req) {
   if (p.by_rank[rank])
     throw_error(ErrorKind::Internal, "rank " + std::to_string(rank) + " submitted '" + req.name + "' twice");
   p.by_rank[rank] = req;
-  if (++p.count == world_size_) ready_.push_back(req.name);
+  if (++p.count == world_size_) {
+    ready_.push_back(req.name);
+    ready_bytes_ += static_cast<size_t>(req.num_elements()) * dtype_size(req.dtype);
+  }
 }
 
 void Coordinator::request_shutdown(int rank) {
@@ -188,6 +191,7 @@ ResponseList Coordinator::take() {
     list.responses.push_back(execute_response(name, p));
   }
   ready_.clear();
+  ready_bytes_ = 0;
   arrival_.erase(std::remove_if(arrival_.begin(), arrival_.end(), [&](const std::string& n) { return !table_.count(n); }),
                  arrival_.end());
   if (shutdown_rank_ >= 0) fail_unfinished(list);

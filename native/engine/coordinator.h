@@ -38,6 +38,12 @@ class Coordinator {
 
   // True when take() would return responses or a shutdown.
   bool has_work() const { return !ready_.empty() || shutdown_rank_ >= 0; }
+  // True while more requests are expected to complete a batch: some tensor
+  // is submitted by some ranks but not all, nothing forces a flush, and the
+  // ready allreduces do not fill the fusion threshold yet.
+  bool worth_waiting() const {
+    return shutdown_rank_ < 0 && table_.size() > ready_.size() && ready_bytes_ < fusion_threshold_;
+  }
   // Ready tensors become responses; new cache entries are put into the
   // cache and listed in cache_puts.
   ResponseList take();
@@ -61,6 +67,7 @@ class Coordinator {
   std::unordered_map<std::string, Pending> table_;
   std::deque<std::string> arrival_;  // names in first-seen order
   std::vector<std::string> ready_;   // in the order they became ready
+  size_t ready_bytes_ = 0;
   int shutdown_rank_ = -1;
 };
 

@@ -164,6 +164,7 @@ void Runtime::shutdown() {
       return;
     }
     shutdown_requested_.store(true);
+    queue_.notify();
     // Every rank normally answers within a few cycles; a peer that cannot
     // answer is given the transport timeout before we stop waiting.
     auto deadline = std::chrono::duration<double>(config_.timeout_seconds + 5.0);

@@ -29,6 +29,7 @@
 #include "engine/response_cache.h"
 #include "engine/tensor_queue.h"
 #include "transport/mesh_builder.h"
+#include "transport/waiter.h"
 
 namespace ring {
 
@@ -86,6 +87,9 @@ class Runtime {
   std::vector<Entry> take_fresh();
   RequestList request_list(std::vector<Entry>& unsent);
   void execute(const ResponseList& list);
+  // Waits after an iteration without progress: on the queue when nothing is
+  // in flight here (quiet), else with backoff.
+  void idle_wait(Backoff& backoff, bool quiet);
   void stop(ErrorKind kind, const std::string& reason);
 
   RuntimeOptions opts_;

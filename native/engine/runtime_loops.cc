@@ -11,6 +11,7 @@
 // Both wait with Backoff when idle, so an idle job costs almost no CPU and a
 // busy one reacts within microseconds.
 #include <algorithm>
+#include <chrono>
 
 #include "common/error.h"
 #include "engine/coordinator.h"
@@ -23,10 +24,22 @@ namespace {
 constexpr size_t kMaxRequestListBytes = 48 << 10;
 constexpr size_t kMaxControlMessage = 64u << 20;
 constexpr double kIdleLivenessSeconds = 0.1;
+// A rank with nothing in flight sleeps on the queue's condition variable
+// this long at most (then checks its peers), so an idle job costs nothing.
+constexpr double kQuietWaitSeconds = 0.002;
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 size_t estimate_bytes(const Request& q) { return 64 + q.name.size() + 8 * (q.shape.size() + q.splits.size()); }
 
 }  // namespace
+
+void Runtime::idle_wait(Backoff& backoff, bool quiet) {
+  if (quiet) queue_.wait_new(kQuietWaitSeconds);
+  else backoff.wait();
+}
 
 void Runtime::loop() {
   try {
@@ -86,7 +99,7 @@ void Runtime::worker_loop() {
   int64_t sent = 0, acked = 0;
   bool shutdown_sent = false;
   Backoff backoff;
-  double last_check = 0.0;
+  Clock::time_point last_check = Clock::now();
   auto name_of = [this](const ResponseList& l, uint32_t id) -> std::string {
     for (const auto& p : l.cache_puts)
       if (p.id == id) return p.name;
@@ -119,12 +132,11 @@ void Runtime::worker_loop() {
     }
     if (progress) {
       backoff.reset();
-      last_check = 0.0;
       continue;
     }
-    backoff.wait();
-    if (backoff.idle_seconds() - last_check > kIdleLivenessSeconds) {
-      last_check = backoff.idle_seconds();
+    idle_wait(backoff, pending_.empty() && unsent.empty());
+    if (seconds_since(last_check) > kIdleLivenessSeconds) {
+      last_check = Clock::now();
       control_->check_alive(0);
     }
   }
@@ -136,7 +148,10 @@ void Runtime::coordinator_loop() {
   std::vector<int64_t> received(n, 0), acked(n, 0);
   bool shutdown_noted = false;
   Backoff backoff;
-  double last_check = 0.0;
+  Clock::time_point last_check = Clock::now();
+  Clock::time_point first_ready{};
+  bool batching = false;
+  const double cycle_s = config_.cycle_time_ms / 1000.0;
   auto id_of = [this](const std::string& name) { return cache_.id_of(name); };
   while (true) {
     bool progress = false;
@@ -156,8 +171,15 @@ void Runtime::coordinator_loop() {
     }
     bool need_ack = false;
     for (int w = 1; w < n; ++w) need_ack |= received[w] != acked[w];
-    if (coord.has_work() || need_ack) {
-      ResponseList list = coord.take();
+    // Gather a batch while its tensors are still arriving, at most one cycle.
+    if (coord.has_work() && !batching) {
+      batching = true;
+      first_ready = Clock::now();
+    }
+    bool emit = coord.has_work() && !(coord.worth_waiting() && seconds_since(first_ready) < cycle_s);
+    if (emit || need_ack) {
+      ResponseList list = emit ? coord.take() : ResponseList{};
+      batching = batching && !emit;
       bool has_responses = !list.responses.empty() || list.shutdown || !list.cache_puts.empty();
       for (int w = 1; w < n; ++w) {
         if (!has_responses && received[w] == acked[w]) continue;
@@ -173,12 +195,11 @@ void Runtime::coordinator_loop() {
     }
     if (progress) {
       backoff.reset();
-      last_check = 0.0;
       continue;
     }
-    backoff.wait();
-    if (backoff.idle_seconds() - last_check > kIdleLivenessSeconds) {
-      last_check = backoff.idle_seconds();
+    idle_wait(backoff, pending_.empty());
+    if (seconds_since(last_check) > kIdleLivenessSeconds) {
+      last_check = Clock::now();
       for (int w = 1; w < n; ++w) control_->check_alive(w);
     }
   }

@@ -1,5 +1,7 @@
 #include "engine/tensor_queue.h"
 
+#include <chrono>
+
 #include "common/error.h"
 
 namespace ring {
@@ -12,6 +14,21 @@ void TensorQueue::push(Entry entry) {
                                             "synchronized");
   entries_.push_back(std::move(entry));
   count_.store(entries_.size(), std::memory_order_release);
+  cv_.notify_one();
+}
+
+void TensorQueue::wait_new(double timeout_s) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] { return !entries_.empty() || notified_; });
+  notified_ = false;
+}
+
+void TensorQueue::notify() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    notified_ = true;
+  }
+  cv_.notify_one();
 }
 
 std::vector<Entry> TensorQueue::take_all() {

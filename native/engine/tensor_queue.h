@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -31,9 +32,14 @@ class TensorQueue {
   void release_name(const std::string& name);
   // Cheap check for the background thread's wait loop.
   bool has_new() const { return count_.load(std::memory_order_acquire) > 0; }
+  // Blocks until an entry is pushed, notify() is called or timeout_s passes.
+  void wait_new(double timeout_s);
+  void notify();
 
  private:
   std::mutex mu_;
+  std::condition_variable cv_;
+  bool notified_ = false;
   std::vector<Entry> entries_;
   std::unordered_set<std::string> in_flight_;
   std::atomic<size_t> count_{0};
