@@ -2,10 +2,10 @@
 //
 // Each (dtype, op) pair is one simple loop over `__restrict` pointers so gcc
 // auto-vectorises it at -O3 (float32/float64 sum become packed adds). The
-// loops assume element-aligned, non-overlapping buffers; reduce_into checks
-// that and otherwise stages blocks through aligned stack buffers, because
-// the collectives hand it pieces straight out of the transport, whose
-// addresses have no particular alignment. On x86-64 the dispatch is built
+// source may sit at any address (the collectives hand us pieces straight
+// out of the transport's memory) and is read with unaligned loads; a
+// misaligned destination or overlapping buffers are staged through aligned
+// stack blocks (rare: the engine's buffers are aligned). On x86-64 the dispatch is built
 // twice, for AVX2 and for baseline SSE2, and chosen at load time; float16
 // sum/product use the F16C conversion instructions when the CPU has them.
 //
@@ -109,14 +109,23 @@ template <class C, class F> struct HPick {  // F = FMin or FMax, applied to the 
 
 // ---- typed loops ----------------------------------------------------------
 
+// The source is read through memcpy: it comes straight out of transport
+// memory and may sit at any address (gcc emits plain unaligned loads).
+template <class T>
+RING_INLINE T load(const uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+
 template <class T, class F>
-RING_INLINE void loop(T* __restrict d, const T* __restrict s, size_t n, F f) {
-  for (size_t i = 0; i < n; ++i) d[i] = f(d[i], s[i]);
+RING_INLINE void loop(T* __restrict d, const uint8_t* __restrict s, size_t n, F f) {
+  for (size_t i = 0; i < n; ++i) d[i] = f(d[i], load<T>(s + i * sizeof(T)));
 }
 
 // One switch over the op; Sum and Average share a loop.
 template <class T, class Sum, class Prod, class Min, class Max>
-RING_INLINE void reduce_with(T* __restrict d, const T* __restrict s, size_t n, ReduceOp op) {
+RING_INLINE void reduce_with(T* __restrict d, const uint8_t* __restrict s, size_t n, ReduceOp op) {
   switch (op) {
     case ReduceOp::Sum:
     case ReduceOp::Average: return loop(d, s, n, Sum());
@@ -128,18 +137,18 @@ RING_INLINE void reduce_with(T* __restrict d, const T* __restrict s, size_t n, R
 
 template <class T>
 RING_INLINE void reduce_int(void* d, const void* s, size_t n, ReduceOp op) {
-  reduce_with<T, ISum, IProd, IMin, IMax>(static_cast<T*>(d), static_cast<const T*>(s), n, op);
+  reduce_with<T, ISum, IProd, IMin, IMax>(static_cast<T*>(d), static_cast<const uint8_t*>(s), n, op);
 }
 
 template <class T>
 RING_INLINE void reduce_float(void* d, const void* s, size_t n, ReduceOp op) {
-  reduce_with<T, FSum, FProd, FMin, FMax>(static_cast<T*>(d), static_cast<const T*>(s), n, op);
+  reduce_with<T, FSum, FProd, FMin, FMax>(static_cast<T*>(d), static_cast<const uint8_t*>(s), n, op);
 }
 
 template <class C>
 RING_INLINE void reduce_half(void* d, const void* s, size_t n, ReduceOp op) {
   reduce_with<uint16_t, HArith<C, FSum>, HArith<C, FProd>, HPick<C, FMin>, HPick<C, FMax>>(
-      static_cast<uint16_t*>(d), static_cast<const uint16_t*>(s), n, op);
+      static_cast<uint16_t*>(d), static_cast<const uint8_t*>(s), n, op);
 }
 
 RING_INLINE void reduce_bool(void* d, const void* s, size_t n, ReduceOp op) {
@@ -157,14 +166,15 @@ RING_INLINE void reduce_bool(void* d, const void* s, size_t n, ReduceOp op) {
 // vcvtph2ps/vcvtps2ph round to nearest even like the software conversions,
 // so the results are the same, except possibly which NaN payload comes out.
 template <class F>
-__attribute__((target("avx,f16c"))) void f16c_loop(uint16_t* d, const uint16_t* s, size_t n, F f) {
+__attribute__((target("avx,f16c"))) void f16c_loop(uint16_t* d, const uint8_t* s, size_t n, F f) {
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
     __m256 a = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(d + i)));
-    __m256 b = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i)));
+    __m256 b = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 2 * i)));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i), _mm256_cvtps_ph(f(a, b), _MM_FROUND_TO_NEAREST_INT));
   }
-  for (; i < n; ++i) d[i] = float_to_half_inline(f(half_to_float_inline(d[i]), half_to_float_inline(s[i])));
+  for (; i < n; ++i)
+    d[i] = float_to_half_inline(f(half_to_float_inline(d[i]), half_to_float_inline(load<uint16_t>(s + 2 * i))));
 }
 
 struct V8Sum {
@@ -178,7 +188,7 @@ struct V8Prod {
 
 std::atomic<bool> f16_hardware_enabled{true};
 
-bool reduce_f16_hardware(uint16_t* d, const uint16_t* s, size_t n, ReduceOp op) {
+bool reduce_f16_hardware(uint16_t* d, const uint8_t* s, size_t n, ReduceOp op) {
   static const bool have_f16c = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
   if (!have_f16c || !f16_hardware_enabled.load(std::memory_order_relaxed)) return false;
   if (op == ReduceOp::Min || op == ReduceOp::Max) return false;
@@ -189,10 +199,10 @@ bool reduce_f16_hardware(uint16_t* d, const uint16_t* s, size_t n, ReduceOp op) 
 #else
 #define RING_CLONES
 std::atomic<bool> f16_hardware_enabled{false};
-bool reduce_f16_hardware(uint16_t*, const uint16_t*, size_t, ReduceOp) { return false; }
+bool reduce_f16_hardware(uint16_t*, const uint8_t*, size_t, ReduceOp) { return false; }
 #endif
 
-// Aligned, non-overlapping dispatch.
+// Element-aligned destination, any source, no overlap.
 RING_CLONES void reduce_aligned(void* dst, const void* src, size_t n, DataType dtype, ReduceOp op) {
   switch (dtype) {
     case DataType::UInt8: return reduce_int<uint8_t>(dst, src, n, op);
@@ -204,13 +214,14 @@ RING_CLONES void reduce_aligned(void* dst, const void* src, size_t n, DataType d
     case DataType::Float64: return reduce_float<double>(dst, src, n, op);
     case DataType::Bool: return reduce_bool(dst, src, n, op);
     case DataType::Float16:
-      if (reduce_f16_hardware(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), n, op)) return;
+      if (reduce_f16_hardware(static_cast<uint16_t*>(dst), static_cast<const uint8_t*>(src), n, op)) return;
       return reduce_half<HalfConv>(dst, src, n, op);
     case DataType::BFloat16: return reduce_half<Bf16Conv>(dst, src, n, op);
   }
 }
 
-// Misaligned or aliased buffers: copy blocks into aligned stack buffers.
+// Misaligned destination or overlapping buffers: copy blocks into aligned
+// stack buffers.
 void reduce_staged(uint8_t* dst, const uint8_t* src, size_t n, size_t esize, DataType dtype, ReduceOp op) {
   constexpr size_t kBlockBytes = 4096;
   alignas(64) uint8_t d_block[kBlockBytes];
@@ -281,7 +292,7 @@ void reduce_into(void* dst, const void* src, size_t count, DataType dtype, Reduc
   if (count == 0) return;
   size_t esize = dtype_size(dtype);
   auto d = reinterpret_cast<uintptr_t>(dst), s = reinterpret_cast<uintptr_t>(src);
-  bool aligned = d % esize == 0 && s % esize == 0;
+  bool aligned = d % esize == 0;
   size_t bytes = count * esize;
   bool overlap = d < s + bytes && s < d + bytes;
   if (aligned && !overlap)

@@ -287,6 +287,10 @@ void check_kernel(DataType dtype, const std::vector<T>& specials, Ref ref) {
       if (n) std::memcpy(ss.data() + 1, b.data(), n * sizeof(T));
       ring::reduce_into(ds.data() + 1, ss.data() + 1, n, dtype, op);
       CHECK(n == 0 || std::memcmp(ds.data() + 1, d.data(), n * sizeof(T)) == 0);
+      // Misaligned source only (the transport case): read with unaligned loads.
+      std::vector<T> d2 = a;
+      ring::reduce_into(d2.data(), ss.data() + 1, n, dtype, op);
+      CHECK(n == 0 || std::memcmp(d2.data(), d.data(), n * sizeof(T)) == 0);
       // dst == src: d = d (op) d.
       std::vector<T> self = a;
       ring::reduce_into(self.data(), self.data(), n, dtype, op);
