@@ -9,13 +9,12 @@ immediately; :func:`synchronize` waits for it and returns the result,
 
 from __future__ import annotations
 
-import itertools
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from ring_strategy import _native
-from ring_strategy.basics import _runtime, rank, size
+from ring_strategy import _frontend, _native
+from ring_strategy.basics import rank, size
 from ring_strategy.exceptions import BadArgumentError
 
 Sum = _native.REDUCE_OPS["Sum"]
@@ -28,7 +27,6 @@ _DTYPE_CODES = {
     np.dtype(name): code for name, code in _native.DTYPES.items() if name != "bfloat16"
 }
 _BFLOAT16 = _native.DTYPES["bfloat16"]
-_counters: dict = {}
 
 
 class Handle:
@@ -43,15 +41,6 @@ class Handle:
 
     def __repr__(self) -> str:
         return f"Handle({self._id})"
-
-
-def _auto_name(kind: str, name: Optional[str]) -> str:
-    if name is not None:
-        if not isinstance(name, str) or not name:
-            raise BadArgumentError(f"name should be a non-empty string. Got: {name!r}")
-        return name
-    counter = _counters.setdefault(kind, itertools.count())
-    return f"{kind}.noname.{next(counter)}"
 
 
 def _as_array(x: Any) -> np.ndarray:
@@ -83,12 +72,6 @@ def _raw(arr: np.ndarray) -> np.ndarray:
     return arr.view(np.uint16) if arr.dtype.name == "bfloat16" else arr
 
 
-def _check_op(op: int) -> int:
-    if op not in _native.REDUCE_OPS.values():
-        raise BadArgumentError(f"op should be one of Sum, Average, Min, Max, Product. Got: {op!r}")
-    return int(op)
-
-
 def _submit(
     kind: int,
     label: str,
@@ -102,20 +85,9 @@ def _submit(
     postscale: float = 1.0,
     splits: Sequence[int] = (),
 ) -> Handle:
-    rt = _runtime()
-    code = _dtype_code(arr)
-    h = rt.enqueue(
-        kind,
-        _auto_name(label, name),
-        _raw(arr),
-        None if out is None else _raw(out),
-        code,
-        _check_op(op),
-        int(root),
-        float(prescale),
-        float(postscale),
-        list(arr.shape),
-        [int(s) for s in splits],
+    h = _frontend.enqueue(
+        kind, _frontend.auto_name(label, name), _raw(arr), None if out is None else _raw(out), _dtype_code(arr),
+        arr.shape, op=op, root=root, prescale=prescale, postscale=postscale, splits=splits,
     )
     return Handle(h, (arr, out), finish)
 
@@ -132,15 +104,12 @@ def synchronize(handle: Handle) -> Any:
     """Waits for an operation and returns its result (raises its error)."""
     if not isinstance(handle, Handle):
         raise BadArgumentError(f"synchronize() expects a Handle. Got: {handle!r}")
-    rt = _runtime()
-    rt.wait(handle._id)
-    result = rt.release(handle._id)
-    return handle._finish(result)
+    return handle._finish(_frontend.wait(handle._id))
 
 
 def poll(handle: Handle) -> bool:
     """True when the operation has finished (synchronize() will not block)."""
-    return _runtime().poll(handle._id)
+    return _frontend.poll(handle._id)
 
 
 def allreduce_async(
