@@ -47,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     """Returns the argument parser of ``ringrun``."""
     parser = argparse.ArgumentParser(
         prog="ringrun",
+        usage="%(prog)s -np N [-H localhost:N] [--start-timeout S] [--grace-period S] [-v] COMMAND...",
         description="Run a ring data-parallel job: N copies of COMMAND, one per rank.",
         epilog="Example: ringrun -np 2 python train.py",
     )
@@ -177,6 +178,24 @@ class _Output:
             thread.join(max(0.0, deadline - time.monotonic()))
 
 
+class _TextAsBinary:
+    """Writes bytes to a text stream that has no binary buffer (e.g. a StringIO)."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream = stream
+
+    def write(self, data: bytes) -> None:
+        self._stream.write(data.decode("utf-8", "replace"))
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+
+def _binary(stream: IO[str]) -> IO[bytes]:
+    buffer = getattr(stream, "buffer", None)
+    return buffer if buffer is not None else _TextAsBinary(stream)  # type: ignore[return-value]
+
+
 def _log(message: str) -> None:
     try:
         sys.stderr.write(f"ringrun: {message}\n")
@@ -206,8 +225,9 @@ class _Job:
         old_handlers = {}
         try:
             store.start()
-            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-                old_handlers[sig] = signal.signal(sig, self._on_signal)
+            if threading.current_thread() is threading.main_thread():
+                for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                    old_handlers[sig] = signal.signal(sig, self._on_signal)
             if self.verbose:
                 _log(f"job {self.job_id}: {self.np} workers, rendezvous at {store.address}")
             code = self._start_all(store.address)
@@ -245,8 +265,8 @@ class _Job:
                 return 127 if isinstance(e, FileNotFoundError) else 126
             self.procs[rank] = proc
             assert proc.stdout is not None and proc.stderr is not None
-            self.output.forward(proc.stdout, sys.stdout.buffer, rank)
-            self.output.forward(proc.stderr, sys.stderr.buffer, rank)
+            self.output.forward(proc.stdout, _binary(sys.stdout), rank)
+            self.output.forward(proc.stderr, _binary(sys.stderr), rank)
             threading.Thread(
                 target=self._wait, args=(rank, proc), name=f"ringrun-wait-{rank}", daemon=True
             ).start()
