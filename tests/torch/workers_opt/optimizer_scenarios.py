@@ -1,0 +1,393 @@
+"""DistributedOptimizer scenarios on real workers: `python optimizer_scenarios.py NAME...`
+(under ringrun, or alone for a world of one).
+
+Each scenario prints "<rank>: <name> ok" when its checks pass on this rank.
+Training scenarios compare the distributed run with a single-process run of
+the same model on the concatenated global batch, computed inside every rank.
+"""
+
+import sys
+import traceback
+import warnings
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import ring_strategy.torch as hvd
+import ring_strategy.torch.optimizer as hvd_optimizer
+
+TOL = 1e-5
+STEPS = 4
+B = 4  # rows per rank per backward pass
+IN, OUT = 6, 3
+
+
+def make_model():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(IN, 8), nn.Tanh(), nn.Linear(8, OUT))
+
+
+def global_data(rows):
+    g = torch.Generator().manual_seed(1234)
+    return torch.randn(STEPS, rows, IN, generator=g), torch.randn(STEPS, rows, OUT, generator=g)
+
+
+def make_sgd(model):
+    return torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-3)
+
+
+def max_diff(a, b):
+    return max((x.detach() - y.detach()).abs().max().item() for x, y in zip(a.parameters(), b.parameters()))
+
+
+def reference(passes=1, loss_scale=1.0):
+    """A single process trained on every rank's rows at once."""
+    n = hvd.size()
+    model = make_model()
+    opt = make_sgd(model)
+    xs, ys = global_data(n * B * passes)
+    for s in range(STEPS):
+        opt.zero_grad()
+        (F.mse_loss(model(xs[s]), ys[s]) * loss_scale).backward()
+        opt.step()
+    return model
+
+
+def train(passes=1, zero_grad=lambda opt: opt.zero_grad(), make_groups=None, **kwargs):
+    """The distributed run: each rank takes its rows of every global batch."""
+    n, r = hvd.size(), hvd.rank()
+    model = make_model()
+    if make_groups is not None:
+        kwargs["groups"] = make_groups(list(model.parameters()))
+    opt = hvd.DistributedOptimizer(make_sgd(model), named_parameters=model.named_parameters(),
+                                   backward_passes_per_step=passes, **kwargs)
+    xs, ys = global_data(n * B * passes)
+    for s in range(STEPS):
+        zero_grad(opt)
+        for m in range(passes):
+            rows = slice((r * passes + m) * B, (r * passes + m + 1) * B)
+            (F.mse_loss(model(xs[s, rows]), ys[s, rows]) / passes).backward()
+        opt.step()
+    return model, opt
+
+
+def check_close(model, ref, tol=TOL, what=""):
+    d = max_diff(model, ref)
+    assert d < tol, f"{what}: max parameter difference {d:g} >= {tol:g}"
+
+
+# ---------------------------------------------------------------- scenarios
+def equivalence():
+    """2 workers with DistributedOptimizer == 1 process on the global batch."""
+    model, opt = train()
+    check_close(model, reference(), what="equivalence")
+    assert isinstance(opt, torch.optim.SGD) and type(opt).__name__ == "SGD"
+    # Replicas bit-identical.
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    gathered = hvd.allgather(flat.unsqueeze(0))
+    assert all(torch.equal(gathered[0], row) for row in gathered), "replicas differ"
+
+
+def overlap():
+    """Allreduces start during backward: when the last layer's gradient is
+    submitted, the first layer's gradient has not been computed yet."""
+    model = make_model()
+    opt = hvd.DistributedOptimizer(make_sgd(model), named_parameters=model.named_parameters())
+    first_weight = model[0].weight
+    seen = []
+    real = hvd_optimizer.allreduce_async_
+
+    def spy(tensor, *args, **kwargs):
+        seen.append((kwargs.get("name"), first_weight.grad is None))
+        return real(tensor, *args, **kwargs)
+
+    hvd_optimizer.allreduce_async_ = spy
+    try:
+        opt.zero_grad()
+        F.mse_loss(model(torch.randn(B, IN)), torch.randn(B, OUT)).backward()
+        if hvd.size() > 1:
+            assert len(opt._handles) == 4 and all(f is not None for f in opt._handles.values()), opt._handles
+            assert seen and seen[0][1], f"no allreduce submitted before backward reached the first layer: {seen}"
+        else:
+            assert not seen and not opt._handles
+        opt.step()
+    finally:
+        hvd_optimizer.allreduce_async_ = real
+
+
+def passes2():
+    """backward_passes_per_step=2 == 1 process on the global batch of 2 passes;
+    nothing is sent before the last pass."""
+    check_close(train(passes=2)[0], reference(passes=2), what="passes2")
+    model = make_model()
+    opt = hvd.DistributedOptimizer(make_sgd(model), named_parameters=model.named_parameters(),
+                                   backward_passes_per_step=2)
+    x, y = torch.randn(B, IN), torch.randn(B, OUT)
+    opt.zero_grad()
+    F.mse_loss(model(x), y).backward()
+    if hvd.size() > 1:
+        assert opt._handles and all(f is None for f in opt._handles.values()), "sent before the last pass"
+        try:
+            opt.zero_grad()
+        except AssertionError as e:
+            assert "zero_grad" in str(e)
+        else:
+            raise AssertionError("zero_grad between accumulation passes did not raise")
+    F.mse_loss(model(x), y).backward()
+    if hvd.size() > 1:
+        assert all(f is not None for f in opt._handles.values())
+        try:  # a third pass before step()
+            F.mse_loss(model(x), y).backward()
+        except AssertionError as e:
+            assert "backward_passes_per_step" in str(e), e
+        else:
+            raise AssertionError("a third backward pass did not raise")
+    opt.step()
+    # step() after fewer passes than backward_passes_per_step still averages.
+    opt.zero_grad()
+    F.mse_loss(model(x), y).backward()
+    opt.step()
+    assert not opt._handles
+
+
+def predivide():
+    """gradient_predivide_factor keeps the average; op=Sum gives size x the average."""
+    check_close(train(gradient_predivide_factor=4.0)[0], reference(), what="predivide")
+    check_close(train(op=hvd.Sum)[0], reference(loss_scale=hvd.size()), what="op=Sum")
+    try:
+        hvd.DistributedOptimizer(make_sgd(make_model()), op=hvd.Sum, gradient_predivide_factor=2.0)
+    except ValueError as e:
+        assert "gradient_predivide_factor" in str(e)
+    else:
+        raise AssertionError("gradient_predivide_factor with op=Sum did not raise")
+
+
+def groups():
+    """groups=int and groups=list fuse gradients and keep the result."""
+    model, opt = train(groups=2)
+    check_close(model, reference(), what="groups=2")
+    assert len(opt._ring_groups) == 2, opt._ring_groups
+    model = make_model()
+    params = list(model.parameters())
+    opt = hvd.DistributedOptimizer(make_sgd(model), named_parameters=model.named_parameters(),
+                                   groups=[[params[0], params[3]]])
+    assert sorted(len(g) for g in opt._ring_groups) == [1, 1, 2], opt._ring_groups
+    del opt
+    check_close(train(make_groups=lambda ps: [[ps[0], ps[3]]])[0], reference(), what="groups=list")
+    for bad in (0, -1, "2", [[torch.zeros(2)]]):
+        try:
+            hvd.DistributedOptimizer(make_sgd(make_model()), groups=bad)
+        except ValueError:
+            pass
+        else:
+            raise AssertionError(f"groups={bad!r} did not raise")
+
+
+def zero_grad_variants():
+    """zero_grad(set_to_none=True/False) train correctly; in flight it raises."""
+    ref = reference()
+    for set_to_none in (True, False):
+        model, opt = train(zero_grad=lambda o: o.zero_grad(set_to_none=set_to_none))
+        check_close(model, ref, what=f"set_to_none={set_to_none}")
+        opt.zero_grad(set_to_none=set_to_none)
+        grads = [p.grad for p in model.parameters()]
+        if set_to_none:
+            assert all(g is None for g in grads)
+        else:
+            assert all(g is not None and not g.any() for g in grads)
+    model = make_model()
+    opt = hvd.DistributedOptimizer(make_sgd(model), named_parameters=model.named_parameters())
+    F.mse_loss(model(torch.randn(B, IN)), torch.randn(B, OUT)).backward()
+    if hvd.size() > 1:
+        try:
+            opt.zero_grad()
+        except AssertionError as e:
+            assert "before optimizer.step()" in str(e)
+        else:
+            raise AssertionError("zero_grad with allreduces in flight did not raise")
+    opt.step()  # still consistent after the refused zero_grad
+    opt.zero_grad()
+
+
+class Branchy(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.body = nn.Linear(IN, OUT)
+        self.rank1_only = nn.Parameter(torch.ones(OUT))
+        self.never = nn.Parameter(torch.ones(OUT))
+
+    def forward(self, x, use_extra):
+        y = self.body(x)
+        return y * self.rank1_only if use_extra else y
+
+
+def unused_parameters():
+    """A parameter used on one rank only is averaged with zeros from the
+    others; one unused everywhere does not hang."""
+    n, r = hvd.size(), hvd.rank()
+    model = Branchy()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    for _ in range(2):
+        opt.zero_grad()
+        x = torch.full((B, IN), 1.0)
+        model(x, use_extra=(r == n - 1)).sum().backward()
+        opt.synchronize()
+        with torch.no_grad():
+            y = model.body(x).sum(0)
+        # Only the last rank computes d/d(rank1_only) = sum of body(x) rows.
+        want = y / n
+        got = model.rank1_only.grad
+        assert got is not None and torch.allclose(got, want, atol=1e-5), (got, want)
+        assert model.never.grad is None or not model.never.grad.any()
+        with opt.skip_synchronize():
+            opt.step()
+
+
+def sparse():
+    """Sparse embedding gradients, allgathered or as dense, equal the dense average."""
+    n, r = hvd.size(), hvd.rank()
+    idx = [torch.tensor([0, 3, 3, 7]), torch.tensor([1, 3, 9]), torch.tensor([2]), torch.tensor([5, 5])]
+    for as_dense in (False, True):
+        torch.manual_seed(0)
+        emb = nn.Embedding(10, 3, sparse=True)
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(emb.parameters(), lr=0.1),
+                                       named_parameters=emb.named_parameters(), sparse_as_dense=as_dense)
+        opt.zero_grad()
+        emb(idx[r % len(idx)]).pow(2).sum().backward()
+        opt.synchronize()
+        got = emb.weight.grad
+        assert got.is_sparse, "the gradient should stay sparse"
+        torch.manual_seed(0)
+        ref = nn.Embedding(10, 3)
+        ref.weight.grad = None
+        for k in range(n):
+            ref(idx[k % len(idx)]).pow(2).sum().backward()
+        want = ref.weight.grad / n
+        assert torch.allclose(got.to_dense(), want, atol=1e-6), (as_dense, got.to_dense(), want)
+        with opt.skip_synchronize():
+            opt.step()
+
+
+def compression():
+    """fp16 / bf16 compression: close to the exact run."""
+    ref = reference()
+    check_close(train(compression=hvd.Compression.fp16)[0], ref, tol=2e-3, what="fp16")
+    check_close(train(compression=hvd.Compression.bf16)[0], ref, tol=2e-2, what="bf16")
+
+
+def clipping_and_state():
+    """synchronize() + skip_synchronize(); the warning without it; state_dict round trip."""
+    model = make_model()
+    opt = hvd.DistributedOptimizer(make_sgd(model), named_parameters=model.named_parameters())
+    F.mse_loss(model(torch.randn(B, IN)), torch.randn(B, OUT)).backward()
+    opt.synchronize()
+    nn.utils.clip_grad_norm_(model.parameters(), 0.1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with opt.skip_synchronize():
+            opt.step()
+    opt.zero_grad()
+    F.mse_loss(model(torch.randn(B, IN)), torch.randn(B, OUT)).backward()
+    opt.synchronize()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        opt.step()
+    assert any("skip_synchronize" in str(w.message) for w in caught), [str(w.message) for w in caught]
+    state = opt.state_dict()
+    assert len(state["state"]) == 4 and state["param_groups"][0]["lr"] == 0.1
+    opt.load_state_dict(state)
+    # Step hooks run once per step.
+    calls = []
+    opt.register_step_pre_hook(lambda *a: calls.append(1))
+    opt.zero_grad()
+    F.mse_loss(model(torch.randn(B, IN)), torch.randn(B, OUT)).backward()
+    opt.step()
+    assert calls == [1], calls
+    # An LR scheduler drives the wrapped optimizer.
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    opt.zero_grad()
+    F.mse_loss(model(torch.randn(B, IN)), torch.randn(B, OUT)).backward()
+    opt.step()
+    sched.step()
+    assert abs(opt.param_groups[0]["lr"] - 0.05) < 1e-12
+
+
+def closure():
+    """step(closure) averages the gradients the closure computes (LBFGS)."""
+    n, r = hvd.size(), hvd.rank()
+    xs, ys = global_data(n * B)
+
+    def run(model, opt, rows):
+        def closure():
+            opt.zero_grad()
+            loss = F.mse_loss(model(xs[0, rows]), ys[0, rows])
+            loss.backward()
+            return loss
+
+        for _ in range(2):
+            opt.step(closure)
+
+    model = make_model()
+    opt = hvd.DistributedOptimizer(torch.optim.LBFGS(model.parameters(), lr=0.5, max_iter=3),
+                                   named_parameters=model.named_parameters())
+    run(model, opt, slice(r * B, (r + 1) * B))
+    ref = make_model()
+    run(ref, torch.optim.LBFGS(ref.parameters(), lr=0.5, max_iter=3), slice(0, n * B))
+    check_close(model, ref, tol=1e-4, what="LBFGS closure")
+
+
+def validation():
+    """Bad arguments raise ValueError / NotImplementedError before any communication."""
+    model = make_model()
+    named = list(model.named_parameters())
+    cases = [
+        (lambda: hvd.DistributedOptimizer(make_sgd(model), named_parameters=[named[0], ("0.weight", named[1][1])] + named[2:]),
+         ValueError, "duplicates"),
+        (lambda: hvd.DistributedOptimizer(make_sgd(model), named_parameters=named[1:]), ValueError, "not named"),
+        (lambda: hvd.DistributedOptimizer(make_sgd(model), named_parameters=[p for _, p in named]), ValueError, "tuples"),
+        (lambda: hvd.DistributedOptimizer(make_sgd(model), backward_passes_per_step=0), ValueError, "positive"),
+        (lambda: hvd.DistributedOptimizer(make_sgd(model), op=hvd.Adasum), NotImplementedError, "Adasum"),
+        (lambda: hvd.DistributedOptimizer(hvd.DistributedOptimizer(make_sgd(model))), ValueError, "already"),
+        (lambda: hvd.DistributedOptimizer(make_sgd(model), gradient_predivide_factor=0.0), ValueError, "positive"),
+    ]
+    for call, exc, text in cases:
+        try:
+            call()
+        except exc as e:
+            assert text in str(e), (text, str(e))
+        else:
+            raise AssertionError(f"no {exc.__name__} mentioning {text!r}")
+    # Extra named tensors that the optimizer does not update are fine (as in Horovod).
+    hvd.DistributedOptimizer(torch.optim.SGD(model[2].parameters(), lr=0.1), named_parameters=named)
+    # Generated names are unique across param groups.
+    opt = hvd.DistributedOptimizer(torch.optim.SGD([{"params": model[0].parameters()},
+                                                    {"params": model[2].parameters(), "lr": 0.2}], lr=0.1))
+    assert len(set(opt._parameter_names.values())) == 4
+
+
+SCENARIOS = {f.__name__: f for f in [
+    equivalence, overlap, passes2, predivide, groups, zero_grad_variants, unused_parameters, sparse,
+    compression, clipping_and_state, closure, validation,
+]}
+
+
+def main():
+    hvd.init()
+    failed = False
+    for name in sys.argv[1:] or list(SCENARIOS):
+        try:
+            SCENARIOS[name]()
+        except Exception:
+            failed = True
+            print(f"{hvd.rank()}: {name} FAILED\n{traceback.format_exc()}", flush=True)
+        else:
+            print(f"{hvd.rank()}: {name} ok", flush=True)
+    hvd.shutdown()
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
