@@ -15,9 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT, _with_repo_on_path
-
 PY = sys.executable
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def _with_repo_on_path(env: dict) -> dict:
+    """Lets ringrun and its workers import ring_strategy from this checkout."""
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return env
 
 
 def _script(code: str) -> list:
