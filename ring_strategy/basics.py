@@ -3,15 +3,24 @@
 from __future__ import annotations
 
 import atexit
+import os
 import threading
 from dataclasses import dataclass
 from typing import Optional
 
 from ring_strategy import _native
 from ring_strategy.environments import ClusterEnvironment, detect_environment
-from ring_strategy.exceptions import ShutdownError
+from ring_strategy.exceptions import BadArgumentError, ShutdownError
 
-_RENDEZVOUS_TIMEOUT_S = 300.0
+
+
+def _start_timeout() -> float:
+    """Seconds to wait for every rank at the rendezvous (ringrun --start-timeout)."""
+    value = os.environ.get("RING_START_TIMEOUT", "")
+    try:
+        return float(value) if value else 300.0
+    except ValueError:
+        raise BadArgumentError(f"RING_START_TIMEOUT should be a number of seconds. Got: {value!r}") from None
 
 
 @dataclass
@@ -79,11 +88,12 @@ def _rendezvous(env: ClusterEnvironment, rt: _native.Runtime, generation: int) -
             f"rank {env.rank} of {env.size}: the launcher gave no rendezvous address or secret"
         )
     store = StoreClient(env.rendezvous_address, env.secret)
+    timeout = _start_timeout()
     try:
         prefix = f"ring/{env.job_id}/init{generation}"
         store.set(f"{prefix}/endpoint/{env.rank}", rt.local_endpoint().encode())
         endpoints = [
-            store.get(f"{prefix}/endpoint/{r}", timeout=_RENDEZVOUS_TIMEOUT_S).decode()
+            store.get(f"{prefix}/endpoint/{r}", timeout=timeout).decode()
             for r in range(env.size)
         ]
         rt.connect(endpoints)
@@ -91,7 +101,7 @@ def _rendezvous(env: ClusterEnvironment, rt: _native.Runtime, generation: int) -
         # are removed in start().
         store.set(f"{prefix}/connected/{env.rank}", b"1")
         for r in range(env.size):
-            store.get(f"{prefix}/connected/{r}", timeout=_RENDEZVOUS_TIMEOUT_S)
+            store.get(f"{prefix}/connected/{r}", timeout=timeout)
     finally:
         store.close()
 

@@ -72,11 +72,13 @@ def test_readme_example_prints_sum_twice():
 def test_without_launcher_is_world_of_one():
     code = ("import numpy as np, ring_strategy as rs; rs.init(); "
             "assert (rs.rank(), rs.size(), rs.local_size()) == (0, 1, 1); "
-            "print(rs.allreduce(np.arange(3.0), op=rs.Sum), rs.allgather(np.ones(2)).shape); rs.shutdown()")
+            "print(rs.allreduce(np.arange(3.0), op=rs.Sum), rs.allgather(np.ones(2)).shape); "
+            "print('read-only', rs.broadcast(np.frombuffer(b'ab', np.uint8), 0)); rs.shutdown()")
     env = {k: v for k, v in os.environ.items() if not k.startswith("RING_")}
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "[0. 1. 2.] (2,)" in proc.stdout
+    assert "read-only [97 98]" in proc.stdout
 
 
 def test_before_init_is_shutdown_error():

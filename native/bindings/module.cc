@@ -56,9 +56,11 @@ void register_errors(nb::module_& m) {
 }
 
 using AnyArray = nb::ndarray<nb::device::cpu, nb::c_contig>;
+using ReadOnlyArray = nb::ndarray<nb::ro, nb::device::cpu, nb::c_contig>;
 
 // Checks that `a` holds exactly the bytes `req` describes.
-void check_array(const AnyArray& a, const ring::Request& req, const char* which) {
+template <class Array>
+void check_array(const Array& a, const ring::Request& req, const char* which) {
   size_t expected = static_cast<size_t>(req.num_elements()) * ring::dtype_size(req.dtype);
   if (a.nbytes() != expected)
     throw ring::RingError(ring::ErrorKind::BadArgument,
@@ -66,7 +68,7 @@ void check_array(const AnyArray& a, const ring::Request& req, const char* which)
                               " bytes; its shape and dtype need " + std::to_string(expected));
 }
 
-int64_t enqueue(ring::Runtime& rt, int op, const std::string& name, AnyArray input, std::optional<AnyArray> output,
+int64_t enqueue(ring::Runtime& rt, int op, const std::string& name, ReadOnlyArray input, std::optional<AnyArray> output,
                 int dtype, int reduce_op, int root, double prescale, double postscale,
                 const std::vector<int64_t>& shape, const std::vector<int64_t>& splits) {
   if (op < 0 || op >= ring::kNumOpTypes) throw ring::RingError(ring::ErrorKind::BadArgument, "unknown operation");
