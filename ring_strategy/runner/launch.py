@@ -39,8 +39,8 @@ DEFAULT_START_TIMEOUT_SECONDS = 60.0
 DEFAULT_GRACE_SECONDS = 5.0
 # Longest line piece forwarded at once; longer lines are split.
 _MAX_LINE_BYTES = 64 * 1024
-# The engine names its shared-memory segments /dev/shm/ring.<job_id>.*
-_SHM_PATTERN = "/dev/shm/ring.{job_id}.*"
+# The engine names its shared-memory segments /dev/shm/ring.<job_id>[-suffix].<rank>
+_SHM_PATTERN = "/dev/shm/ring.{job_id}*"
 
 
 def build_parser() -> argparse.ArgumentParser:
