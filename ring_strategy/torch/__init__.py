@@ -12,7 +12,21 @@ Example::
 Run it with ``ringrun -np 2 python script.py``.
 """
 
+from ring_strategy.exceptions import (
+    BadArgumentError,
+    MismatchError,
+    PeerFailureError,
+    RingError,
+    RingTimeoutError,
+    ShutdownError,
+)
 from ring_strategy.torch.compression import Compression
+from ring_strategy.torch.functions import (
+    allgather_object,
+    broadcast_object,
+    broadcast_optimizer_state,
+    broadcast_parameters,
+)
 from ring_strategy.torch.mpi_ops import (
     Adasum,
     Average,
@@ -71,30 +85,5 @@ from ring_strategy.torch.mpi_ops import (
     sparse_allreduce_async,
     synchronize,
 )
-from ring_strategy.exceptions import (
-    BadArgumentError,
-    MismatchError,
-    PeerFailureError,
-    RingError,
-    RingTimeoutError,
-    ShutdownError,
-)
-
-# Written in parallel by another engineer; guarded until those files exist.
-try:
-    from ring_strategy.torch.optimizer import DistributedOptimizer
-except ImportError:  # pragma: no cover
-    pass
-try:
-    from ring_strategy.torch.functions import (
-        allgather_object,
-        broadcast_object,
-        broadcast_optimizer_state,
-        broadcast_parameters,
-    )
-except ImportError:  # pragma: no cover
-    pass
-try:
-    from ring_strategy.torch.sync_batch_norm import SyncBatchNorm
-except ImportError:  # pragma: no cover
-    pass
+from ring_strategy.torch.optimizer import DistributedOptimizer
+from ring_strategy.torch.sync_batch_norm import SyncBatchNorm

@@ -38,6 +38,13 @@ from ring_strategy.basics import (  # noqa: F401  (re-exported, as Horovod's mpi
     size,
 )
 from ring_strategy.exceptions import BadArgumentError, RingError
+from ring_strategy.torch.process_sets import (  # noqa: F401  (re-exported)
+    ProcessSet,
+    _check_process_set,
+    add_process_set,
+    global_process_set,
+    remove_process_set,
+)
 
 # ---------------------------------------------------------------- build queries
 # Truthful for this build: one native engine over shared memory and TCP; no
@@ -130,95 +137,6 @@ def _check_op(op: Any) -> int:
             "op=Adasum is not implemented in ring yet; use op=Average (the default) or op=Sum"
         )
     return _frontend.check_op(op)
-
-
-# ---------------------------------------------------------------- process sets
-class ProcessSet:
-    """The ranks an operation runs on, as in Horovod.
-
-    Only the global set (every rank) is supported for now: ``process_set=``
-    accepts :data:`global_process_set` or a ProcessSet of every rank; any
-    other set raises NotImplementedError.
-
-    Args:
-        ranks: the ranks of the set.
-    """
-
-    def __init__(self, ranks: Sequence[int]):
-        if not isinstance(ranks, (list, tuple, range)) or not all(
-            isinstance(r, int) and not isinstance(r, bool) for r in ranks
-        ):
-            raise NotImplementedError(
-                f"ProcessSet takes a list of ranks (MPI communicators are not supported). Got: {ranks!r}"
-            )
-        self._ranks: Optional[List[int]] = sorted(set(ranks))
-        self.process_set_id: Optional[int] = None
-
-    @property
-    def ranks(self) -> Optional[List[int]]:
-        return self._ranks
-
-    def size(self) -> Optional[int]:
-        """Number of ranks in the set."""
-        ranks = self.ranks
-        return None if ranks is None else len(ranks)
-
-    def rank(self) -> Optional[int]:
-        """This process's index in the set, or -1 when it is not a member."""
-        ranks = self.ranks
-        if ranks is None:
-            return None
-        me = rank()
-        return ranks.index(me) if me in ranks else -1
-
-    def included(self) -> Optional[bool]:
-        """True when this process belongs to the set."""
-        ranks = self.ranks
-        return None if ranks is None else rank() in ranks
-
-    def __repr__(self) -> str:
-        return f"ProcessSet(process_set_id={self.process_set_id}, ranks={self.ranks})"
-
-
-class _GlobalProcessSet(ProcessSet):
-    def __init__(self) -> None:
-        self._ranks = None
-        self.process_set_id = 0
-
-    @property
-    def ranks(self) -> Optional[List[int]]:
-        return list(range(size())) if is_initialized() else None
-
-    def __repr__(self) -> str:
-        return "global_process_set"
-
-
-global_process_set: ProcessSet = _GlobalProcessSet()
-
-
-def _check_process_set(process_set: Any) -> None:
-    if process_set is global_process_set:
-        return
-    if not isinstance(process_set, ProcessSet):
-        raise BadArgumentError(f"process_set should be a ProcessSet. Got: {process_set!r}")
-    if process_set.ranks != list(range(size())):
-        raise NotImplementedError(
-            f"ring supports only the global process set for now; {process_set!r} is not every rank"
-        )
-
-
-def add_process_set(process_set: Any) -> ProcessSet:
-    """Registers a process set. Only the global set exists for now: adding
-    another raises NotImplementedError."""
-    ps = process_set if isinstance(process_set, ProcessSet) else ProcessSet(process_set)
-    _check_process_set(ps)
-    ps.process_set_id = 0
-    return ps
-
-
-def remove_process_set(process_set: ProcessSet) -> bool:
-    """Removes a process set: not supported yet (the global set cannot be removed)."""
-    raise NotImplementedError("ring supports only the global process set, which cannot be removed")
 
 
 # ---------------------------------------------------------------- tensors in and out
@@ -345,8 +263,8 @@ def synchronize(handle: int) -> Any:
 
 
 # ---------------------------------------------------------------- allreduce
-def _allreduce_group(tensors: Sequence[Any], outputs: Optional[Sequence[torch.Tensor]], label: str,
-                     name: Optional[str], op: int, prescale_factor: float, postscale_factor: float,
+def _allreduce_group(tensors: Sequence[Any], label: str, name: Optional[str], op: int,
+                     prescale_factor: float, postscale_factor: float,
                      process_set: ProcessSet, inplace: bool, grouped: bool) -> int:
     op = _check_op(op)
     _check_process_set(process_set)
@@ -396,7 +314,7 @@ def allreduce_async(tensor: torch.Tensor, average: Optional[bool] = None, name: 
         A handle for :func:`poll` and :func:`synchronize`.
     """
     op = handle_average_backwards_compatibility(op, average)
-    return _allreduce_group([tensor], None, "allreduce", name, op, prescale_factor, postscale_factor,
+    return _allreduce_group([tensor], "allreduce", name, op, prescale_factor, postscale_factor,
                             process_set, inplace=False, grouped=False)
 
 
@@ -405,7 +323,7 @@ def allreduce_async_(tensor: torch.Tensor, average: Optional[bool] = None, name:
                      process_set: ProcessSet = global_process_set) -> int:
     """In-place :func:`allreduce_async`: ``synchronize`` fills and returns ``tensor``."""
     op = handle_average_backwards_compatibility(op, average)
-    return _allreduce_group([tensor], None, "allreduce", name, op, prescale_factor, postscale_factor,
+    return _allreduce_group([tensor], "allreduce", name, op, prescale_factor, postscale_factor,
                             process_set, inplace=True, grouped=False)
 
 
@@ -424,7 +342,7 @@ def grouped_allreduce_async(tensors: Sequence[torch.Tensor], average: Optional[b
     ``synchronize`` returns the list of results. Tensor ``i`` is named
     ``"<name>.<i>"``; the engine fuses the group where it fits."""
     op = handle_average_backwards_compatibility(op, average)
-    return _allreduce_group(list(tensors), None, "grouped_allreduce", name, op, prescale_factor,
+    return _allreduce_group(list(tensors), "grouped_allreduce", name, op, prescale_factor,
                             postscale_factor, process_set, inplace=False, grouped=True)
 
 
@@ -434,7 +352,7 @@ def grouped_allreduce_async_(tensors: Sequence[torch.Tensor], average: Optional[
                              process_set: ProcessSet = global_process_set) -> int:
     """In-place :func:`grouped_allreduce_async`: ``synchronize`` fills and returns the tensors."""
     op = handle_average_backwards_compatibility(op, average)
-    return _allreduce_group(list(tensors), None, "grouped_allreduce", name, op, prescale_factor,
+    return _allreduce_group(list(tensors), "grouped_allreduce", name, op, prescale_factor,
                             postscale_factor, process_set, inplace=True, grouped=True)
 
 

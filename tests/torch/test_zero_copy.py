@@ -1,0 +1,94 @@
+"""What the torch front end hands the engine, checked in this process with the
+engine calls replaced: contiguous tensors go in where they lie (no copy),
+strided ones through one contiguous buffer whose result is copied back."""
+
+import pytest
+import torch
+
+from ring_strategy import _frontend
+from ring_strategy.torch import mpi_ops
+
+
+@pytest.fixture
+def engine(monkeypatch):
+    """Records each enqueue; wait() 'reduces' by writing 2 * input into the output."""
+    calls = {}
+
+    def enqueue(kind, name, inp, out, dtype_code, shape, **kw):
+        hid = len(calls) + 1
+        calls[hid] = dict(kind=kind, name=name, inp=inp, out=out, dtype_code=dtype_code, shape=list(shape), **kw)
+        return hid
+
+    def wait(hid):
+        c = calls[hid]
+        if c["out"] is not None:
+            c["out"].copy_(c["inp"] * 2)
+        return None, c["shape"], []
+
+    monkeypatch.setattr(_frontend, "enqueue", enqueue)
+    monkeypatch.setattr(_frontend, "wait", wait)
+    monkeypatch.setattr(_frontend, "poll", lambda hid: True)
+    return calls
+
+
+def test_inplace_contiguous_is_zero_copy(engine):
+    t = torch.arange(6.0).reshape(2, 3)
+    h = mpi_ops.allreduce_async_(t, op=mpi_ops.Sum, name="zc")
+    (c,) = engine.values()
+    assert c["inp"].data_ptr() == t.data_ptr() and c["out"].data_ptr() == t.data_ptr()
+    assert c["dtype_code"] == _frontend.DTYPES["float32"] and c["shape"] == [2, 3] and c["name"] == "zc"
+    assert mpi_ops.poll(h)
+    assert mpi_ops.synchronize(h) is t
+    assert t.tolist() == [[0, 2, 4], [6, 8, 10]]
+
+
+def test_out_of_place_reads_input_in_place(engine):
+    t = torch.arange(4, dtype=torch.bfloat16)
+    out = mpi_ops.synchronize(mpi_ops.allreduce_async(t, name="oop"))
+    (c,) = engine.values()
+    assert c["inp"].data_ptr() == t.data_ptr() and c["out"].data_ptr() != t.data_ptr()
+    assert c["dtype_code"] == _frontend.DTYPES["bfloat16"] and c["op"] == mpi_ops.Average
+    assert out.tolist() == [0, 2, 4, 6] and t.tolist() == [0, 1, 2, 3]
+
+
+def test_strided_inplace_goes_through_a_buffer_and_back(engine):
+    base = torch.zeros(3, 4)
+    col = base[:, 1]
+    col += torch.tensor([1.0, 2.0, 3.0])
+    h = mpi_ops.allreduce_async_(col, name="col")
+    (c,) = engine.values()
+    assert c["inp"].is_contiguous() and c["inp"].data_ptr() != base.data_ptr()
+    assert mpi_ops.synchronize(h) is col
+    assert base[:, 1].tolist() == [2, 4, 6] and base[:, [0, 2, 3]].abs().sum() == 0
+
+
+def test_broadcast_inplace_and_grouped(engine):
+    a, b = torch.ones(2), torch.ones(3, 2).t()
+    h = mpi_ops.grouped_allreduce_async_([a, b], name="g")
+    assert [c["name"] for c in engine.values()] == ["g.0", "g.1"]
+    assert mpi_ops.synchronize(h) == [a, b] and a.tolist() == [2, 2] and b.eq(2).all()
+    t = torch.ones(5, dtype=torch.int64)
+    h = mpi_ops.broadcast_async_(t, 0, name="bc")
+    assert engine[3]["inp"].data_ptr() == t.data_ptr() == engine[3]["out"].data_ptr()
+    assert mpi_ops.synchronize(h) is t
+
+
+def test_requires_grad_tensor_is_detached(engine):
+    w = torch.ones(3, requires_grad=True)
+    mpi_ops.synchronize(mpi_ops.allreduce_async(w, name="w"))
+    (c,) = engine.values()
+    assert not c["inp"].requires_grad and c["inp"].data_ptr() == w.data_ptr()
+
+
+def test_local_errors_send_nothing(engine):
+    with pytest.raises(mpi_ops.BadArgumentError, match="torch.complex64"):
+        mpi_ops.allreduce_async(torch.zeros(2, dtype=torch.complex64))
+    with pytest.raises(ValueError, match="meta"):
+        mpi_ops.broadcast_async_(torch.zeros(2, device="meta"), 0)
+    with pytest.raises(NotImplementedError, match="Adasum"):
+        mpi_ops.allreduce_async_(torch.zeros(2), op=mpi_ops.Adasum)
+    with pytest.raises(ValueError, match="supersedes"):
+        mpi_ops.allreduce_async(torch.zeros(2), average=True, op=mpi_ops.Sum)
+    with pytest.warns(DeprecationWarning, match="op"):
+        mpi_ops.synchronize(mpi_ops.allreduce_async(torch.zeros(2), average=False))
+    assert [c["op"] for c in engine.values()] == [mpi_ops.Sum]
