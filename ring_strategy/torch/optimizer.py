@@ -208,6 +208,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return formed
 
     def _register_hook(self, p: torch.Tensor) -> None:
+        if p not in self._parameter_names:
+            # Added by add_param_group() after wrapping: named by its position,
+            # which every rank agrees on.
+            index = next(i for i, q in enumerate(self._all_parameters()) if q is p)
+            self._parameter_names[p] = f"DistributedOptimizer.allreduce.added.{index}"
         ref = weakref.ref(self)
 
         def hook(param: torch.Tensor) -> None:
@@ -353,7 +358,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if not self._active:
             self._synchronized = True
             return
-        # A parameter that became trainable after construction: hook it from now on.
+        # A parameter that became trainable or joined (add_param_group) after
+        # construction: reduce it from now on.
         for p in self._all_parameters():
             if p.requires_grad and p not in self._hooked:
                 self._register_hook(p)

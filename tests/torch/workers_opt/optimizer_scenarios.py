@@ -339,6 +339,35 @@ def closure():
     check_close(model, ref, tol=1e-4, what="LBFGS closure")
 
 
+def late_parameters():
+    """A param group added after wrapping, and a layer unfrozen after wrapping,
+    are averaged too."""
+    ref = reference()
+    n, r = hvd.size(), hvd.rank()
+    xs, ys = global_data(n * B)
+    for how in ("add_param_group", "unfreeze"):
+        model = make_model()
+        if how == "add_param_group":
+            base = torch.optim.SGD(model[0].parameters(), lr=0.1, momentum=0.9, weight_decay=1e-3)
+        else:
+            for p in model[2].parameters():
+                p.requires_grad_(False)
+            base = make_sgd(model)
+        opt = hvd.DistributedOptimizer(base, named_parameters=model.named_parameters()
+                                       if how == "unfreeze" else model[0].named_parameters())
+        if how == "add_param_group":
+            opt.add_param_group({"params": list(model[2].parameters())})
+        else:
+            for p in model[2].parameters():
+                p.requires_grad_(True)
+        for s in range(STEPS):
+            opt.zero_grad()
+            rows = slice(r * B, (r + 1) * B)
+            F.mse_loss(model(xs[s, rows]), ys[s, rows]).backward()
+            opt.step()
+        check_close(model, ref, what=how)
+
+
 def validation():
     """Bad arguments raise ValueError / NotImplementedError before any communication."""
     model = make_model()
@@ -370,7 +399,7 @@ def validation():
 
 SCENARIOS = {f.__name__: f for f in [
     equivalence, overlap, passes2, predivide, groups, zero_grad_variants, unused_parameters, sparse,
-    compression, clipping_and_state, closure, validation,
+    compression, clipping_and_state, closure, late_parameters, validation,
 ]}
 
 
