@@ -126,8 +126,9 @@ def _my_rows_of(grad: torch.Tensor, rows: int, process_set: ProcessSet) -> torch
 class _Allgather(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name, process_set):
+        out = synchronize(_ops.allgather_async(tensor, name, process_set))  # checks tensor first
         ctx.shape, ctx.process_set = tensor.shape, process_set
-        return synchronize(_ops.allgather_async(tensor, name, process_set))
+        return out
 
     @staticmethod
     def backward(ctx, grad):
@@ -152,8 +153,9 @@ def allgather(tensor: torch.Tensor, name: Optional[str] = None,
 class _GroupedAllgather(torch.autograd.Function):
     @staticmethod
     def forward(ctx, name, process_set, *tensors):
+        outs = synchronize(_ops.grouped_allgather_async(list(tensors), name, process_set))  # checks tensors first
         ctx.shapes, ctx.process_set = [t.shape for t in tensors], process_set
-        return tuple(synchronize(_ops.grouped_allgather_async(list(tensors), name, process_set)))
+        return tuple(outs)
 
     @staticmethod
     def backward(ctx, *grads):

@@ -278,12 +278,14 @@ def _allreduce_group(tensors: Sequence[Any], label: str, name: Optional[str], op
         for b, o, nm in zip(bufs, outs, names)
     ])
 
+    copies = [(t, b) for t, b in zip(tensors, bufs) if inplace and not _same_memory(t, b)]
+
     def finish(_results: list) -> Any:
-        if inplace:
+        if copies:
             with torch.no_grad():
-                for t, b in zip(tensors, bufs):
-                    if not _same_memory(t, b):
-                        t.copy_(b)
+                for t, b in copies:
+                    t.copy_(b)
+        if inplace:
             res = list(tensors)
         else:
             res = outs

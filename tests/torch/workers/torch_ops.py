@@ -352,6 +352,8 @@ def errors():
                  lambda: hvd.broadcast(meta, 0), lambda: hvd.alltoall(meta), lambda: hvd.reducescatter(meta)):
         raises(hvd.BadArgumentError, call, "meta", "CPU")
     raises(hvd.BadArgumentError, lambda: hvd.allreduce([1.0, 2.0]), "torch.Tensor")
+    raises(hvd.BadArgumentError, lambda: hvd.allgather("x"), "torch.Tensor")
+    raises(hvd.BadArgumentError, lambda: hvd.grouped_allgather([x, 3]), "torch.Tensor")
     raises(hvd.BadArgumentError, lambda: hvd.allreduce(torch.ones(2).to_sparse()), "layout")
     # bad root rank
     raises(hvd.BadArgumentError, lambda: hvd.broadcast(x, N))
