@@ -87,10 +87,8 @@ int64_t enqueue(ring::Runtime& rt, int op, const std::string& name, ReadOnlyArra
   check_array(input, args.req, "input");
   args.input = input.data();
   if (output) {
-    if (args.req.op == ring::OpType::Allreduce || args.req.op == ring::OpType::Broadcast) {
-      check_array(*output, args.req, "output");
-    }
     args.output = output->data();
+    args.output_bytes = output->nbytes();
   }
   return rt.enqueue(std::move(args));
 }
@@ -170,7 +168,7 @@ NB_MODULE(_native, m) {
       .def("local_endpoint", &ring::Runtime::local_endpoint)
       .def("connect", &ring::Runtime::connect, "endpoints"_a, nb::call_guard<nb::gil_scoped_release>())
       .def("start", &ring::Runtime::start)
-      .def("enqueue", &enqueue, "op"_a, "name"_a, "input"_a, "output"_a.none(), "dtype"_a, "reduce_op"_a,
+      .def("enqueue", &enqueue, "op"_a, "name"_a, "input"_a.noconvert(), "output"_a.noconvert().none(), "dtype"_a, "reduce_op"_a,
            "root"_a, "prescale"_a, "postscale"_a, "shape"_a, "splits"_a)
       .def("poll", &ring::Runtime::poll, "handle"_a)
       .def("wait", &ring::Runtime::wait, "handle"_a, "timeout"_a = -1.0, nb::call_guard<nb::gil_scoped_release>())

@@ -122,8 +122,31 @@ void Runtime::validate(const Request& q) const {
   }
 }
 
+void Runtime::validate_output(const EnqueueArgs& args) const {
+  const Request& q = args.req;
+  size_t elements = static_cast<size_t>(q.num_elements());
+  switch (q.op) {
+    case OpType::Allreduce:
+    case OpType::Broadcast:
+      break;
+    case OpType::Reducescatter:
+      elements = slice_count(static_cast<size_t>(q.shape[0]), opts_.size, opts_.rank) *
+                 static_cast<size_t>(q.row_elements());
+      break;
+    default:
+      return;  // the engine allocates these outputs
+  }
+  size_t expected = elements * dtype_size(q.dtype);
+  if (args.output && args.output_bytes != expected)
+    throw_error(ErrorKind::BadArgument, std::string(op_type_name(q.op)) + " of tensor '" + q.name + "': output has " +
+                                            std::to_string(args.output_bytes) + " bytes, the result needs " +
+                                            std::to_string(expected));
+}
+
 int64_t Runtime::enqueue(EnqueueArgs args) {
   validate(args.req);
+  validate_output(args);
+  if (args.req.op == OpType::Allgather || args.req.op == OpType::Alltoall) args.output = nullptr;
   std::lock_guard<std::mutex> lock(state_mu_);
   if (state_ == State::Created) throw_error(ErrorKind::Shutdown, "ring is not initialized: call init() first");
   if (state_ == State::Stopped) throw RingError(stop_kind_, stop_reason_);

@@ -51,7 +51,8 @@ struct RuntimeOptions {
 struct EnqueueArgs {
   Request req;
   const void* input = nullptr;
-  void* output = nullptr;
+  void* output = nullptr;  // null: the engine allocates the result
+  size_t output_bytes = 0;  // checked against what the operation writes
 };
 
 class Runtime {
@@ -80,6 +81,7 @@ class Runtime {
 
  private:
   void validate(const Request& req) const;
+  void validate_output(const EnqueueArgs& args) const;
   void loop();
   void coordinator_loop();
   void worker_loop();
