@@ -57,13 +57,7 @@ _TOO_MANY_PASSES = (
 
 
 def _set_size(process_set: Any) -> int:
-    fn = getattr(process_set, "size", None)
-    return int(fn()) if callable(fn) else size()
-
-
-def _set_included(process_set: Any) -> bool:
-    fn = getattr(process_set, "included", None)
-    return bool(fn()) if callable(fn) else True
+    return process_set.size() or size()
 
 
 def _split_list(items: Sequence[Any], n: int) -> List[List[Any]]:
@@ -112,7 +106,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._group_counts: Dict[Tuple[torch.Tensor, ...], int] = {}
         self._ring_groups: List[Tuple[torch.Tensor, ...]] = []
 
-        self._active = _set_included(process_set) and _set_size(process_set) > 1
+        self._active = bool(process_set.included()) and _set_size(process_set) > 1
         if groups is not None:
             self._ring_groups = self._form_groups(groups)
             for group in self._ring_groups:

@@ -28,8 +28,7 @@ _layer_ids = itertools.count()
 
 
 def _set_size(process_set: Any) -> int:
-    fn = getattr(process_set, "size", None)
-    return int(fn()) if callable(fn) else size()
+    return process_set.size() or size()
 
 
 class _SyncBatchNormFunction(torch.autograd.Function):

@@ -6,11 +6,11 @@ Each scenario prints "<rank>: <name> ok" when its checks pass on this rank.
 """
 
 import sys
+import time
 import traceback
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 import ring_strategy.torch as hvd
 
@@ -256,6 +256,7 @@ def main():
     hvd.init()
     failed = False
     for name in sys.argv[1:] or list(SCENARIOS):
+        start = time.perf_counter()
         try:
             SCENARIOS[name]()
         except Exception:
@@ -263,6 +264,7 @@ def main():
             print(f"{hvd.rank()}: {name} FAILED\n{traceback.format_exc()}", flush=True)
         else:
             print(f"{hvd.rank()}: {name} ok", flush=True)
+            print(f"{hvd.rank()}: {name} took {time.perf_counter() - start:.2f} s", flush=True)
     hvd.shutdown()
     sys.exit(1 if failed else 0)
 

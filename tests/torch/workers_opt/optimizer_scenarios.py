@@ -7,6 +7,7 @@ the same model on the concatenated global batch, computed inside every rank.
 """
 
 import sys
+import time
 import traceback
 import warnings
 
@@ -407,6 +408,7 @@ def main():
     hvd.init()
     failed = False
     for name in sys.argv[1:] or list(SCENARIOS):
+        start = time.perf_counter()
         try:
             SCENARIOS[name]()
         except Exception:
@@ -414,6 +416,7 @@ def main():
             print(f"{hvd.rank()}: {name} FAILED\n{traceback.format_exc()}", flush=True)
         else:
             print(f"{hvd.rank()}: {name} ok", flush=True)
+            print(f"{hvd.rank()}: {name} took {time.perf_counter() - start:.2f} s", flush=True)
     hvd.shutdown()
     sys.exit(1 if failed else 0)
 
