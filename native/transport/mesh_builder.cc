@@ -22,6 +22,7 @@
 #include <chrono>
 #include <optional>
 #include <sstream>
+#include <thread>
 #include <utility>
 
 #include "common/error.h"
@@ -134,9 +135,13 @@ std::string format_endpoint(const Endpoint& e) {
 // Parses rank `rank`'s endpoint; throws BadArgument quoting it.
 Endpoint parse_endpoint(const std::string& s, int rank) {
   static const char* kKeys[] = {"rank", "host_id", "hostname", "pid", "addr", "port", "shm"};
-  std::vector<std::string> fields;
-  std::stringstream ss(s);
-  for (std::string f; std::getline(ss, f, ';');) fields.push_back(f);
+  std::vector<std::string> fields(1);
+  for (char c : s) {  // by hand: getline would drop a trailing empty field
+    if (c == ';')
+      fields.emplace_back();
+    else
+      fields.back() += c;
+  }
   if (fields.size() != 8 || fields[0] != "ring1") bad_endpoint(rank, "expected 'ring1;' and 7 fields", s);
   std::string v[7];
   for (int i = 0; i < 7; ++i) {
@@ -162,6 +167,8 @@ bool valid_job_id(const std::string& id) {
     return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
   });
 }
+
+std::string shm_name(const std::string& job_id, int rank) { return "/ring." + job_id + "." + std::to_string(rank); }
 
 std::string local_hostname() {
   char buf[256] = {0};
@@ -209,7 +216,8 @@ struct MeshBuilder::Impl {
 
   std::string make_endpoint();
   void open_shm(int r);
-  std::vector<UniqueFd> connect_tcp(const std::vector<bool>& tcp_peer);
+  std::vector<UniqueFd> connect_tcp(const std::vector<bool>& tcp_peer, double deadline);
+  void wait_shm_attached(const std::vector<bool>& tcp_peer, double deadline);
 };
 
 std::string MeshBuilder::Impl::make_endpoint() {
@@ -222,7 +230,7 @@ std::string MeshBuilder::Impl::make_endpoint() {
     listener = UniqueFd(listen_tcp(opts.bind_host, &e.port));
     e.addr = opts.advertise_host;
     if (!opts.force_tcp) {
-      e.shm = "/ring." + opts.job_id + "." + std::to_string(opts.rank);
+      e.shm = shm_name(opts.job_id, opts.rank);
       own_seg = ShmSegment::create(e.shm, opts.rank, opts.size, opts.shm_ring_bytes);
     }
   }
@@ -243,7 +251,7 @@ void MeshBuilder::Impl::open_shm(int r) {
 
 // Dials every lower TCP peer and accepts every higher one from one poll()
 // loop, so a slow or silent connection never holds up the others.
-std::vector<UniqueFd> MeshBuilder::Impl::connect_tcp(const std::vector<bool>& tcp_peer) {
+std::vector<UniqueFd> MeshBuilder::Impl::connect_tcp(const std::vector<bool>& tcp_peer, double deadline) {
   struct Dial {
     int peer;
     UniqueFd fd;
@@ -251,6 +259,11 @@ std::vector<UniqueFd> MeshBuilder::Impl::connect_tcp(const std::vector<bool>& tc
     std::optional<Handshake> hs;
     double retry_at = 0;
     std::string last_error = "no attempt finished yet";
+    std::string status() const {
+      if (hs) return "connected, but it has not completed the handshake";
+      if (connecting) return "connect() still in progress; last error: " + last_error;
+      return last_error;
+    }
   };
   struct Incoming {
     UniqueFd fd;
@@ -267,7 +280,6 @@ std::vector<UniqueFd> MeshBuilder::Impl::connect_tcp(const std::vector<bool>& tc
     if (r < rank) dials.push_back(Dial{r, UniqueFd(), false, std::nullopt, 0.0});
   }
   std::vector<Incoming> incoming;
-  const double deadline = now_s() + opts.connect_timeout_s;
 
   auto dial_failed = [&](Dial& d, const std::string& why) {
     d.fd.reset();
@@ -287,7 +299,7 @@ std::vector<UniqueFd> MeshBuilder::Impl::connect_tcp(const std::vector<bool>& tc
         os << " rank " << r;
         if (r < rank) {
           for (auto& d : dials)
-            if (d.peer == r) os << " (could not connect to it at " << at(r) << ": " << d.last_error << ");";
+            if (d.peer == r) os << " (could not connect to it at " << at(r) << ": " << d.status() << ");";
         } else {
           os << " (it has not connected to this rank's listener);";
         }
@@ -349,8 +361,10 @@ std::vector<UniqueFd> MeshBuilder::Impl::connect_tcp(const std::vector<bool>& tc
     for (size_t i = 0; i < incoming.size(); ++i) {
       Incoming& in = incoming[i];
       bool keep = now < in.deadline;
+      // Connections accepted in this round have no pollfd yet: just try them.
+      bool ready = base + i >= fds.size() || fds[base + i].revents != 0;
       try {
-        if (keep && fds[base + i].revents && in.hs.advance(in.fd.get())) {
+        if (keep && ready && in.hs.advance(in.fd.get())) {
           int p = in.hs.peer_rank();
           if (tcp_peer[p]) {
             if (result[p].get() < 0) --missing;
@@ -366,6 +380,34 @@ std::vector<UniqueFd> MeshBuilder::Impl::connect_tcp(const std::vector<bool>& tc
     incoming.swap(still);
   }
   return result;
+}
+
+// Waits until every shared-memory peer has mapped our segment, so that when
+// connect() returns the name is no longer needed (as with TCP, where
+// connect() returns once every peer is connected).
+void MeshBuilder::Impl::wait_shm_attached(const std::vector<bool>& tcp_peer, double deadline) {
+  for (;;) {
+    std::vector<int> missing;
+    for (int r = 0; r < opts.size; ++r) {
+      if (r == opts.rank || tcp_peer[r]) continue;
+      auto* ch = static_cast<ShmChannel*>(channels[r].get());
+      if (ch->peer_attached()) continue;
+      try {
+        ch->check_alive();  // a peer that died before attaching fails now, not at the deadline
+      } catch (const RingError& e) {
+        throw_error(ErrorKind::PeerFailure, me() + " lost " + peer_name(r) + " while connecting: " + e.what());
+      }
+      missing.push_back(r);
+    }
+    if (missing.empty()) return;
+    if (now_s() >= deadline) {
+      std::ostringstream os;
+      os << me() << " timed out after " << opts.connect_timeout_s << " s connecting to its peers; still missing:";
+      for (int r : missing) os << " " << peer_name(r) << " (has not opened this rank's shared memory);";
+      throw_error(ErrorKind::Timeout, os.str());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
 }
 
 MeshBuilder::MeshBuilder(MeshOptions opts) : impl_(std::make_unique<Impl>()) {
@@ -395,7 +437,14 @@ void MeshBuilder::connect(const std::vector<std::string>& endpoints) {
   for (int r = 0; r < size; ++r) m.peers.push_back(parse_endpoint(endpoints[r], r));
   std::vector<bool> tcp_peer(size, false);
   for (int r = 0; r < size; ++r) {
-    if (r == rank || m.use_shm(r)) continue;
+    if (r == rank) continue;
+    if (m.use_shm(r)) {
+      // Only ever map a segment of this job: the name is not taken on trust.
+      if (m.peers[r].shm != shm_name(m.opts.job_id, r))
+        throw_error(ErrorKind::BadArgument, "endpoint of rank " + std::to_string(r) + " names shared memory '" +
+                                                m.peers[r].shm + "', expected '" + shm_name(m.opts.job_id, r) + "'");
+      continue;
+    }
     if (m.peers[r].port == 0)
       throw_error(ErrorKind::BadArgument, "endpoint of rank " + std::to_string(r) + " has no TCP listener, but " +
                                               m.me() + " must reach it over TCP");
@@ -405,10 +454,12 @@ void MeshBuilder::connect(const std::vector<std::string>& endpoints) {
   m.channels.resize(size);
   for (int r = 0; r < size; ++r)
     if (r != rank && !tcp_peer[r]) m.open_shm(r);
-  std::vector<UniqueFd> fds = m.connect_tcp(tcp_peer);
+  const double deadline = now_s() + m.opts.connect_timeout_s;
+  std::vector<UniqueFd> fds = m.connect_tcp(tcp_peer, deadline);
   for (int r = 0; r < size; ++r)
     if (tcp_peer[r]) m.channels[r] = std::make_unique<TcpChannel>(fds[r].release());
   m.listener.reset();  // every peer that dials us has done so
+  m.wait_shm_attached(tcp_peer, deadline);
   m.connected = true;
 }
 

@@ -150,6 +150,7 @@ ShmChannel::ShmChannel(std::shared_ptr<ShmSegment> own, std::shared_ptr<ShmSegme
   in_cap_ = own_->ring_bytes();
   in_tail_ = in_->tail.load(std::memory_order_relaxed);
   in_head_seen_ = in_->head.load(std::memory_order_acquire);
+  out_->attached.store(1, std::memory_order_release);
 }
 
 void ShmChannel::fail_closed() { throw_error(ErrorKind::PeerFailure, "peer closed its channel"); }

@@ -9,7 +9,7 @@
 //
 // Segment layout (offsets in bytes):
 //   0                      SegmentHeader (magic, version, rank, size, pid, ring capacity)
-//   kPage                  RingHeader[size]: head | tail | closed, each on its own 128-byte line
+//   kPage                  RingHeader[size]: head | tail | closed+attached, each on its own 128-byte line
 //   data_offset            ring data, one stride (capacity rounded up to a page) per sender
 #pragma once
 
@@ -31,6 +31,7 @@ struct alignas(kShmLine) ShmRingHeader {
   alignas(kShmLine) std::atomic<uint64_t> head{0};  // bytes ever written; producer only
   alignas(kShmLine) std::atomic<uint64_t> tail{0};  // bytes ever consumed; consumer only
   alignas(kShmLine) std::atomic<uint32_t> closed{0};  // producer sets 1: nothing more will come
+  std::atomic<uint32_t> attached{0};  // producer sets 1 once it has mapped the segment
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared-memory rings need lock-free 64-bit atomics");
 
@@ -70,6 +71,8 @@ size_t shm_segment_bytes(int size, size_t ring_bytes);
 class ShmChannel : public Channel {
  public:
   // `own` is this rank's segment, `peer` the segment of rank `peer_rank`.
+  // Marks our ring in the peer's segment as attached, telling the peer it
+  // may unlink the name.
   ShmChannel(std::shared_ptr<ShmSegment> own, std::shared_ptr<ShmSegment> peer, int my_rank, int peer_rank);
 
   // memcpy into the peer's ring up to the wrap point; 0 when full.
@@ -80,6 +83,8 @@ class ShmChannel : public Channel {
   void consume(size_t n) override;
   // Peer process gone or a zombie, or closed with nothing left: PeerFailure.
   void check_alive() override;
+  // The peer has mapped our segment (and made its ShmChannel to us).
+  bool peer_attached() const { return in_->attached.load(std::memory_order_acquire) != 0; }
   void close() override;
 
  private:
