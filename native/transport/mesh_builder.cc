@@ -34,6 +34,7 @@ namespace ring {
 namespace {
 
 constexpr double kRedialSeconds = 0.05;
+constexpr size_t kMaxPendingHandshakes = 64;
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -189,6 +190,189 @@ void validate(const MeshOptions& o) {
   if (!(o.connect_timeout_s > 0)) bad("connect_timeout_s should be > 0");
 }
 
+struct TcpTarget {
+  bool tcp = false;  // false: no TCP connection to this rank
+  std::string addr;
+  int port = 0;
+};
+
+// Dials every lower TCP peer and accepts every higher one from one poll()
+// loop, so a slow, silent or hostile connection never holds up the others.
+// Dials that fail (refused, handshake error) are retried until the deadline;
+// accepted connections that fail the handshake, or do not finish it within
+// kHandshakeTimeoutSeconds, are dropped.
+class TcpConnector {
+ public:
+  TcpConnector(int rank, std::string secret, int listener, std::vector<TcpTarget> targets)
+      : rank_(rank), secret_(std::move(secret)), listener_(listener), targets_(std::move(targets)),
+        result_(targets_.size()) {
+    for (int r = 0; r < static_cast<int>(targets_.size()); ++r) {
+      if (!targets_[r].tcp) continue;
+      ++missing_;
+      if (r < rank_) dials_.emplace_back(r);
+    }
+  }
+
+  // One authenticated socket per TCP peer (index = rank). Throws Timeout at
+  // `deadline`, naming `me` and every peer still missing.
+  std::vector<UniqueFd> run(double deadline, const std::string& me, double timeout_s) {
+    while (missing_ > 0) {
+      if (now_s() >= deadline) timeout(me, timeout_s);
+      start_due_dials();
+      poll_once();
+    }
+    return std::move(result_);
+  }
+
+ private:
+  struct Dial {
+    explicit Dial(int p) : peer(p) {}
+    int peer;
+    UniqueFd fd;
+    bool connecting = false;
+    std::optional<Handshake> hs;
+    double retry_at = 0;
+    std::string last_error = "no attempt finished yet";
+  };
+  struct Incoming {
+    UniqueFd fd;
+    Handshake hs;
+    double deadline;
+  };
+
+  std::string at(int r) const { return targets_[r].addr + ":" + std::to_string(targets_[r].port); }
+
+  void start_due_dials() {
+    double now = now_s();
+    for (auto& d : dials_) {
+      if (result_[d.peer].get() >= 0 || d.fd.get() >= 0 || now < d.retry_at) continue;
+      std::string err;
+      int fd = start_connect(targets_[d.peer].addr, targets_[d.peer].port, &err);
+      if (fd < 0) {
+        failed(d, err);
+      } else {
+        d.fd.reset(fd);
+        d.connecting = true;
+      }
+    }
+  }
+
+  void failed(Dial& d, const std::string& why) {
+    d.fd.reset();
+    d.connecting = false;
+    d.hs.reset();
+    d.last_error = why;
+    d.retry_at = now_s() + kRedialSeconds;
+  }
+
+  // One poll() over the listener, the dials in flight and the handshakes.
+  void poll_once() {
+    std::vector<pollfd> fds;
+    fds.push_back({listener_, POLLIN, 0});
+    for (auto& d : dials_)
+      fds.push_back({d.fd.get(), static_cast<short>(d.connecting ? POLLOUT : d.hs ? d.hs->poll_events() : 0), 0});
+    for (auto& in : incoming_) fds.push_back({in.fd.get(), in.hs.poll_events(), 0});
+    ::poll(fds.data(), fds.size(), 20);  // short: also paces redials and the deadline
+    for (size_t i = 0; i < dials_.size(); ++i)
+      if (fds[1 + i].revents) advance(dials_[i]);
+    std::vector<short> revents;
+    for (size_t i = 1 + dials_.size(); i < fds.size(); ++i) revents.push_back(fds[i].revents);
+    if (fds[0].revents & POLLIN) accept_all(&revents);
+    advance_incoming(revents);
+  }
+
+  void advance(Dial& d) {
+    try {
+      if (d.connecting) {
+        std::string err = finish_connect(d.fd.get());
+        if (!err.empty()) throw HandshakeError(err);
+        d.connecting = false;
+        d.hs = Handshake::connector(secret_, rank_, d.peer);
+      }
+      if (d.hs->advance(d.fd.get())) {
+        result_[d.peer] = std::move(d.fd);
+        d.hs.reset();
+        --missing_;
+      }
+    } catch (const HandshakeError& e) {
+      failed(d, e.what());
+    }
+  }
+
+  // New connections get POLLIN in `revents`: their Hello may be there already.
+  void accept_all(std::vector<short>* revents) {
+    for (;;) {
+      int fd = ::accept4(listener_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) return;
+      if (incoming_.size() >= kMaxPendingHandshakes) {
+        // A flood: evict the oldest. A genuine peer answers within a round
+        // trip, so the oldest pending connection is the likeliest stranger.
+        incoming_.erase(incoming_.begin());
+        revents->erase(revents->begin());
+      }
+      incoming_.push_back(Incoming{UniqueFd(fd), Handshake::acceptor(secret_, rank_, static_cast<int>(targets_.size())),
+                                   now_s() + kHandshakeTimeoutSeconds});
+      revents->push_back(POLLIN);
+    }
+  }
+
+  // Keeps the connections that authenticate; drops strangers (bad bytes,
+  // wrong secret, replay, silence past the limit).
+  void advance_incoming(const std::vector<short>& revents) {
+    double now = now_s();
+    std::vector<Incoming> still;
+    for (size_t i = 0; i < incoming_.size(); ++i) {
+      Incoming& in = incoming_[i];
+      bool keep = now < in.deadline;
+      try {
+        if (keep && revents[i] && in.hs.advance(in.fd.get())) {
+          int p = in.hs.peer_rank();
+          if (targets_[p].tcp) {
+            if (result_[p].get() < 0) --missing_;
+            result_[p] = std::move(in.fd);  // a redial after a lost Ack replaces the first
+          }
+          keep = false;
+        }
+      } catch (const HandshakeError&) {
+        keep = false;
+      }
+      if (keep) still.push_back(std::move(in));
+    }
+    incoming_.swap(still);
+  }
+
+  [[noreturn]] void timeout(const std::string& me, double timeout_s) const {
+    std::ostringstream os;
+    os << me << " timed out after " << timeout_s << " s connecting to its peers; still missing:";
+    for (int r = 0; r < static_cast<int>(targets_.size()); ++r) {
+      if (!targets_[r].tcp || result_[r].get() >= 0) continue;
+      os << " rank " << r;
+      if (r > rank_) {
+        os << " (it has not connected to this rank's listener);";
+        continue;
+      }
+      for (auto& d : dials_) {
+        if (d.peer != r) continue;
+        os << " (could not connect to it at " << at(r) << ": ";
+        if (d.hs)
+          os << "connected, but it has not completed the handshake);";
+        else
+          os << (d.connecting ? "connect() still in progress; last error: " : "") << d.last_error << ");";
+      }
+    }
+    throw_error(ErrorKind::Timeout, os.str());
+  }
+
+  const int rank_;
+  const std::string secret_;
+  const int listener_;
+  const std::vector<TcpTarget> targets_;
+  std::vector<UniqueFd> result_;
+  std::vector<Dial> dials_;
+  std::vector<Incoming> incoming_;
+  int missing_ = 0;
+};
+
 }  // namespace
 
 struct MeshBuilder::Impl {
@@ -249,137 +433,12 @@ void MeshBuilder::Impl::open_shm(int r) {
   channels[r] = std::make_unique<ShmChannel>(own_seg, seg, opts.rank, r);
 }
 
-// Dials every lower TCP peer and accepts every higher one from one poll()
-// loop, so a slow or silent connection never holds up the others.
 std::vector<UniqueFd> MeshBuilder::Impl::connect_tcp(const std::vector<bool>& tcp_peer, double deadline) {
-  struct Dial {
-    int peer;
-    UniqueFd fd;
-    bool connecting = false;
-    std::optional<Handshake> hs;
-    double retry_at = 0;
-    std::string last_error = "no attempt finished yet";
-    std::string status() const {
-      if (hs) return "connected, but it has not completed the handshake";
-      if (connecting) return "connect() still in progress; last error: " + last_error;
-      return last_error;
-    }
-  };
-  struct Incoming {
-    UniqueFd fd;
-    Handshake hs;
-    double deadline;
-  };
-  const int rank = opts.rank, size = opts.size;
-  std::vector<UniqueFd> result(size);
-  std::vector<Dial> dials;
-  int missing = 0;
-  for (int r = 0; r < size; ++r) {
-    if (!tcp_peer[r]) continue;
-    ++missing;
-    if (r < rank) dials.push_back(Dial{r, UniqueFd(), false, std::nullopt, 0.0});
-  }
-  std::vector<Incoming> incoming;
-
-  auto dial_failed = [&](Dial& d, const std::string& why) {
-    d.fd.reset();
-    d.connecting = false;
-    d.hs.reset();
-    d.last_error = why;
-    d.retry_at = now_s() + kRedialSeconds;
-  };
-
-  while (missing > 0) {
-    double now = now_s();
-    if (now >= deadline) {
-      std::ostringstream os;
-      os << me() << " timed out after " << opts.connect_timeout_s << " s connecting to its peers; still missing:";
-      for (int r = 0; r < size; ++r) {
-        if (!tcp_peer[r] || result[r].get() >= 0) continue;
-        os << " rank " << r;
-        if (r < rank) {
-          for (auto& d : dials)
-            if (d.peer == r) os << " (could not connect to it at " << at(r) << ": " << d.status() << ");";
-        } else {
-          os << " (it has not connected to this rank's listener);";
-        }
-      }
-      throw_error(ErrorKind::Timeout, os.str());
-    }
-    // Start the dials that are due.
-    for (auto& d : dials) {
-      if (result[d.peer].get() >= 0 || d.fd.get() >= 0 || now < d.retry_at) continue;
-      std::string err;
-      int fd = start_connect(peers[d.peer].addr, peers[d.peer].port, &err);
-      if (fd < 0) {
-        dial_failed(d, err);
-      } else {
-        d.fd.reset(fd);
-        d.connecting = true;
-      }
-    }
-    // One poll over the listener, the dials in flight and the handshakes.
-    std::vector<pollfd> fds;
-    fds.push_back({listener.get(), POLLIN, 0});
-    for (auto& d : dials)
-      fds.push_back({d.fd.get(), static_cast<short>(d.connecting ? POLLOUT : d.hs ? d.hs->poll_events() : 0), 0});
-    for (auto& in : incoming) fds.push_back({in.fd.get(), in.hs.poll_events(), 0});
-    ::poll(fds.data(), fds.size(), 20);  // short: also paces redials and deadlines
-    now = now_s();
-
-    if (fds[0].revents & POLLIN) {
-      for (;;) {
-        int fd = ::accept4(listener.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) break;
-        incoming.push_back(Incoming{UniqueFd(fd), Handshake::acceptor(opts.secret, rank, size),
-                                    now + kHandshakeTimeoutSeconds});
-      }
-    }
-    for (size_t i = 0; i < dials.size(); ++i) {
-      Dial& d = dials[i];
-      if (d.fd.get() < 0 || fds[1 + i].revents == 0) continue;
-      try {
-        if (d.connecting) {
-          std::string err = finish_connect(d.fd.get());
-          if (!err.empty()) throw HandshakeError(err);
-          d.connecting = false;
-          d.hs = Handshake::connector(opts.secret, rank, d.peer);
-        }
-        if (d.hs->advance(d.fd.get())) {
-          result[d.peer] = std::move(d.fd);
-          d.hs.reset();
-          --missing;
-        }
-      } catch (const HandshakeError& e) {
-        dial_failed(d, e.what());
-      }
-    }
-    // Handshakes of accepted connections: keep the ones that authenticate,
-    // drop strangers (bad bytes, wrong secret, replay, silence past the limit).
-    size_t base = 1 + dials.size();
-    std::vector<Incoming> still;
-    for (size_t i = 0; i < incoming.size(); ++i) {
-      Incoming& in = incoming[i];
-      bool keep = now < in.deadline;
-      // Connections accepted in this round have no pollfd yet: just try them.
-      bool ready = base + i >= fds.size() || fds[base + i].revents != 0;
-      try {
-        if (keep && ready && in.hs.advance(in.fd.get())) {
-          int p = in.hs.peer_rank();
-          if (tcp_peer[p]) {
-            if (result[p].get() < 0) --missing;
-            result[p] = std::move(in.fd);  // a redial after a lost ack replaces the first
-          }
-          keep = false;
-        }
-      } catch (const HandshakeError&) {
-        keep = false;
-      }
-      if (keep) still.push_back(std::move(in));
-    }
-    incoming.swap(still);
-  }
-  return result;
+  std::vector<TcpTarget> targets(opts.size);
+  for (int r = 0; r < opts.size; ++r)
+    if (tcp_peer[r]) targets[r] = TcpTarget{true, peers[r].addr, peers[r].port};
+  TcpConnector c(opts.rank, opts.secret, listener.get(), std::move(targets));
+  return c.run(deadline, me(), opts.connect_timeout_s);
 }
 
 // Waits until every shared-memory peer has mapped our segment, so that when
