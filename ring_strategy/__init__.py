@@ -44,3 +44,17 @@ def __getattr__(name: str):
 
 def __dir__():
     return sorted(set(globals()) | set(_API))
+
+
+def _register_with_lightning() -> None:
+    # Trainer(strategy="ring"): fills pytorch_lightning's and lightning.pytorch's
+    # StrategyRegistry, now or when they are imported. Imports neither torch
+    # nor Lightning (see ring_strategy/lightning/_registration.py).
+    try:
+        from ring_strategy.lightning._registration import install
+    except Exception:  # pragma: no cover - a broken install must not break ring_strategy
+        return
+    install()
+
+
+_register_with_lightning()
