@@ -1,0 +1,237 @@
+"""DistributedOptimizer: data-parallel gradient averaging for any Keras 3 optimizer.
+
+The wrapper is a dynamic subclass of the user's optimizer class, created from
+its config: ``isinstance(opt, keras.optimizers.Adam)`` holds, and
+``get_config()``, ``from_config()`` and the model's ``save()`` behave as the
+plain optimizer's (a saved model loads without ring installed; with
+:func:`load_model` it loads with its optimizer wrapped again).
+
+``apply()`` (which ``apply_gradients()`` and every backend's train step call)
+first averages the gradients over all ranks, then applies them as the wrapped
+optimizer would. The gradients travel in one fused host call per step: they
+are flattened into one buffer per dtype inside the step (graph, jit or eager),
+the buffers are allreduced by the native engine, and the result is split back.
+That host call works inside the compiled train step of every backend: a
+``tf.function`` on TensorFlow, ``jax.jit`` on JAX (an ordered
+``io_callback``), plain tensors on torch.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Tuple, Type
+
+import numpy as np
+
+import keras
+from keras import ops
+
+from keras_callbacks._host import backend, host_call
+from keras_callbacks.compression import Compression, Compressor
+from ring_strategy import ops as ring_ops
+from ring_strategy.basics import size
+from ring_strategy.exceptions import BadArgumentError
+
+__all__ = ["DistributedOptimizer", "load_model"]
+
+_CLASSES: Dict[Tuple, Type] = {}
+
+
+class _DistributedMixin:
+    """Methods placed in front of the user's optimizer class in the MRO.
+
+    Settings live on the dynamic class (``_ring_*``), so ``from_config`` of
+    that class gives a distributed optimizer with the same settings.
+    """
+
+    _ring_compression: Type[Compressor] = Compression.none
+    _ring_op: int = ring_ops.Average
+    _ring_postscale: float = 1.0
+    _ring_name: Optional[str] = None
+
+    def apply(self, grads, trainable_variables=None):
+        grads = list(grads)
+        if grads and size() > 1:
+            grads = self._ring_allreduce(grads)
+        return super().apply(grads, trainable_variables)
+
+    def _ring_allreduce(self, grads: List[Any]) -> List[Any]:
+        """Averages ``grads`` over every rank in one host call (None stays None)."""
+        compression = self._ring_compression
+        present = [i for i, g in enumerate(grads) if g is not None]
+        wire, ctxs, shapes = [], [], []
+        for i in present:
+            g = _dense(grads[i])
+            shapes.append(tuple(g.shape))
+            t, ctx = compression.compress(g)
+            wire.append(t)
+            ctxs.append(ctx)
+        # One flat buffer per wire dtype (normally a single one).
+        groups: Dict[str, List[int]] = {}
+        for k, t in enumerate(wire):
+            groups.setdefault(ops.dtype(t), []).append(k)
+        order = list(groups)
+        flats = [
+            ops.concatenate([ops.reshape(wire[k], (-1,)) for k in groups[d]], axis=0) if len(groups[d]) > 1
+            else ops.reshape(wire[groups[d][0]], (-1,))
+            for d in order
+        ]
+        prefix = f"keras.DistributedOptimizer.{self._ring_name or self.name}"
+        op, post = self._ring_op, self._ring_postscale
+
+        def reduce_on_host(arrays: List[np.ndarray]) -> List[np.ndarray]:
+            handles = [
+                ring_ops.allreduce_async(a, op=op, name=f"{prefix}.{d}", postscale_factor=post)
+                for a, d in zip(arrays, order)
+            ]
+            return [ring_ops.synchronize(h) for h in handles]
+
+        reduced = host_call(reduce_on_host, flats, label="ring_allreduce_gradients")
+        out = list(grads)
+        for d, flat in zip(order, reduced):
+            offset = 0
+            for k in groups[d]:
+                n = int(np.prod(shapes[k], dtype=np.int64))
+                piece = ops.reshape(flat[offset:offset + n], shapes[k])
+                offset += n
+                out[present[k]] = compression.decompress(piece, ctxs[k])
+        return out
+
+
+def _dense(g: Any) -> Any:
+    if backend() == "tensorflow":
+        import tensorflow as tf
+
+        if isinstance(g, tf.IndexedSlices):
+            return tf.convert_to_tensor(g)
+    return g
+
+
+def _distributed_class(base: type, compression: Type[Compressor], op: int, postscale: float,
+                       name: Optional[str]) -> type:
+    """The dynamic subclass of ``base`` with these settings (one per combination)."""
+    key = (base, compression, op, postscale, name)
+    cls = _CLASSES.get(key)
+    if cls is None:
+        cls = type(base.__name__, (_DistributedMixin, base), {
+            "__module__": base.__module__,
+            "__qualname__": base.__qualname__,
+            "__doc__": base.__doc__,
+            "_ring_compression": compression,
+            "_ring_op": op,
+            "_ring_postscale": postscale,
+            "_ring_name": name,
+        })
+        _CLASSES[key] = cls
+    return cls
+
+
+def DistributedOptimizer(
+    optimizer: keras.optimizers.Optimizer,
+    name: Optional[str] = None,
+    compression: Type[Compressor] = Compression.none,
+    backward_passes_per_step: int = 1,
+    average_aggregated_gradients: bool = False,
+    op: int = ring_ops.Average,
+) -> keras.optimizers.Optimizer:
+    """Wraps a Keras 3 optimizer so that gradients are averaged over all ranks.
+
+    Create it before the optimizer is used (it is rebuilt from the optimizer's
+    config; slot variables are not carried over) and pass it to
+    ``model.compile``. On TensorFlow, compile with ``jit_compile=False``
+    (the default on CPU): XLA cannot call out to the engine.
+
+    Args:
+        optimizer: a ``keras.optimizers.Optimizer`` (any subclass).
+        name: prefix of the engine's tensor names; the optimizer's name by default.
+        compression: ``Compression.none`` (default), ``Compression.fp16`` or
+            ``Compression.bf16``: the precision gradients travel in.
+        backward_passes_per_step: number of batches whose gradients are
+            accumulated locally (Keras ``gradient_accumulation_steps``) before
+            the variables are updated. Each batch's gradients are still
+            averaged over the ranks as they arrive.
+        average_aggregated_gradients: with ``backward_passes_per_step > 1``,
+            apply the mean of the accumulated gradients (True) or, as Horovod
+            does by default, their sum (False).
+        op: ``Average`` (default) or ``Sum`` over the ranks.
+
+    Returns:
+        An instance of a subclass of ``type(optimizer)``.
+
+    Example::
+
+        import keras, numpy as np, keras_callbacks as hvd
+        hvd.init()
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+        opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.01 * hvd.size()))
+        model.compile(optimizer=opt, loss="mse")
+        model.fit(np.ones((8, 4)), np.ones((8, 1)), verbose=0)
+    """
+    if not isinstance(optimizer, keras.optimizers.Optimizer):
+        raise BadArgumentError(f"optimizer should be a keras.optimizers.Optimizer. Got: {optimizer!r}")
+    if isinstance(optimizer, _DistributedMixin):
+        raise BadArgumentError(f"optimizer is already a DistributedOptimizer. Got: {optimizer!r}")
+    if not (isinstance(compression, type) and issubclass(compression, Compressor)):
+        raise BadArgumentError(
+            f"compression should be Compression.none, Compression.fp16 or Compression.bf16. Got: {compression!r}"
+        )
+    if isinstance(backward_passes_per_step, bool) or not isinstance(backward_passes_per_step, (int, np.integer)) \
+            or backward_passes_per_step < 1:
+        raise BadArgumentError(f"backward_passes_per_step should be an integer >= 1. Got: {backward_passes_per_step!r}")
+    if not isinstance(average_aggregated_gradients, bool):
+        raise BadArgumentError(f"average_aggregated_gradients should be a bool. Got: {average_aggregated_gradients!r}")
+    if op not in (ring_ops.Average, ring_ops.Sum) or isinstance(op, bool):
+        raise BadArgumentError(f"op should be Average or Sum. Got: {op!r}")
+    if name is not None and (not isinstance(name, str) or not name):
+        raise BadArgumentError(f"name should be a non-empty string. Got: {name!r}")
+    config = optimizer.get_config()
+    postscale = 1.0
+    if backward_passes_per_step > 1:
+        if config.get("gradient_accumulation_steps"):
+            raise BadArgumentError(
+                "set either the optimizer's gradient_accumulation_steps or backward_passes_per_step, not both. "
+                f"Got: gradient_accumulation_steps={config['gradient_accumulation_steps']!r}"
+            )
+        config["gradient_accumulation_steps"] = int(backward_passes_per_step)
+        if not average_aggregated_gradients:
+            # Keras applies the mean of the accumulated gradients; Horovod their sum.
+            postscale = float(backward_passes_per_step)
+    cls = _distributed_class(type(optimizer), compression, int(op), postscale, name)
+    return cls.from_config(config)
+
+
+def _optimizer_classes() -> Dict[str, type]:
+    found = {}
+    for attr in dir(keras.optimizers):
+        value = getattr(keras.optimizers, attr)
+        if isinstance(value, type) and issubclass(value, keras.optimizers.Optimizer):
+            found[value.__name__] = value
+    return found
+
+
+def load_model(
+    filepath: Any,
+    custom_optimizers: Optional[List[type]] = None,
+    custom_objects: Optional[Dict[str, Any]] = None,
+    compression: Type[Compressor] = Compression.none,
+    **kwargs: Any,
+) -> keras.Model:
+    """``keras.models.load_model`` with the model's optimizer wrapped in a
+    :func:`DistributedOptimizer` (its saved state restored).
+
+    Args:
+        filepath: the ``.keras`` file.
+        custom_optimizers: optimizer classes of your own that the model may use.
+        custom_objects: passed on to ``keras.models.load_model``.
+        compression: the wrapped optimizer's compression.
+        **kwargs: passed on to ``keras.models.load_model``.
+
+    Example::
+
+        model = keras_callbacks.load_model("model.keras")
+    """
+    classes = _optimizer_classes()
+    for cls in custom_optimizers or []:
+        classes[cls.__name__] = cls
+    objects = {name: _distributed_class(cls, compression, ring_ops.Average, 1.0, None) for name, cls in classes.items()}
+    objects.update(custom_objects or {})
+    return keras.models.load_model(filepath, custom_objects=objects, **kwargs)

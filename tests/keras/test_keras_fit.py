@@ -1,0 +1,77 @@
+"""keras_callbacks on two real workers (ringrun -np 2), once per Keras backend.
+
+One ringrun per backend runs every check of workers/fit_worker.py (importing
+TensorFlow or JAX is the slow part); each test then looks for its
+"<rank>: <check> ok" line on both ranks. The worker's rank 0 compares the
+distributed fit with a single-process fit on the global batch.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).parent
+REPO = HERE.parents[1]
+WORKER = HERE / "workers" / "fit_worker.py"
+BACKENDS = ["tensorflow", "jax", "torch"]
+CHECKS = ["config", "fit", "schedule", "save_load", "compression", "validation"]
+_runs: dict = {}
+
+
+def _run(backend: str, tmp_dir: Path, timeout: float = 240) -> str:
+    """Output of the worker under ringrun -np 2 with this backend (run once)."""
+    if backend not in _runs:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RING_")}
+        env.update(KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="2", OMP_NUM_THREADS="1")
+        env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        out_dir = tmp_dir / backend
+        out_dir.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, "-m", "ring_strategy.runner.launch", "-np", "2", sys.executable, str(WORKER), str(out_dir)]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=env, cwd=str(REPO), text=True, errors="replace")
+        try:
+            out, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGTERM)  # ringrun stops its workers
+            out, _ = proc.communicate()
+            out += f"\n[timed out after {timeout:g} s]"
+        _runs[backend] = f"[ringrun exit code {proc.returncode}]\n{out}"
+    return _runs[backend]
+
+
+@pytest.fixture(scope="module")
+def out_root(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("keras")
+
+
+@pytest.mark.parametrize("check", CHECKS)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_check(backend, check, out_root):
+    out = _run(backend, out_root)
+    for rank in range(2):
+        assert re.search(rf"^(\[{rank}\] )?{rank}: {check} ok\b", out, re.M), f"{backend}/{check}:\n{out[-8000:]}"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_matches_single_process_reference(backend, out_root):
+    out = _run(backend, out_root)
+    assert re.search(r"^(\[0\] )?0: reference ok", out, re.M), out[-8000:]
+
+
+def test_tensorflow_jit_compile_gives_clear_error(out_root):
+    out = _run("tensorflow", out_root)
+    for rank in range(2):
+        assert re.search(rf"^(\[{rank}\] )?{rank}: jit_compile error ok$", out, re.M), out[-8000:]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_exit_code(backend, out_root):
+    out = _run(backend, out_root)
+    assert out.startswith("[ringrun exit code 0]"), out[-8000:]

@@ -1,0 +1,183 @@
+"""Keras data-parallel training checks, run under ringrun -np 2 with the
+backend chosen by KERAS_BACKEND. Prints "<rank>: <check> ok" for each check.
+Rank 0 also trains the single-process reference on the global batch and
+compares. OUT_DIR holds the saved model.
+
+Usage: fit_worker.py OUT_DIR
+"""
+
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+import keras
+import keras_callbacks as hvd
+
+GLOBAL_BATCH = 8
+EPOCHS = 4
+WARMUP = 2
+LR = 0.05
+SAMPLES = 64
+
+
+def make_model(seed):
+    keras.utils.set_random_seed(seed)
+    return keras.Sequential([
+        keras.Input((5,)),
+        keras.layers.Dense(8, activation="tanh"),
+        keras.layers.Dense(1),
+    ])
+
+
+def data():
+    rng = np.random.default_rng(123)
+    x = rng.standard_normal((SAMPLES, 5)).astype("float32")
+    y = (x @ rng.standard_normal((5, 1)) + 0.1).astype("float32")
+    return x, y
+
+
+class LrRecorder(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.lrs = []
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.lrs.append(float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate)))
+
+
+def log(msg):
+    print(f"{hvd.rank()}: {msg}", flush=True)
+
+
+def main(out_dir):
+    t0 = time.time()
+    hvd.init()
+    r, n = hvd.rank(), hvd.size()
+    # Ranks start from different weights; BroadcastGlobalVariablesCallback
+    # must make them rank 0's (seed 1, the reference's seed).
+    model = make_model(seed=1 + r)
+    base = keras.optimizers.SGD(LR, momentum=0.9)
+    opt = hvd.DistributedOptimizer(base)
+    assert isinstance(opt, keras.optimizers.SGD), type(opt).__mro__
+    clone = type(opt).from_config(opt.get_config())
+    assert type(clone) is type(opt) and clone.get_config() == opt.get_config()
+    assert opt.get_config() == base.get_config()
+    log("config ok")
+    model.compile(optimizer=opt, loss="mse", jit_compile=False)
+
+    x, y = data()
+    xs, ys = hvd.shard((x, y))
+    assert len(xs) == SAMPLES // n and np.array_equal(xs[0], x[r])
+    recorder = LrRecorder()
+    callbacks = [hvd.BroadcastGlobalVariablesCallback(0), hvd.MetricAverageCallback(),
+                 hvd.LearningRateWarmupCallback(LR, warmup_epochs=WARMUP, verbose=1),
+                 hvd.LearningRateScheduleCallback(LR, 0.5, start_epoch=WARMUP + 1), recorder]
+    t_fit = time.time()
+    history = model.fit(xs, ys, batch_size=GLOBAL_BATCH // n, epochs=EPOCHS, shuffle=False, verbose=0,
+                        callbacks=callbacks)
+    fit_s = time.time() - t_fit
+    weights = [np.asarray(w) for w in model.get_weights()]
+    flat = np.concatenate([w.ravel() for w in weights])
+    gathered = hvd.allgather(flat[None])
+    assert all(np.array_equal(gathered[0], g) for g in gathered), "replicas differ"
+    log(f"fit ok ({fit_s:.1f} s)")
+
+    # Warmup from LR / size to LR over WARMUP epochs, per batch; then halved.
+    steps = SAMPLES // GLOBAL_BATCH
+    expected = [LR / n * ((e + b / steps) * (n - 1) / WARMUP + 1) if e < WARMUP else LR * (0.5 if e > WARMUP else 1)
+                for e in range(EPOCHS) for b in range(steps)]
+    np.testing.assert_allclose(recorder.lrs, expected, rtol=1e-6)
+    losses = np.array(history.history["loss"])
+    gathered = hvd.allgather(losses[None])
+    assert all(np.array_equal(gathered[0], g) for g in gathered), gathered
+    log("schedule ok")
+
+    # The single-process reference on the global batch: plain optimizer, rank
+    # 0's initial weights, the same learning rates as explicit schedules.
+    if r == 0:
+        ref = make_model(seed=1)
+        ref.compile(optimizer=keras.optimizers.SGD(LR, momentum=0.9), loss="mse", jit_compile=False)
+        ref_schedule = [
+            hvd.LearningRateScheduleCallback(LR, lambda e: 1 / n * (e * (n - 1) / WARMUP + 1), end_epoch=WARMUP,
+                                             staircase=False),
+            # The warmup sets LR itself at its end, without momentum correction.
+            hvd.LearningRateScheduleCallback(LR, 1.0, start_epoch=WARMUP, end_epoch=WARMUP + 1,
+                                             momentum_correction=False),
+            hvd.LearningRateScheduleCallback(LR, 0.5, start_epoch=WARMUP + 1),
+        ]
+        ref_history = ref.fit(x, y, batch_size=GLOBAL_BATCH, epochs=EPOCHS, shuffle=False, verbose=0,
+                              callbacks=ref_schedule)
+        diff = max(np.abs(a - np.asarray(b)).max() for a, b in zip(weights, ref.get_weights()))
+        loss_diff = np.abs(losses - np.array(ref_history.history["loss"])).max()
+        assert diff < 1e-5 and loss_diff < 1e-5, (diff, loss_diff)
+        log(f"reference ok (max weight diff {diff:.2g}, max loss diff {loss_diff:.2g})")
+
+    # Save and load: the optimizer comes back wrapped, with its state.
+    path = os.path.join(out_dir, "model.keras")
+    if r == 0:
+        model.save(path)
+    hvd.barrier()
+    loaded = hvd.load_model(path)
+    lopt = loaded.optimizer
+    assert isinstance(lopt, keras.optimizers.SGD) and type(lopt).__mro__[1].__name__ == "_DistributedMixin", \
+        type(lopt).__mro__
+    for a, b in zip(lopt.variables, model.optimizer.variables):
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(a), keras.ops.convert_to_numpy(b), rtol=1e-6)
+    plain = keras.models.load_model(path)
+    assert isinstance(plain.optimizer, keras.optimizers.SGD), type(plain.optimizer)
+    assert "_DistributedMixin" not in str(type(plain.optimizer).__mro__), type(plain.optimizer).__mro__
+    loaded.fit(xs, ys, batch_size=GLOBAL_BATCH // n, epochs=1, shuffle=False, verbose=0)
+    flat = np.concatenate([np.asarray(w).ravel() for w in loaded.get_weights()])
+    gathered = hvd.allgather(flat[None])
+    assert np.array_equal(gathered[0], gathered[-1])
+    log("save_load ok")
+
+    # Compression: bf16 on the wire still keeps replicas identical.
+    model2 = make_model(seed=7)
+    model2.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.Adam(0.01), compression=hvd.Compression.bf16,
+                                                      backward_passes_per_step=2, average_aggregated_gradients=True),
+                   loss="mse")
+    model2.fit(xs, ys, batch_size=4, epochs=1, shuffle=False, verbose=0,
+               callbacks=[hvd.BroadcastGlobalVariablesCallback(0)])
+    flat = np.concatenate([np.asarray(w).ravel() for w in model2.get_weights()])
+    gathered = hvd.allgather(flat[None])
+    assert np.array_equal(gathered[0], gathered[-1])
+    log("compression ok")
+
+    # Validation quotes the bad value.
+    for call, text in [
+        (lambda: hvd.LearningRateWarmupCallback("abc"), "should be a float. Got: 'abc'"),
+        (lambda: hvd.LearningRateScheduleCallback(0.1, "x"), "should be a float. Got: 'x'"),
+        (lambda: hvd.LearningRateWarmupCallback(0.1, warmup_epochs=0), "Got: 0"),
+        (lambda: hvd.BroadcastGlobalVariablesCallback(-1), "Got: -1"),
+        (lambda: hvd.DistributedOptimizer("sgd"), "Got: 'sgd'"),
+        (lambda: hvd.DistributedOptimizer(keras.optimizers.SGD(), backward_passes_per_step=0), "Got: 0"),
+        (lambda: hvd.shard("abc"), "Got: 'str'"),
+    ]:
+        try:
+            call()
+        except ValueError as e:
+            assert text in str(e), (text, str(e))
+        else:
+            raise AssertionError(f"no error for {text}")
+    log("validation ok")
+
+    if keras.backend.backend() == "tensorflow" and n > 1:
+        model3 = make_model(seed=3)
+        model3.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.01)), loss="mse", jit_compile=True)
+        try:
+            model3.fit(xs, ys, batch_size=4, epochs=1, verbose=0)
+        except Exception as e:  # noqa: BLE001
+            assert "jit_compile=False" in str(e), str(e)[-2000:]
+        else:
+            raise AssertionError("jit_compile=True trained without an error")
+        log("jit_compile error ok")
+    log(f"total {time.time() - t0:.1f} s")
+    hvd.shutdown()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
