@@ -59,7 +59,8 @@ struct TestJob {
   std::vector<std::string> endpoints;
   std::vector<std::exception_ptr> errors;
 
-  TestJob(int n, bool tcp, double timeout_s = 10, std::vector<std::string> host_ids = {}) : errors(n) {
+  TestJob(int n, bool tcp, double timeout_s = 10, std::vector<std::string> host_ids = {}, size_t ring_bytes = 100003)
+      : errors(n) {
     for (int r = 0; r < n; ++r) {
       MeshOptions o;
       o.rank = r;
@@ -68,7 +69,7 @@ struct TestJob {
       o.job_id = job_id;
       o.host_id = host_ids.empty() ? "h" : host_ids[r];
       o.force_tcp = tcp;
-      o.shm_ring_bytes = 100003;
+      o.shm_ring_bytes = ring_bytes;
       o.connect_timeout_s = timeout_s;
       builders.push_back(std::make_unique<MeshBuilder>(o));
       endpoints.push_back(builders.back()->local_endpoint());
@@ -259,6 +260,20 @@ TEST(shm_and_tcp_ring_and_all_pairs) {
       ring_test::run_ranks(meshes, exercise_mesh);
     }
   }
+}
+
+TEST(shm_tiny_odd_ring_wraps_correctly) {
+  // 67-byte rings: every message wraps many times, at every offset.
+  TestJob job(3, false, 10, {}, 67);
+  auto meshes = job.connect_all();
+  ring_test::run_ranks(meshes, [](Mesh& m) {
+    int n = m.size(), r = m.rank(), right = (r + 1) % n, left = (r + n - 1) % n;
+    for (size_t len : {size_t(1), size_t(66), size_t(67), size_t(68), size_t(100001)}) {
+      std::vector<uint8_t> out = message(r, right, len), in(len);
+      m.sendrecv(right, out.data(), len, left, in.data(), len);
+      CHECK(in == message(left, r, len));
+    }
+  });
 }
 
 TEST(mixed_hosts_use_shm_within_and_tcp_across) {

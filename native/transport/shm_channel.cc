@@ -140,6 +140,11 @@ void ShmSegment::unlink() {
 ShmChannel::ShmChannel(std::shared_ptr<ShmSegment> own, std::shared_ptr<ShmSegment> peer, int my_rank, int peer_rank)
     : own_(std::move(own)), peer_(std::move(peer)) {
   peer_pid_ = peer_->pid();
+  // The peer published its endpoint moments ago, so a pid that already
+  // looks dead most likely lives in another pid namespace (shared /dev/shm,
+  // separate pids). Watching it would report a live peer as dead: rely on
+  // the closed flag and the Mesh timeout instead.
+  if (peer_pid_ > 0 && peer_pid_ != static_cast<int>(::getpid()) && process_exited(peer_pid_)) peer_pid_ = -1;
   out_ = peer_->ring(my_rank);
   out_data_ = peer_->data(my_rank);
   out_cap_ = peer_->ring_bytes();
@@ -204,7 +209,7 @@ void ShmChannel::check_alive() {
   if (in_->closed.load(std::memory_order_acquire) && in_->head.load(std::memory_order_acquire) == in_tail_)
     fail_closed();
   // Ranks run as threads of one process in tests: our own pid is alive.
-  if (peer_pid_ != static_cast<int>(::getpid()) && process_exited(peer_pid_))
+  if (peer_pid_ > 0 && peer_pid_ != static_cast<int>(::getpid()) && process_exited(peer_pid_))
     throw_error(ErrorKind::PeerFailure, "process " + std::to_string(peer_pid_) + " exited");
 }
 

@@ -82,6 +82,8 @@ class ShmChannel : public Channel {
   std::pair<const uint8_t*, size_t> peek(size_t max) override;
   void consume(size_t n) override;
   // Peer process gone or a zombie, or closed with nothing left: PeerFailure.
+  // (The pid is not watched when it was invisible at attach time, e.g. a
+  // peer in another pid namespace.)
   void check_alive() override;
   // The peer has mapped our segment (and made its ShmChannel to us).
   bool peer_attached() const { return in_->attached.load(std::memory_order_acquire) != 0; }
