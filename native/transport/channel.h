@@ -38,7 +38,8 @@ class Channel {
   // gone, socket closed). Cheap enough to call every few milliseconds.
   virtual void check_alive() {}
 
-  // Tells the peer that no more bytes will come; idempotent, never throws.
+  // Closes the channel in both directions: the peer reads what was already
+  // sent, then gets PeerFailure; its writes fail too. Idempotent, never throws.
   virtual void close() = 0;
 };
 

@@ -4,8 +4,10 @@
 //
 //   MeshBuilder b(opts);
 //   std::string mine = b.local_endpoint();   // publish under this rank
-//   b.connect(all_endpoints);                // all ranks' strings, by rank
-//   (barrier: every rank has connected)
+//   b.connect(all_endpoints);                // all ranks' strings, by rank;
+//                                            // returns once every peer is
+//                                            // connected (shm: has attached)
+//   (barrier: recommended, no longer needed for safety)
 //   b.finalize();                            // unlink shared-memory names
 //   std::unique_ptr<Mesh> mesh = b.build();
 //
