@@ -58,18 +58,18 @@ def _as_array(x: Any) -> np.ndarray:
 
 
 def _dtype_code(arr: np.ndarray) -> int:
+    code = _DTYPE_CODES.get(arr.dtype)  # fast path: a dict hit, no dtype.name
+    if code is not None:
+        return code
     if arr.dtype.name == "bfloat16":
         return _BFLOAT16
-    code = _DTYPE_CODES.get(arr.dtype)
-    if code is None:
-        supported = ", ".join(_native.DTYPES)
-        raise BadArgumentError(f"dtype should be one of {supported}. Got: '{arr.dtype}'")
-    return code
+    supported = ", ".join(_native.DTYPES)
+    raise BadArgumentError(f"dtype should be one of {supported}. Got: '{arr.dtype}'")
 
 
-def _raw(arr: np.ndarray) -> np.ndarray:
+def _raw(arr: np.ndarray, code: int) -> np.ndarray:
     """The array as the engine sees it (bfloat16 travels as uint16 bits)."""
-    return arr.view(np.uint16) if arr.dtype.name == "bfloat16" else arr
+    return arr.view(np.uint16) if code == _BFLOAT16 else arr
 
 
 def _submit(
@@ -85,8 +85,9 @@ def _submit(
     postscale: float = 1.0,
     splits: Sequence[int] = (),
 ) -> Handle:
+    code = _dtype_code(arr)
     h = _frontend.enqueue(
-        kind, _frontend.auto_name(label, name), _raw(arr), None if out is None else _raw(out), _dtype_code(arr),
+        kind, _frontend.auto_name(label, name), _raw(arr, code), None if out is None else _raw(out, code), code,
         arr.shape, op=op, root=root, prescale=prescale, postscale=postscale, splits=splits,
     )
     return Handle(h, (arr, out), finish)
