@@ -35,19 +35,9 @@ def backend() -> str:
 
 
 def _tf_in_xla() -> bool:
-    import tensorflow as tf
-    from tensorflow.python.ops import control_flow_util
+    from ring_strategy.tensorflow.mpi_ops import in_xla_context
 
-    graph = tf.compat.v1.get_default_graph()
-    if control_flow_util.GraphOrParentsInXlaContext(graph):
-        return True
-    # tf.function(jit_compile=True) marks its FuncGraph (and the graphs nested in it).
-    while graph is not None:
-        attrs = getattr(graph, "_attributes", None) or {}
-        if getattr(graph, "_xla_compile", False) or "_XlaMustCompile" in attrs:
-            return True
-        graph = getattr(graph, "outer_graph", None)
-    return False
+    return in_xla_context()
 
 
 def host_call(fn: Callable[[List[np.ndarray]], List[np.ndarray]], tensors: Sequence, label: str = "ring") -> list:

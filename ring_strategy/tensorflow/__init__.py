@@ -1,0 +1,54 @@
+"""Horovod-compatible TensorFlow API: replace ``import horovod.tensorflow as hvd``
+with ``import ring_strategy.tensorflow as hvd``.
+
+Collectives work on tf tensors eagerly and inside ``tf.function`` (not under
+XLA, ``jit_compile=True``). For Keras' ``model.fit`` use ``keras_callbacks``.
+
+Example::
+
+    import tensorflow as tf
+    import ring_strategy.tensorflow as hvd
+
+    hvd.init()
+    total = hvd.allreduce(tf.ones(3), op=hvd.Sum)  # [size, size, size]
+
+Run it with ``ringrun -np 2 python script.py``.
+"""
+
+from ring_strategy.exceptions import (
+    BadArgumentError,
+    MismatchError,
+    PeerFailureError,
+    RingError,
+    RingTimeoutError,
+    ShutdownError,
+)
+from ring_strategy.tensorflow.compression import Compression
+from ring_strategy.tensorflow.functions import allgather_object, broadcast_object, broadcast_variables
+from ring_strategy.tensorflow.gradient_tape import DistributedGradientTape
+from ring_strategy.tensorflow.mpi_ops import (
+    Adasum,
+    Average,
+    Max,
+    Min,
+    Product,
+    ProcessSet,
+    Sum,
+    allgather,
+    allreduce,
+    alltoall,
+    barrier,
+    broadcast,
+    cross_rank,
+    cross_size,
+    global_process_set,
+    grouped_allreduce,
+    init,
+    is_initialized,
+    local_rank,
+    local_size,
+    rank,
+    reducescatter,
+    shutdown,
+    size,
+)

@@ -1,0 +1,411 @@
+"""Horovod-compatible collectives on TensorFlow tensors.
+
+Every operation works eagerly and inside ``tf.function``. Eagerly, the
+tensor is handed to the engine as a numpy view; in a graph, the operation is
+a stateful ``tf.numpy_function``, so ``tf.function``'s automatic control
+dependencies run the collectives of one function in program order on every
+rank. Graph ops take their default engine name from the graph's unique op
+names (``"tf.allreduce_1"``), which do not depend on how often a function was
+traced. XLA cannot compile these ops: call them outside ``jit_compile=True``.
+
+Each op has a gradient, as in Horovod: an allreduce's gradient is the same
+allreduce of the incoming gradient, an allgather's the summed gradient's rows
+of this rank, a broadcast's the summed gradient on the root (zero elsewhere),
+an alltoall's the reverse alltoall, a reducescatter's an allgather.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Callable, List, Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from ring_strategy import _frontend
+from ring_strategy import ops as _np
+from ring_strategy.basics import (  # noqa: F401  (re-exported)
+    cross_rank,
+    cross_size,
+    init,
+    is_initialized,
+    local_rank,
+    local_size,
+    rank,
+    shutdown,
+    size,
+)
+from ring_strategy.exceptions import BadArgumentError
+from ring_strategy.tensorflow.compression import Compression
+
+# AutoGraph must not rewrite these functions when a tf.function calls them:
+# they hold no tensor-dependent Python control flow, and converting them
+# costs a second of tracing per call site.
+_do_not_convert = tf.autograph.experimental.do_not_convert
+
+Sum = _np.Sum
+Average = _np.Average
+Min = _np.Min
+Max = _np.Max
+Product = _np.Product
+# Accepted as a name so Horovod scripts import; using it raises NotImplementedError.
+Adasum = max(_frontend.REDUCE_OPS.values()) + 100
+
+_XLA_ERROR = (
+    "ring's TensorFlow collectives cannot run inside XLA-compiled code (jit_compile=True): the tensors leave "
+    "the graph to reach the engine. Use jit_compile=False (with Keras: model.compile(..., jit_compile=False))."
+)
+
+
+# ---------------------------------------------------------------- process sets
+class ProcessSet:
+    """The ranks an operation runs on, as in Horovod. Only the global set
+    (every rank) is supported for now; any other set raises NotImplementedError.
+
+    Args:
+        ranks: the ranks of the set.
+    """
+
+    def __init__(self, ranks: Sequence[int]):
+        self._ranks: Optional[List[int]] = sorted(set(int(r) for r in ranks))
+        self.process_set_id: Optional[int] = None
+
+    @property
+    def ranks(self) -> Optional[List[int]]:
+        return self._ranks
+
+    def __repr__(self) -> str:
+        return f"ProcessSet(process_set_id={self.process_set_id}, ranks={self.ranks})"
+
+
+class _GlobalProcessSet(ProcessSet):
+    def __init__(self) -> None:
+        self._ranks = None
+        self.process_set_id = 0
+
+    @property
+    def ranks(self) -> Optional[List[int]]:
+        return list(range(size())) if is_initialized() else None
+
+    def __repr__(self) -> str:
+        return "global_process_set"
+
+
+global_process_set: ProcessSet = _GlobalProcessSet()
+
+
+def _check_process_set(process_set: Any) -> None:
+    if process_set is global_process_set:
+        return
+    if not isinstance(process_set, ProcessSet):
+        raise BadArgumentError(f"process_set should be a ProcessSet. Got: {process_set!r}")
+    if process_set.ranks != list(range(size())):
+        raise NotImplementedError(f"ring supports only the global process set for now; {process_set!r} is not every rank")
+
+
+# ---------------------------------------------------------------- helpers
+def handle_average_backwards_compatibility(op: Optional[int], average: Optional[bool]) -> int:
+    """Resolves Horovod's deprecated ``average=`` flag against ``op``."""
+    if op is not None:
+        if average is not None:
+            raise BadArgumentError("The op parameter supersedes average. Please provide only one of them.")
+        return op
+    if average is not None:
+        warnings.warn("Parameter `average` has been replaced with `op` and will be removed in a future version",
+                      DeprecationWarning, stacklevel=3)
+        return Average if average else Sum
+    return Average
+
+
+def _check_op(op: Any) -> int:
+    if op == Adasum and not isinstance(op, bool):
+        raise NotImplementedError("op=Adasum is not implemented in ring yet; use op=Average (the default) or op=Sum")
+    return _frontend.check_op(op)
+
+
+def in_xla_context() -> bool:
+    """True while building a graph that XLA will compile (``jit_compile=True``)."""
+    from tensorflow.python.ops import control_flow_util
+
+    graph = tf.compat.v1.get_default_graph()
+    if control_flow_util.GraphOrParentsInXlaContext(graph):
+        return True
+    while graph is not None:
+        if getattr(graph, "_xla_compile", False):
+            return True
+        graph = getattr(graph, "outer_graph", None)
+    return False
+
+
+def _op_name(label: str, name: Optional[str]) -> str:
+    if name is not None:
+        return _frontend.auto_name(label, name)
+    if tf.executing_eagerly():
+        return _frontend.auto_name(label, None)
+    return "tf." + tf.compat.v1.get_default_graph().unique_name(label)
+
+
+@_do_not_convert
+def host_call(fn: Callable[[List[np.ndarray]], List[np.ndarray]], inputs: Sequence[tf.Tensor],
+              out_dtypes: Sequence[tf.DType], out_shapes: Sequence[Any], label: str) -> List[tf.Tensor]:
+    """``fn`` (numpy arrays in, numpy arrays out) on ``inputs``: called at once
+    in eager mode, as a stateful ``tf.numpy_function`` in a graph."""
+    if tf.executing_eagerly():
+        outs = fn([t.numpy() for t in inputs])
+        return [tf.convert_to_tensor(o, dtype=d) for o, d in zip(outs, out_dtypes)]
+    if in_xla_context():
+        raise RuntimeError(_XLA_ERROR)
+    outs = tf.numpy_function(lambda *arrays: list(fn(list(arrays))), list(inputs), list(out_dtypes),
+                             stateful=True, name=label)
+    if not isinstance(outs, (list, tuple)):
+        outs = [outs]
+    for o, s in zip(outs, out_shapes):
+        o.set_shape(s)
+    return list(outs)
+
+
+def _tensor(x: Any, what: str = "tensor") -> tf.Tensor:
+    if isinstance(x, tf.IndexedSlices):
+        return x
+    try:
+        return tf.convert_to_tensor(x)
+    except (TypeError, ValueError) as e:
+        raise BadArgumentError(f"{what} should be a tf.Tensor. Got: {type(x).__name__}") from e
+
+
+# ---------------------------------------------------------------- allreduce
+def _allreduce(x: tf.Tensor, op: int, prescale: float, postscale: float, name: Optional[str]) -> tf.Tensor:
+    return _grouped([x], op, prescale, postscale, name, "allreduce")[0]
+
+
+def _grouped(xs: List[tf.Tensor], op: int, prescale: float, postscale: float, name: Optional[str],
+             label: str) -> List[tf.Tensor]:
+    name = _op_name(label, name)
+    single = len(xs) == 1
+
+    def reduce(arrays):
+        handles = [_np.allreduce_async(a, op, name if single else f"{name}.{i}", prescale, postscale)
+                   for i, a in enumerate(arrays)]
+        return [_np.synchronize(h) for h in handles]
+
+    @tf.custom_gradient
+    def forward(*inputs):
+        outs = host_call(reduce, inputs, [t.dtype for t in inputs], [t.shape for t in inputs],
+                         "RingAllreduce" if single else "RingGroupedAllreduce")
+
+        def grad(*dys):
+            if op not in (Sum, Average):
+                return [None] * len(dys)
+            dys = [tf.zeros_like(x) if d is None else tf.convert_to_tensor(d) for d, x in zip(dys, inputs)]
+            return _grouped(dys, op, prescale, postscale, None, label)
+
+        return outs, grad
+
+    return list(forward(*xs))
+
+
+@_do_not_convert
+def allreduce(tensor: Any, average: Optional[bool] = None, device_dense: str = "", device_sparse: str = "",
+              compression: Any = Compression.none, op: Optional[int] = None, prescale_factor: float = 1.0,
+              postscale_factor: float = 1.0, name: Optional[str] = None,
+              process_set: ProcessSet = global_process_set, ignore_name_scope: bool = False) -> Any:
+    """Reduces ``tensor`` over all ranks (Average by default).
+
+    Args:
+        tensor: a tf.Tensor of the same shape and dtype on every rank, or a
+            ``tf.IndexedSlices`` (its values and indices are allgathered).
+        average: deprecated; use ``op``.
+        device_dense, device_sparse: accepted for Horovod compatibility (CPU only).
+        compression: ``Compression.none``, ``fp16`` or ``bf16``.
+        op: Average (default), Sum, Min, Max or Product.
+        prescale_factor, postscale_factor: multiply the input before and the
+            result after the reduction.
+        name: the engine's name for the tensor, the same on every rank.
+        process_set: only the global set is supported.
+        ignore_name_scope: accepted for Horovod compatibility.
+
+    Returns:
+        The reduced tensor (or IndexedSlices), identical on every rank.
+    """
+    op = _check_op(handle_average_backwards_compatibility(op, average))
+    _check_process_set(process_set)
+    tensor = _tensor(tensor)
+    if isinstance(tensor, tf.IndexedSlices):
+        if op not in (Sum, Average):
+            raise NotImplementedError(f"allreduce of IndexedSlices supports op=Sum or Average. Got: {op!r}")
+        base = name or _op_name("allreduce", None)
+        values = allgather(tensor.values, name=f"{base}.values")
+        indices = allgather(tensor.indices, name=f"{base}.indices")
+        scale = prescale_factor * postscale_factor / (size() if op == Average else 1)
+        if scale != 1.0:
+            values = values * tf.cast(scale, values.dtype)
+        return tf.IndexedSlices(values, indices, dense_shape=tensor.dense_shape)
+    compressed, ctx = compression.compress(tensor)
+    return compression.decompress(_allreduce(compressed, op, prescale_factor, postscale_factor, name), ctx)
+
+
+@_do_not_convert
+def grouped_allreduce(tensors: Sequence[Any], average: Optional[bool] = None, device_dense: str = "",
+                      device_sparse: str = "", compression: Any = Compression.none, op: Optional[int] = None,
+                      prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                      process_set: ProcessSet = global_process_set, name: Optional[str] = None) -> List[tf.Tensor]:
+    """Reduces every tensor of ``tensors`` in one operation (one host call;
+    the engine fuses them). Arguments as for :func:`allreduce`."""
+    op = _check_op(handle_average_backwards_compatibility(op, average))
+    _check_process_set(process_set)
+    tensors = [_tensor(t) for t in tensors]
+    if not tensors:
+        return []
+    if any(isinstance(t, tf.IndexedSlices) for t in tensors):
+        return [allreduce(t, op=op, compression=compression, prescale_factor=prescale_factor,
+                          postscale_factor=postscale_factor) for t in tensors]
+    pairs = [compression.compress(t) for t in tensors]
+    outs = _grouped([p[0] for p in pairs], op, prescale_factor, postscale_factor, name, "grouped_allreduce")
+    return [compression.decompress(o, p[1]) for o, p in zip(outs, pairs)]
+
+
+# ---------------------------------------------------------------- allgather
+@_do_not_convert
+def allgather(tensor: Any, name: Optional[str] = None, ignore_name_scope: bool = False,
+              process_set: ProcessSet = global_process_set) -> tf.Tensor:
+    """Concatenates every rank's ``tensor`` along the first dimension, in rank
+    order; the first dimension may differ between ranks."""
+    _check_process_set(process_set)
+    x = _tensor(tensor)
+    name = _op_name("allgather", name)
+    out_shape = tf.TensorShape([None]).concatenate(x.shape[1:]) if x.shape.rank else tf.TensorShape([None])
+
+    @tf.custom_gradient
+    def forward(x):
+        y = host_call(lambda a: [_np.allgather(a[0], name=name)], [x], [x.dtype], [out_shape], "RingAllgather")[0]
+
+        def grad(dy):
+            summed = _allreduce(tf.convert_to_tensor(dy), Sum, 1.0, 1.0, None)
+            rows = tf.shape(tf.reshape(x, [-1]) if x.shape.rank == 0 else x, out_type=tf.int64)[:1]
+            sizes = allgather(rows)
+            offset = tf.reduce_sum(sizes[:rank()])
+            piece = summed[offset:offset + sizes[rank()]]
+            return tf.reshape(piece, tf.shape(x))
+
+        return y, grad
+
+    return forward(x)
+
+
+# ---------------------------------------------------------------- broadcast
+@_do_not_convert
+def broadcast(tensor: Any, root_rank: int, name: Optional[str] = None, ignore_name_scope: bool = False,
+              process_set: ProcessSet = global_process_set) -> tf.Tensor:
+    """Returns ``root_rank``'s ``tensor`` on every rank."""
+    _check_process_set(process_set)
+    x = _tensor(tensor)
+    name = _op_name("broadcast", name)
+
+    @tf.custom_gradient
+    def forward(x):
+        y = host_call(lambda a: [_np.broadcast(a[0], root_rank, name=name)], [x], [x.dtype], [x.shape],
+                      "RingBroadcast")[0]
+
+        def grad(dy):
+            reduced = _allreduce(tf.convert_to_tensor(dy), Sum, 1.0, 1.0, None)
+            return reduced if rank() == root_rank else reduced * 0
+
+        return y, grad
+
+    return forward(x)
+
+
+# ---------------------------------------------------------------- alltoall
+@_do_not_convert
+def alltoall(tensor: Any, splits: Any = None, name: Optional[str] = None, ignore_name_scope: bool = False,
+             process_set: ProcessSet = global_process_set):
+    """Sends block r of ``tensor``'s rows to rank r and gathers the blocks sent here.
+
+    Args:
+        tensor: rows to scatter (at least one dimension).
+        splits: rows for each rank (sums to the first dimension); even
+            blocks when omitted.
+        name: the engine's name, the same on every rank.
+
+    Returns:
+        ``(output, received_splits)``: the received rows in rank order and
+        how many came from each rank (int32).
+    """
+    _check_process_set(process_set)
+    x = _tensor(tensor)
+    if x.shape.rank == 0:
+        raise BadArgumentError("alltoall needs a tensor with at least one dimension. Got a scalar")
+    name = _op_name("alltoall", name)
+    n = size()
+    out_shape = tf.TensorShape([None]).concatenate(x.shape[1:])
+    inputs = [x]
+    if splits is not None:
+        inputs.append(tf.cast(tf.reshape(tf.convert_to_tensor(splits), [-1]), tf.int64))
+
+    def exchange(arrays):
+        a = arrays[0]
+        if len(arrays) > 1:
+            s = arrays[1].tolist()
+        else:
+            if a.shape[0] % n:
+                raise BadArgumentError(
+                    f"alltoall without splits needs a first dimension divisible by size() ({n}). Got: {a.shape[0]}")
+            s = [a.shape[0] // n] * n
+        out, received = _np.alltoall(a, s, name=name)
+        return [out, received.astype(np.int32)]
+
+    @tf.custom_gradient
+    def forward(x):
+        out, received = host_call(exchange, [x] + inputs[1:], [x.dtype, tf.int32], [out_shape, [n]], "RingAlltoall")
+
+        def grad(dy, d_received=None):
+            back, _ = alltoall(tf.convert_to_tensor(dy), splits=received)
+            return back
+
+        return (out, received), grad
+
+    return forward(x)
+
+
+# ---------------------------------------------------------------- reducescatter
+@_do_not_convert
+def reducescatter(tensor: Any, device_dense: str = "", compression: Any = Compression.none, op: int = Average,
+                  name: Optional[str] = None, process_set: ProcessSet = global_process_set,
+                  ignore_name_scope: bool = False, prescale_factor: float = 1.0,
+                  postscale_factor: float = 1.0) -> tf.Tensor:
+    """Reduces ``tensor`` over all ranks and returns this rank's block of rows
+    (lower ranks get one extra row when the rows do not divide evenly)."""
+    op = _check_op(op)
+    _check_process_set(process_set)
+    x = _tensor(tensor)
+    if x.shape.rank == 0:
+        raise BadArgumentError("reducescatter needs a tensor with at least one dimension. Got a scalar")
+    name = _op_name("reducescatter", name)
+    n, me = size(), rank()
+    rows = None if x.shape[0] is None else x.shape[0] // n + (1 if me < x.shape[0] % n else 0)
+    out_shape = tf.TensorShape([rows]).concatenate(x.shape[1:])
+    compressed, ctx = compression.compress(x)
+
+    @tf.custom_gradient
+    def forward(x):
+        if prescale_factor != 1.0:
+            x = x * tf.cast(prescale_factor, x.dtype)
+        y = host_call(lambda a: [_np.reducescatter(a[0], op=op, name=name)], [x], [x.dtype], [out_shape],
+                      "RingReducescatter")[0]
+        if postscale_factor != 1.0:
+            y = y * tf.cast(postscale_factor, y.dtype)
+
+        def grad(dy):
+            g = allgather(tf.convert_to_tensor(dy))
+            scale = prescale_factor * postscale_factor / (n if op == Average else 1)
+            return g * tf.cast(scale, g.dtype) if scale != 1.0 else g
+
+        return y, grad
+
+    return compression.decompress(forward(compressed), ctx)
+
+
+def barrier(process_set: ProcessSet = global_process_set) -> None:
+    """Returns once every rank has called ``barrier()`` (eager only)."""
+    _check_process_set(process_set)
+    _np.barrier()
