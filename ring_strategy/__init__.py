@@ -23,7 +23,7 @@ _API = {
     "Handle": "ops", "synchronize": "ops", "poll": "ops",
     "allreduce": "ops", "allreduce_async": "ops", "allgather": "ops", "allgather_async": "ops",
     "broadcast": "ops", "broadcast_async": "ops", "alltoall": "ops", "alltoall_async": "ops",
-    "reducescatter": "ops", "reducescatter_async": "ops", "barrier": "ops",
+    "reducescatter": "ops", "reducescatter_async": "ops", "barrier": "ops", "join": "ops",
     "RingError": "exceptions", "BadArgumentError": "exceptions", "MismatchError": "exceptions",
     "PeerFailureError": "exceptions", "RingTimeoutError": "exceptions", "ShutdownError": "exceptions",
 }

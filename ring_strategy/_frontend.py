@@ -18,6 +18,7 @@ BROADCAST = _native.OP_BROADCAST
 ALLTOALL = _native.OP_ALLTOALL
 REDUCESCATTER = _native.OP_REDUCESCATTER
 BARRIER = _native.OP_BARRIER
+JOIN = _native.OP_JOIN
 
 DTYPES = dict(_native.DTYPES)  # name -> code, e.g. "bfloat16" -> 6
 REDUCE_OPS = dict(_native.REDUCE_OPS)  # "Sum" -> 0, ...

@@ -19,6 +19,7 @@ OP_BROADCAST: int
 OP_ALLTOALL: int
 OP_REDUCESCATTER: int
 OP_BARRIER: int
+OP_JOIN: int
 DTYPES: dict[str, int]
 REDUCE_OPS: dict[str, int]
 

@@ -238,6 +238,18 @@ def reducescatter(tensor: Any, op: int = Average, name: Optional[str] = None) ->
     return synchronize(reducescatter_async(tensor, op, name))
 
 
+def join() -> int:
+    """Declares that this rank has no more data (Horovod's ``join``).
+
+    Until every rank has joined, this rank takes part in the allreduces the
+    others still submit, adding zeros (``Average`` still divides by
+    ``size()``); other collectives raise ``BadArgumentError`` meanwhile.
+    Returns the rank that joined last, on every rank.
+    """
+    token = np.zeros(1, dtype=np.uint8)
+    return synchronize(_submit(_native.OP_JOIN, "join", token, None, "join", lambda res: int(res[2][0])))
+
+
 def barrier() -> None:
     """Returns once every rank has called ``barrier()``."""
     token = np.zeros(1, dtype=np.uint8)

@@ -130,6 +130,7 @@ NB_MODULE(_native, m) {
   m.attr("OP_ALLTOALL") = int(ring::OpType::Alltoall);
   m.attr("OP_REDUCESCATTER") = int(ring::OpType::Reducescatter);
   m.attr("OP_BARRIER") = int(ring::OpType::Barrier);
+  m.attr("OP_JOIN") = int(ring::OpType::Join);
   nb::dict dtypes;
   for (int i = 0; i < ring::kNumDataTypes; ++i) dtypes[ring::dtype_name(static_cast<ring::DataType>(i))] = i;
   m.attr("DTYPES") = dtypes;

@@ -24,14 +24,19 @@ std::string num_str(double v) {
 }
 
 // Compares one field across ranks; returns the error text or "".
+// Joined ranks (no request) are left out.
 template <class Field>
 std::string compare(const std::string& name, const char* field, const std::vector<std::optional<Request>>& reqs,
                     Field get) {
-  std::vector<std::string> values;
-  bool differ = false;
-  for (const auto& r : reqs) {
-    values.push_back(get(*r));
-    differ |= values.back() != values.front();
+  std::vector<std::string> values(reqs.size());
+  std::string first;
+  bool differ = false, seen = false;
+  for (size_t r = 0; r < reqs.size(); ++r) {
+    if (!reqs[r]) continue;
+    values[r] = get(*reqs[r]);
+    if (!seen) first = values[r];
+    seen = true;
+    differ |= values[r] != first;
   }
   if (!differ) return "";
   return std::string("Mismatched ") + field + " for tensor '" + name + "': " + describe_disagreement(values);
@@ -47,6 +52,7 @@ std::string describe_disagreement(const std::vector<std::string>& values_by_rank
   // Group ranks by value, in order of first appearance.
   std::vector<std::pair<std::string, std::vector<int>>> groups;
   for (int r = 0; r < static_cast<int>(values_by_rank.size()); ++r) {
+    if (values_by_rank[r].empty()) continue;  // a joined rank
     auto it = std::find_if(groups.begin(), groups.end(), [&](auto& g) { return g.first == values_by_rank[r]; });
     if (it == groups.end()) groups.push_back({values_by_rank[r], {r}});
     else it->second.push_back(r);
@@ -62,7 +68,40 @@ std::string describe_disagreement(const std::vector<std::string>& values_by_rank
 }
 
 Coordinator::Coordinator(int world_size, ResponseCache* cache, size_t fusion_threshold_bytes)
-    : world_size_(world_size), cache_(cache), fusion_threshold_(fusion_threshold_bytes) {}
+    : world_size_(world_size), cache_(cache), fusion_threshold_(fusion_threshold_bytes), joined_(world_size, false) {}
+
+const Request& Coordinator::Pending::first() const {
+  for (const auto& q : by_rank)
+    if (q) return *q;
+  throw_error(ErrorKind::Internal, "pending tensor without any request");
+}
+
+bool Coordinator::complete(const Pending& p) const {
+  for (size_t r = 0; r < p.by_rank.size(); ++r)
+    if (!p.by_rank[r] && !joined_[r]) return false;
+  return true;
+}
+
+void Coordinator::mark_ready(const std::string& name, const Pending& p) {
+  ready_.push_back(name);
+  const Request& q = p.first();
+  ready_bytes_ += static_cast<size_t>(q.num_elements()) * dtype_size(q.dtype);
+}
+
+void Coordinator::join(int rank) {
+  if (joined_[rank])
+    throw_error(ErrorKind::Internal, "rank " + std::to_string(rank) + " joined twice");
+  joined_[rank] = true;
+  ++join_count_;
+  last_joined_ = rank;
+  // Tensors that only this rank was missing are ready now.
+  for (const std::string& name : arrival_) {
+    const Pending& p = table_.at(name);
+    if (!p.by_rank[rank] && p.count > 0 && complete(p) &&
+        std::find(ready_.begin(), ready_.end(), name) == ready_.end())
+      mark_ready(name, p);
+  }
+}
 
 void Coordinator::add(int rank, const RequestList& list) {
   for (size_t byte = 0; byte < list.cache_bits.size(); ++byte) {
@@ -86,6 +125,11 @@ void Coordinator::add(int rank, const RequestList& list) {
 }
 
 void Coordinator::add_request(int rank, const Request& req) {
+  if (req.op == OpType::Join) {
+    join_name_ = req.name;
+    join(rank);
+    return;
+  }
   auto it = table_.find(req.name);
   if (it == table_.end()) {
     it = table_.emplace(req.name, Pending{}).first;
@@ -96,10 +140,8 @@ void Coordinator::add_request(int rank, const Request& req) {
   if (p.by_rank[rank])
     throw_error(ErrorKind::Internal, "rank " + std::to_string(rank) + " submitted '" + req.name + "' twice");
   p.by_rank[rank] = req;
-  if (++p.count == world_size_) {
-    ready_.push_back(req.name);
-    ready_bytes_ += static_cast<size_t>(req.num_elements()) * dtype_size(req.dtype);
-  }
+  ++p.count;
+  if (complete(p)) mark_ready(req.name, p);
 }
 
 void Coordinator::request_shutdown(int rank) {
@@ -108,7 +150,14 @@ void Coordinator::request_shutdown(int rank) {
 
 std::string Coordinator::validate(const std::string& name, const Pending& p) const {
   const auto& q = p.by_rank;
-  const Request& first = *q[0];
+  const Request& first = p.first();
+  if (p.count < world_size_ && first.op != OpType::Allreduce) {
+    std::string ranks;
+    for (int r = 0; r < world_size_; ++r)
+      if (!q[r]) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+    return std::string(op_type_name(first.op)) + " of tensor '" + name + "' while rank(s) " + ranks +
+           " have joined: only allreduce works until every rank has joined";
+  }
   std::string err = compare(name, "operation", q, [](const Request& r) { return std::string(op_type_name(r.op)); });
   if (err.empty()) err = compare(name, "dtype", q, [](const Request& r) { return std::string(dtype_name(r.dtype)); });
   if (!err.empty()) return err;
@@ -140,10 +189,17 @@ std::string Coordinator::validate(const std::string& name, const Pending& p) con
 
 Response Coordinator::execute_response(const std::string& name, const Pending& p) const {
   Response r;
+  const Request& first = p.first();
   r.kind = ResponseKind::Execute;
-  r.op = p.by_rank[0]->op;
+  r.op = first.op;
   r.names.push_back(name);
-  if (r.op == OpType::Allgather) {
+  r.dtype = first.dtype;
+  r.reduce_op = first.reduce_op;
+  r.prescale = first.prescale;
+  r.postscale = first.postscale;
+  if (r.op == OpType::Allreduce) {
+    r.sizes.push_back(first.num_elements());
+  } else if (r.op == OpType::Allgather) {
     for (const auto& q : p.by_rank) r.sizes.push_back(q->shape.empty() ? 1 : q->shape[0]);
   } else if (r.op == OpType::Alltoall) {
     for (const auto& q : p.by_rank) r.sizes.insert(r.sizes.end(), q->splits.begin(), q->splits.end());
@@ -163,26 +219,27 @@ ResponseList Coordinator::take() {
     if (!err.empty()) {
       Response r;
       r.kind = ResponseKind::Error;
-      r.op = p.by_rank[0]->op;
+      r.op = p.first().op;
       r.names.push_back(name);
-      r.error_kind = static_cast<int32_t>(ErrorKind::Mismatch);
+      r.error_kind = static_cast<int32_t>(err.rfind("Mismatched", 0) == 0 ? ErrorKind::Mismatch : ErrorKind::BadArgument);
       r.error = err;
       list.responses.push_back(std::move(r));
       continue;
     }
-    if (cache_->id_of(name) < 0 && !cache_->full()) {
+    if (cache_->id_of(name) < 0 && !cache_->full() && p.count == world_size_) {
       uint32_t id = static_cast<uint32_t>(cache_->size());
       cache_->put(name, id);
       for (int rank = 0; rank < world_size_; ++rank) cache_->set_signature(id, rank, *p.by_rank[rank]);
       list.cache_puts.push_back({name, id});
     }
-    const Request& q = *p.by_rank[0];
+    const Request& q = p.first();
     if (q.op == OpType::Allreduce) {
       size_t bytes = static_cast<size_t>(q.num_elements()) * dtype_size(q.dtype);
       Key key{static_cast<int>(q.dtype), static_cast<int>(q.reduce_op), q.prescale, q.postscale};
       auto it = open.find(key);
       if (it != open.end() && it->second.second + bytes <= fusion_threshold_) {
         list.responses[it->second.first].names.push_back(name);
+        list.responses[it->second.first].sizes.push_back(q.num_elements());
         it->second.second += bytes;
         continue;
       }
@@ -194,6 +251,15 @@ ResponseList Coordinator::take() {
   ready_bytes_ = 0;
   arrival_.erase(std::remove_if(arrival_.begin(), arrival_.end(), [&](const std::string& n) { return !table_.count(n); }),
                  arrival_.end());
+  if (join_count_ == world_size_) {
+    Response r;
+    r.op = OpType::Join;
+    r.names.push_back(join_name_);
+    r.sizes.push_back(last_joined_);
+    list.responses.push_back(std::move(r));
+    std::fill(joined_.begin(), joined_.end(), false);
+    join_count_ = 0;
+  }
   if (shutdown_rank_ >= 0) fail_unfinished(list);
   return list;
 }

@@ -10,6 +10,11 @@
 // ready, so every rank executes the same sequence. A shutdown request from
 // any rank fails what can never complete and ends the job on every rank.
 //
+// Join (Horovod's hvd.join()): a rank that has run out of data joins; from
+// then on allreduces need only the other ranks, and the joined rank adds
+// zeros. Once every rank has joined, the join completes everywhere with the
+// rank that joined last.
+//
 // The class is pure logic (no I/O), so it is unit-tested directly.
 #pragma once
 
@@ -37,7 +42,7 @@ class Coordinator {
   void request_shutdown(int rank);
 
   // True when take() would return responses or a shutdown.
-  bool has_work() const { return !ready_.empty() || shutdown_rank_ >= 0; }
+  bool has_work() const { return !ready_.empty() || shutdown_rank_ >= 0 || join_count_ == world_size_; }
   // True while more requests are expected to complete a batch: some tensor
   // is submitted by some ranks but not all, nothing forces a flush, and the
   // ready allreduces do not fill the fusion threshold yet.
@@ -55,7 +60,11 @@ class Coordinator {
   struct Pending {
     std::vector<std::optional<Request>> by_rank;
     int count = 0;
+    const Request& first() const;  // the lowest submitted rank's request
   };
+  void join(int rank);
+  void mark_ready(const std::string& name, const Pending& p);
+  bool complete(const Pending& p) const;
   // Checks agreement; returns an error message or "" when the ranks agree.
   std::string validate(const std::string& name, const Pending& p) const;
   Response execute_response(const std::string& name, const Pending& p) const;
@@ -69,6 +78,10 @@ class Coordinator {
   std::vector<std::string> ready_;   // in the order they became ready
   size_t ready_bytes_ = 0;
   int shutdown_rank_ = -1;
+  std::vector<bool> joined_;
+  int join_count_ = 0;
+  int last_joined_ = -1;
+  std::string join_name_;
 };
 
 // The error text for ranks that disagree about `field` of tensor `name`:

@@ -43,16 +43,40 @@ uint8_t* Executor::output_for(Entry& e, size_t bytes, OpResult& res) {
 }
 
 void Executor::finish(Entry& e, OpResult res) {
+  if (e.handle == 0) return;  // a joined rank's stand-in
   queue_->release_name(e.req.name);
   handles_->complete(e.handle, std::move(res));
 }
 
+Entry Executor::stand_in(const Response& r, size_t i) {
+  Entry e;
+  e.req.name = r.names[i];
+  e.req.op = OpType::Allreduce;
+  e.req.dtype = r.dtype;
+  e.req.reduce_op = r.reduce_op;
+  e.req.prescale = r.prescale;
+  e.req.postscale = r.postscale;
+  e.req.shape = {i < r.sizes.size() ? r.sizes[i] : 0};
+  size_t bytes = static_cast<size_t>(e.req.shape[0]) * dtype_size(r.dtype);
+  stand_ins_.emplace_back(bytes, 0);
+  e.input = stand_ins_.back().data();
+  stand_ins_.emplace_back(bytes, 0);
+  e.output = stand_ins_.back().data();
+  return e;
+}
+
 void Executor::run(const Response& r, std::unordered_map<std::string, Entry>& pending) {
   std::vector<Entry> entries;
-  for (const auto& name : r.names) {
+  stand_ins_.clear();
+  for (size_t i = 0; i < r.names.size(); ++i) {
+    const std::string& name = r.names[i];
     auto it = pending.find(name);
     if (it == pending.end()) {
       if (r.kind == ResponseKind::Error) continue;  // e.g. a shutdown error for a tensor only others have
+      if (joined_ && r.op == OpType::Allreduce) {
+        entries.push_back(stand_in(r, i));
+        continue;
+      }
       throw_error(ErrorKind::Internal, "coordinator scheduled '" + name + "', which this rank never submitted");
     }
     entries.push_back(std::move(it->second));
@@ -86,6 +110,13 @@ void Executor::run(const Response& r, std::unordered_map<std::string, Entry>& pe
       barrier(*mesh_);
       finish(entries[0], OpResult{});
       return;
+    case OpType::Join: {
+      OpResult res;
+      res.received_splits = {r.sizes.empty() ? -1 : r.sizes[0]};
+      joined_ = false;
+      finish(entries[0], std::move(res));
+      return;
+    }
   }
 }
 

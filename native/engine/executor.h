@@ -34,6 +34,8 @@ class Executor {
   void run(const Response& r, std::unordered_map<std::string, Entry>& pending);
 
   void set_mesh(Mesh* mesh) { mesh_ = mesh; }
+  // While this rank has joined, it adds zeros to allreduces it never submitted.
+  void set_joined(bool joined) { joined_ = joined; }
 
  private:
   // Entries' outputs are set; several entries are fused.
@@ -46,11 +48,15 @@ class Executor {
   uint8_t* output_for(Entry& e, size_t bytes, OpResult& res);
   uint8_t* fusion(size_t bytes);
   void finish(Entry& e, OpResult res);
+  // A zero-filled entry standing in for `name` (position i of response r).
+  Entry stand_in(const Response& r, size_t i);
 
   Mesh* mesh_;
   HandleTable* handles_;
   TensorQueue* queue_;
   std::vector<uint8_t> fusion_;
+  bool joined_ = false;
+  std::vector<std::vector<uint8_t>> stand_ins_;  // zero buffers of a joined rank
 };
 
 }  // namespace ring

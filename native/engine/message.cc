@@ -8,8 +8,8 @@ constexpr size_t kMaxDims = 64;
 }  // namespace
 
 const char* op_type_name(OpType t) {
-  static const char* names[kNumOpTypes] = {"allreduce", "allgather", "broadcast",
-                                           "alltoall",  "reducescatter", "barrier"};
+  static const char* names[kNumOpTypes] = {"allreduce", "allgather",     "broadcast", "alltoall",
+                                           "reducescatter", "barrier", "join"};
   int i = static_cast<int>(t);
   return i >= 0 && i < kNumOpTypes ? names[i] : "unknown";
 }

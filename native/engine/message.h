@@ -17,8 +17,8 @@
 
 namespace ring {
 
-enum class OpType : uint8_t { Allreduce = 0, Allgather, Broadcast, Alltoall, Reducescatter, Barrier };
-constexpr int kNumOpTypes = 6;
+enum class OpType : uint8_t { Allreduce = 0, Allgather, Broadcast, Alltoall, Reducescatter, Barrier, Join };
+constexpr int kNumOpTypes = 7;
 const char* op_type_name(OpType t);
 
 // What one rank asks for one named tensor.
@@ -59,8 +59,15 @@ struct Response {
   OpType op = OpType::Allreduce;
   std::vector<std::string> names;
   // Allgather: first dimension of every rank. Alltoall: size*size matrix,
-  // entry [i*size + j] = rows rank i sends to rank j.
+  // entry [i*size + j] = rows rank i sends to rank j. Allreduce: element
+  // count of every name (a joined rank contributes zeros of that size).
+  // Join: the rank that joined last.
   std::vector<int64_t> sizes;
+  // Allreduce: what a joined rank needs to take part without a request.
+  DataType dtype = DataType::Float32;
+  ReduceOp reduce_op = ReduceOp::Sum;
+  double prescale = 1.0;
+  double postscale = 1.0;
   int32_t error_kind = 0;
   std::string error;
 };

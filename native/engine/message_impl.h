@@ -29,6 +29,10 @@ std::vector<uint8_t> ResponseList::encode(IdOf id_of) const {
       }
     }
     w.i64s(r.sizes);
+    w.u8(static_cast<uint8_t>(r.dtype));
+    w.u8(static_cast<uint8_t>(r.reduce_op));
+    w.f64(r.prescale);
+    w.f64(r.postscale);
     w.u32(static_cast<uint32_t>(r.error_kind));
     w.str(r.error);
   }
@@ -66,6 +70,13 @@ ResponseList ResponseList::decode(const std::vector<uint8_t>& bytes, NameOf name
         resp.names.push_back(r.str());
     }
     resp.sizes = r.i64s();
+    uint8_t dtype = r.u8(), rop = r.u8();
+    if (!is_valid_dtype(dtype) || !is_valid_reduce_op(rop))
+      throw_error(ErrorKind::Internal, "malformed control message: bad response enum");
+    resp.dtype = static_cast<DataType>(dtype);
+    resp.reduce_op = static_cast<ReduceOp>(rop);
+    resp.prescale = r.f64();
+    resp.postscale = r.f64();
     resp.error_kind = static_cast<int32_t>(r.u32());
     resp.error = r.str(1 << 20);
     list.responses.push_back(std::move(resp));

@@ -57,7 +57,10 @@ void Runtime::loop() {
 
 std::vector<Entry> Runtime::take_fresh() {
   std::vector<Entry> fresh = queue_.take_all();
-  for (auto& e : fresh) pending_.emplace(e.req.name, e);
+  for (auto& e : fresh) {
+    pending_.emplace(e.req.name, e);
+    if (e.req.op == OpType::Join) executor_->set_joined(true);
+  }
   return fresh;
 }
 

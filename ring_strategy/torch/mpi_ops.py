@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import itertools
 import threading
-import time
 import warnings
 from typing import Any, Callable, List, Optional, Sequence
 
@@ -551,16 +550,17 @@ def sparse_allreduce_async(tensor: torch.Tensor, name: str, op: int,
 
 # ---------------------------------------------------------------- join, barrier
 def join(device: int = -1) -> int:
-    """Waits until every rank has called ``join()`` and returns the rank that
-    joined last (by wall-clock time of the call; ties go to the lowest rank).
+    """Declares that this rank has run out of data, as Horovod's ``join``.
 
-    Unlike Horovod, a joined rank does not stand in for collectives the others
-    still submit: every rank must have submitted the same collectives before
-    joining. ``device`` is accepted for compatibility and ignored.
+    Until every rank has joined, this rank takes part in the allreduces the
+    others still submit (DistributedOptimizer's gradients included) by adding
+    zeros; ``Average`` still divides by ``size()``. Other collectives raise
+    ``BadArgumentError`` while a rank has joined. Returns the rank that joined
+    last. ``device`` is accepted for compatibility and ignored.
     """
-    stamp = torch.tensor([time.time()], dtype=torch.float64)
-    times = synchronize(allgather_async(stamp, name=_frontend.auto_name("join", None)))
-    return int(torch.argmax(times).item())
+    from ring_strategy import ops as _core_ops
+
+    return _core_ops.join()
 
 
 def barrier(process_set: ProcessSet = global_process_set) -> None:

@@ -104,6 +104,29 @@ def deterministic():
     print(f"{me}: digest {int(digest)}")
 
 
+def join():
+    """Rank 1 runs out of data first: it joins and adds zeros to the others'
+    allreduces; a broadcast meanwhile is an error; join returns the last rank."""
+    n, me = rs.size(), rs.rank()
+    steps = {1: 1}.get(me, 3)
+    for s in range(steps):
+        got = rs.allreduce(np.full(4, me + 1.0, np.float32), op=rs.Sum, name=f"g{s}")
+        assert np.allclose(got, sum(r + 1.0 for r in range(n) if {1: 1}.get(r, 3) > s)), (s, got)
+        handles = [rs.allreduce_async(np.ones(3), name=f"f{s}.{i}") for i in range(5)]
+        active = sum(1 for r in range(n) if {1: 1}.get(r, 3) > s)
+        for h in handles:
+            assert np.allclose(rs.synchronize(h), active / n)
+    if me == 0:
+        try:
+            rs.broadcast(np.ones(2), root_rank=0, name="while.joined")
+            raise AssertionError("broadcast with a joined rank did not fail")
+        except rs.BadArgumentError as e:
+            assert "joined" in str(e), e
+    last = rs.join()
+    assert last != 1 and 0 <= last < n, last
+    assert rs.allreduce(np.ones(2), op=rs.Sum, name="after.join")[0] == n
+
+
 def after_shutdown():
     rs.shutdown()
     try:
