@@ -131,3 +131,32 @@ TEST(slices_cover_the_tensor) {
     }
   }
 }
+
+TEST(coordinator_join_completes_allreduce_without_the_joined_rank) {
+  ResponseCache cache(16, 3);
+  Coordinator c(3, &cache, 1 << 20);
+  Request join;
+  join.name = "join";
+  join.op = OpType::Join;
+  c.add_request(0, allreduce("g", {5}));
+  c.add_request(1, join);  // rank 1 ran out of data
+  c.add_request(2, allreduce("g", {5}));
+  ResponseList list = c.take();
+  CHECK_EQ(list.responses.size(), (size_t)1);
+  CHECK(list.responses[0].kind == ResponseKind::Execute);
+  CHECK_EQ(list.responses[0].sizes[0], (int64_t)5);  // what rank 1 must add zeros of
+  CHECK(list.cache_puts.empty());                      // rank 1 has no signature to cache
+  Request b = allreduce("b", {2});
+  b.op = OpType::Broadcast;
+  c.add_request(0, b);
+  c.add_request(2, b);
+  list = c.take();
+  CHECK(list.responses[0].kind == ResponseKind::Error);
+  CHECK(list.responses[0].error.find("have joined") != std::string::npos);
+  c.add_request(2, join);
+  c.add_request(0, join);
+  list = c.take();
+  CHECK_EQ(list.responses.size(), (size_t)1);
+  CHECK(list.responses[0].op == OpType::Join);
+  CHECK_EQ(list.responses[0].sizes[0], (int64_t)0);  // rank 0 joined last
+}
