@@ -87,3 +87,32 @@ def test_before_init_is_shutdown_error():
             "try:\n    rs.allreduce(np.ones(1))\nexcept rs.ShutdownError as e:\n    print('raised', e)\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert "raised ring is not initialized" in proc.stdout, proc.stdout + proc.stderr
+
+
+def _ring_segments():
+    return {p.name for p in Path("/dev/shm").glob("ring.*")}
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_ctrl_c_leaves_no_process_or_segment(transport):
+    import signal
+    import time
+
+    before = _ring_segments()
+    proc = subprocess.Popen(
+        [RINGRUN, "-np", "3", sys.executable, str(WORKERS / "scenarios.py"), "forever"],
+        env=dict(os.environ, RING_TRANSPORT=transport), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    started = 0
+    deadline = time.time() + 60
+    while started < 3 and time.time() < deadline:
+        line = proc.stdout.readline()
+        started += ": started" in line
+    assert started == 3
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    rc = proc.wait(timeout=30)
+    assert rc != 0
+    leftovers = subprocess.run(["pgrep", "-f", "scenarios.py forever"], capture_output=True, text=True).stdout
+    assert leftovers.strip() == "", leftovers
+    assert _ring_segments() - before == set()

@@ -127,6 +127,13 @@ def join():
     assert rs.allreduce(np.ones(2), op=rs.Sum, name="after.join")[0] == n
 
 
+def forever():
+    """Allreduces until killed (for the Ctrl-C test)."""
+    print(f"{rs.rank()}: started", flush=True)
+    while True:
+        rs.allreduce(np.ones(1000, np.float32), name="spin")
+
+
 def after_shutdown():
     rs.shutdown()
     try:
