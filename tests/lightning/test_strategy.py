@@ -1,0 +1,166 @@
+"""RingStrategy without a job: registration, configuration errors, a world of
+one in this process, and mismatched Trainers on two real workers."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from unittest import mock
+
+import pytest
+
+pl = pytest.importorskip("pytorch_lightning")
+import torch  # noqa: E402
+
+from ring_strategy.lightning import RingStrategy  # noqa: E402
+from ring_strategy.lightning.strategy import _ring_op  # noqa: E402
+import ring_strategy.torch as rt  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+WORKERS = Path(__file__).parent / "workers"
+
+
+def _python(code: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RING_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_import_registers_ring_before_and_after_lightning():
+    """`import ring_strategy` imports neither torch nor Lightning, yet "ring" is
+    registered whichever of the two is imported first."""
+    proc = _python(
+        "import sys, ring_strategy\n"
+        "assert not {'torch', 'pytorch_lightning', 'lightning'} & set(sys.modules), sorted(sys.modules)\n"
+        "from pytorch_lightning.strategies import StrategyRegistry\n"
+        "assert 'ring' in StrategyRegistry\n"
+        "s = StrategyRegistry.get('ring')\n"
+        "from ring_strategy.lightning import RingStrategy\n"
+        "assert type(s) is RingStrategy\n"
+        "import importlib, pytorch_lightning.strategies as m\n"
+        "importlib.reload(m)\n"  # a reload gets a new, empty registry; the hook fills it again
+        "assert 'ring' in m.StrategyRegistry\n"
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    proc = _python(
+        "import pytorch_lightning\n"
+        "from pytorch_lightning.strategies import StrategyRegistry\n"
+        "assert 'ring' not in StrategyRegistry\n"
+        "import ring_strategy\n"
+        "assert 'ring' in StrategyRegistry\n"
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+
+
+def test_lightning_pytorch_registry():
+    # In a fresh interpreter: in this one, pytest's path makes tests/lightning
+    # importable as "lightning".
+    if _python("import lightning.pytorch").returncode != 0:
+        pytest.skip("the unified lightning package is not installed")
+    proc = _python(
+        "import ring_strategy, lightning.pytorch as L\n"
+        "from lightning.pytorch.strategies import StrategyRegistry, ParallelStrategy\n"
+        "s = StrategyRegistry.get('ring')\n"
+        "assert isinstance(s, ParallelStrategy), type(s).__mro__\n"
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+
+
+def _trainer(**kwargs) -> "pl.Trainer":
+    kwargs.setdefault("accelerator", "cpu")
+    return pl.Trainer(strategy="ring", logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                      enable_model_summary=False, **kwargs)
+
+
+def test_more_devices_than_cpus_is_an_error():
+    n = (os.cpu_count() or 1) + 1
+    with pytest.raises(ValueError, match=rf"devices={n} is more than the \d+ CPUs.*ringrun -np {n}"):
+        _trainer(devices=n)
+
+
+def test_num_nodes_needs_a_launcher():
+    with pytest.raises(ValueError, match="num_nodes=2 needs a launcher"):
+        _trainer(devices=1, num_nodes=2)
+
+
+_RINGRUN_4 = {"RING_RANK": "1", "RING_SIZE": "4", "RING_LOCAL_RANK": "1", "RING_LOCAL_SIZE": "4",
+              "RING_CROSS_RANK": "0", "RING_CROSS_SIZE": "1"}
+
+
+@pytest.mark.parametrize("devices", [1, 4])
+def test_under_a_launcher_devices_per_host_or_one(devices):
+    with mock.patch.dict(os.environ, _RINGRUN_4):
+        t = _trainer(devices=devices)
+        assert t.world_size == 4 and t.global_rank == 1 and t.local_rank == 1
+        assert t.strategy.distributed_sampler_kwargs == {"num_replicas": 4, "rank": 1}
+        assert t.strategy.cluster_environment.creates_processes_externally
+
+
+def test_under_a_launcher_other_devices_is_an_error():
+    with mock.patch.dict(os.environ, _RINGRUN_4):
+        with pytest.raises(ValueError, match=r"devices=2, num_nodes=1\) does not match .* 4 processes"):
+            _trainer(devices=2)
+        with pytest.raises(ValueError, match="use devices=4, num_nodes=1"):
+            _trainer(devices=4, num_nodes=2)
+
+
+def test_gpu_devices_are_rejected():
+    strategy = RingStrategy(parallel_devices=[torch.device("cuda", 0)])
+    with pytest.raises(ValueError, match="CPU only: this build of ring has no GPU path"):
+        strategy._configure_launcher()
+
+
+def test_reduce_ops():
+    from torch.distributed import ReduceOp
+
+    assert _ring_op(None) == _ring_op("mean") == _ring_op("avg") == _ring_op(ReduceOp.AVG) == rt.Average
+    assert _ring_op("sum") == _ring_op(ReduceOp.SUM) == rt.Sum
+    assert _ring_op("max") == _ring_op(ReduceOp.MAX) == rt.Max
+    assert _ring_op("min") == rt.Min
+    with pytest.raises(ValueError, match="reduce_op should be .* Got: 'median'"):
+        _ring_op("median")
+
+
+class _Tiny(pl.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+
+    def training_step(self, batch, batch_idx):
+        loss = self.layer(batch[0]).pow(2).mean()
+        self.log("n", torch.tensor(3), sync_dist=True, reduce_fx="sum")
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def test_strategy_instance_world_of_one(tmp_path):
+    """RingStrategy() as an instance, devices=1: no worker is started, the
+    collectives are the identity with Lightning's shapes."""
+    from torch.utils.data import DataLoader, TensorDataset
+
+    strategy = RingStrategy()
+    t = pl.Trainer(strategy=strategy, accelerator="cpu", devices=1, max_epochs=1, default_root_dir=tmp_path,
+                   logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    t.fit(_Tiny(), DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=4))
+    assert t.global_step == 2 and "RING_RANK" not in os.environ
+    assert strategy.reduce(torch.tensor(2)).dtype == torch.float32
+    assert strategy.all_gather(torch.tensor([1.0, 2.0])).shape == (1, 2)
+    assert strategy.broadcast({"a": 1}) == {"a": 1}
+    assert strategy.reduce_boolean_decision(True) is True
+    strategy.barrier()
+
+
+def test_mismatched_trainers_fail_on_every_rank():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RING_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    cmd = [sys.executable, "-m", "ring_strategy.runner.launch", "-np", "2",
+           sys.executable, str(WORKERS / "mismatch_worker.py")]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-8000:]
+    for r in (0, 1):
+        assert (f"[{r}] rank {r}: error: RingStrategy: the ranks' Trainer settings differ: "
+                "max_epochs: rank 0=1, rank 1=2") in proc.stdout, proc.stdout + proc.stderr[-4000:]
