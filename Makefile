@@ -5,7 +5,8 @@
 #   make build        (re)build ring_strategy._native in place, install `ringrun`
 #   make native-test  C++ unit tests (build/native/ring_native_tests)
 #   make test         venv + build + native-test + pytest
-#   make demo         two-worker numpy logistic regression through ringrun
+#   make demo         PyTorch Lightning, Trainer(strategy="ring") on two workers:
+#                     the script starts its second worker itself
 #   make clean        remove build outputs (keeps .venv; `make distclean` too)
 #
 # Every pip install goes through constraints.txt so the framework pins apply.
@@ -87,8 +88,9 @@ native-test:
 test: venv build native-test
 	$(VPY) -m pytest -q --timeout=$(PYTEST_TIMEOUT) tests $(PYTEST_ARGS)
 
+# The numpy version of the demo: ringrun -np 2 python examples/numpy_logreg.py
 demo: venv build
-	ringrun -np 2 python examples/numpy_logreg.py
+	python examples/lightning_mlp.py --strategy ring --devices 2 --num-batches 20
 
 # ---------------------------------------------------------------- clean
 clean:
