@@ -75,7 +75,10 @@ class _DistributedMixin:
             else ops.reshape(wire[groups[d][0]], (-1,))
             for d in order
         ]
-        prefix = f"keras.DistributedOptimizer.{self._ring_name or self.name}"
+        # Not self.name: Keras numbers optimizer names per process ("SGD_3"),
+        # so they can differ between ranks. Steps run one after the other on
+        # every backend, so a fixed name is never in flight twice.
+        prefix = f"keras.DistributedOptimizer.{self._ring_name or 'grads'}"
         op, post = self._ring_op, self._ring_postscale
 
         def reduce_on_host(arrays: List[np.ndarray]) -> List[np.ndarray]:
@@ -142,7 +145,7 @@ def DistributedOptimizer(
 
     Args:
         optimizer: a ``keras.optimizers.Optimizer`` (any subclass).
-        name: prefix of the engine's tensor names; the optimizer's name by default.
+        name: prefix of the engine's tensor names (the same on every rank).
         compression: ``Compression.none`` (default), ``Compression.fp16`` or
             ``Compression.bf16``: the precision gradients travel in.
         backward_passes_per_step: number of batches whose gradients are

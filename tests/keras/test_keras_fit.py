@@ -21,7 +21,7 @@ HERE = Path(__file__).parent
 REPO = HERE.parents[1]
 WORKER = HERE / "workers" / "fit_worker.py"
 BACKENDS = ["tensorflow", "jax", "torch"]
-CHECKS = ["config", "fit", "schedule", "save_load", "compression", "validation"]
+CHECKS = ["config", "fit", "schedule", "save_load", "compression", "sharding", "validation"]
 _runs: dict = {}
 
 
@@ -29,7 +29,7 @@ def _run(backend: str, tmp_dir: Path, timeout: float = 240) -> str:
     """Output of the worker under ringrun -np 2 with this backend (run once)."""
     if backend not in _runs:
         env = {k: v for k, v in os.environ.items() if not k.startswith("RING_")}
-        env.update(KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="2", OMP_NUM_THREADS="1")
+        env.update(KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="2", OMP_NUM_THREADS="1", HANG_DUMP=str(int(timeout - 20)))
         env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
         out_dir = tmp_dir / backend
         out_dir.mkdir(parents=True, exist_ok=True)

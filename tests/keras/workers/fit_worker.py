@@ -6,6 +6,7 @@ compares. OUT_DIR holds the saved model.
 Usage: fit_worker.py OUT_DIR
 """
 
+import faulthandler
 import os
 import sys
 import tempfile
@@ -53,12 +54,16 @@ def log(msg):
 
 
 def main(out_dir):
+    # A hang prints every thread's stack (the test sets HANG_DUMP).
+    faulthandler.dump_traceback_later(int(os.environ.get("HANG_DUMP", "100000")), exit=True)
     t0 = time.time()
     hvd.init()
     r, n = hvd.rank(), hvd.size()
     # Ranks start from different weights; BroadcastGlobalVariablesCallback
     # must make them rank 0's (seed 1, the reference's seed).
     model = make_model(seed=1 + r)
+    if r == 0:
+        keras.optimizers.SGD()  # Keras' per-process optimizer names now differ between ranks
     base = keras.optimizers.SGD(LR, momentum=0.9)
     opt = hvd.DistributedOptimizer(base)
     assert isinstance(opt, keras.optimizers.SGD), type(opt).__mro__
@@ -146,6 +151,29 @@ def main(out_dir):
     gathered = hvd.allgather(flat[None])
     assert np.array_equal(gathered[0], gathered[-1])
     log("compression ok")
+
+    # Sharding a PyDataset and a tf.data.Dataset; run_eagerly=True trains too.
+    class Batches(keras.utils.PyDataset):
+        def __len__(self):
+            return 5
+
+        def __getitem__(self, i):
+            return x[i * 4:(i + 1) * 4], y[i * 4:(i + 1) * 4]
+
+    py_shard = hvd.shard(Batches())
+    assert len(py_shard) == 5 // n
+    assert np.array_equal(py_shard[1][0], x[(n + r) * 4:(n + r + 1) * 4])
+    import tensorflow as tf
+
+    ds_shard = list(hvd.shard(tf.data.Dataset.range(7)).as_numpy_iterator())
+    assert ds_shard == list(range(r, 7, n)), ds_shard
+    model4 = make_model(seed=11 + r)
+    model4.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.01)), loss="mse", run_eagerly=True)
+    model4.fit(py_shard, epochs=1, verbose=0, callbacks=[hvd.BroadcastGlobalVariablesCallback(0)])
+    flat = np.concatenate([np.asarray(w).ravel() for w in model4.get_weights()])
+    gathered = hvd.allgather(flat[None])
+    assert np.array_equal(gathered[0], gathered[-1])
+    log("sharding ok")
 
     # Validation quotes the bad value.
     for call, text in [
