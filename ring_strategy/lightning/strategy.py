@@ -280,9 +280,11 @@ class RingStrategy(ParallelStrategy):
         self._launcher = _RingLauncher(self)
 
     def _check_accelerator(self) -> None:
+        from pytorch_lightning.accelerators import CPUAccelerator
+
         device_types = {d.type for d in (self.parallel_devices or [])}
         accelerator = type(self.accelerator).__name__ if self.accelerator is not None else ""
-        if device_types - {"cpu"} or (accelerator and accelerator != "CPUAccelerator"):
+        if device_types - {"cpu"} or (accelerator and not isinstance(self.accelerator, CPUAccelerator)):
             found = ", ".join(sorted(device_types)) or accelerator
             raise ValueError(
                 f"RingStrategy runs on the CPU only: this build of ring has no GPU path. "

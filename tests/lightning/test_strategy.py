@@ -164,3 +164,11 @@ def test_mismatched_trainers_fail_on_every_rank():
     for r in (0, 1):
         assert (f"[{r}] rank {r}: error: RingStrategy: the ranks' Trainer settings differ: "
                 "max_epochs: rank 0=1, rank 1=2") in proc.stdout, proc.stdout + proc.stderr[-4000:]
+
+
+def test_gpu_accelerator_is_rejected():
+    from pytorch_lightning.accelerators import CUDAAccelerator
+
+    strategy = RingStrategy(accelerator=CUDAAccelerator(), parallel_devices=[torch.device("cpu")])
+    with pytest.raises(ValueError, match="accelerator='CUDAAccelerator'.*use Trainer\\(accelerator='cpu'\\)"):
+        strategy._configure_launcher()
