@@ -154,7 +154,7 @@ def test_strategy_instance_world_of_one(tmp_path):
     strategy.barrier()
 
 
-def test_mismatched_trainers_fail_on_every_rank():
+def test_devices_one_under_ringrun_then_mismatched_trainers_fail_on_every_rank():
     env = {k: v for k, v in os.environ.items() if not k.startswith("RING_")}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     cmd = [sys.executable, "-m", "ring_strategy.runner.launch", "-np", "2",
@@ -162,6 +162,8 @@ def test_mismatched_trainers_fail_on_every_rank():
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-8000:]
     for r in (0, 1):
+        # 16 samples, 2 ranks, batch 4: 2 steps each
+        assert f"[{r}] rank {r}: devices=1 world=2 steps=2 same=True" in proc.stdout, proc.stdout + proc.stderr[-4000:]
         assert (f"[{r}] rank {r}: error: RingStrategy: the ranks' Trainer settings differ: "
                 "max_epochs: rank 0=1, rank 1=2") in proc.stdout, proc.stdout + proc.stderr[-4000:]
 

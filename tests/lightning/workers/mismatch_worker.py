@@ -1,5 +1,6 @@
-"""Ranks whose Trainers disagree (max_epochs differs) must each get a clear
-error from fit, not a hang. Run under ringrun -np 2."""
+"""Under ringrun -np 2: first a fit with devices=1 (one device per process,
+Horovod's convention), then Trainers that disagree (max_epochs differs),
+which must give every rank a clear error from fit, not a hang."""
 
 from __future__ import annotations
 
@@ -25,10 +26,19 @@ class Tiny(pl.LightningModule):
 
 def main() -> None:
     rank = int(os.environ["RING_RANK"])
+    data = DataLoader(TensorDataset(torch.randn(16, 4)), batch_size=4)
+    model = Tiny()
+    trainer = pl.Trainer(strategy="ring", accelerator="cpu", devices=1, max_epochs=1, logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(model, data)
+    weights = trainer.strategy.all_gather(torch.cat([p.detach().flatten() for p in model.parameters()]))
+    print(f"rank {rank}: devices=1 world={trainer.world_size} steps={trainer.global_step} "
+          f"same={bool((weights[0] == weights[1]).all())}", flush=True)
+
     trainer = pl.Trainer(strategy="ring", accelerator="cpu", devices=2, max_epochs=1 + rank, logger=False,
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
     try:
-        trainer.fit(Tiny(), DataLoader(TensorDataset(torch.randn(16, 4)), batch_size=4))
+        trainer.fit(Tiny(), data)
     except RuntimeError as e:
         print(f"rank {rank}: error: {e}", flush=True)
     else:
