@@ -47,7 +47,7 @@ def broadcast_variables(variables: Sequence[tf.Variable], root_rank: int,
 
     def bcast(arrays: List[np.ndarray]) -> List[np.ndarray]:
         handles = [_np.broadcast_async(a, root_rank, name=f"{name}.{i}") for i, a in enumerate(arrays)]
-        return [_np.synchronize(h) for h in handles]
+        return [_np.synchronize(h).reshape(a.shape) for h, a in zip(handles, arrays)]
 
     values = host_call(bcast, [tf.convert_to_tensor(v) for v in variables], [v.dtype for v in variables],
                        [v.shape for v in variables], "RingBroadcastVariables")

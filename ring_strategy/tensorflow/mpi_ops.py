@@ -186,7 +186,8 @@ def _grouped(xs: List[tf.Tensor], op: int, prescale: float, postscale: float, na
     def reduce(arrays):
         handles = [_np.allreduce_async(a, op, name if single else f"{name}.{i}", prescale, postscale)
                    for i, a in enumerate(arrays)]
-        return [_np.synchronize(h) for h in handles]
+        # The numpy API returns 0-d inputs as shape (1,); keep the input's shape.
+        return [_np.synchronize(h).reshape(a.shape) for h, a in zip(handles, arrays)]
 
     @tf.custom_gradient
     def forward(*inputs):
@@ -303,7 +304,7 @@ def broadcast(tensor: Any, root_rank: int, name: Optional[str] = None, ignore_na
 
     @tf.custom_gradient
     def forward(x):
-        y = host_call(lambda a: [_np.broadcast(a[0], root_rank, name=name)], [x], [x.dtype], [x.shape],
+        y = host_call(lambda a: [_np.broadcast(a[0], root_rank, name=name).reshape(a[0].shape)], [x], [x.dtype], [x.shape],
                       "RingBroadcast")[0]
 
         def grad(dy):

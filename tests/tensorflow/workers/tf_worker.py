@@ -63,6 +63,8 @@ def ops_cases():
     start = sum(counts[:r])
     case(lambda: hvd.reducescatter(tf.constant(full), op=hvd.Sum), full[start:start + counts[r]] * n)
     case(lambda: hvd.allreduce(tf.zeros([0, 3]), op=hvd.Sum), np.zeros((0, 3), np.float32))
+    case(lambda: hvd.allreduce(tf.constant(float(r)), op=hvd.Sum), np.float32(n * (n - 1) / 2))
+    case(lambda: hvd.broadcast(tf.constant(r), 0), np.int32(0))
     return (lambda: [fn() for fn in computes]), expected
 
 
