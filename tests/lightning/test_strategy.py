@@ -4,6 +4,7 @@ one in this process, and mismatched Trainers on two real workers."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -174,3 +175,16 @@ def test_gpu_accelerator_is_rejected():
     strategy = RingStrategy(accelerator=CUDAAccelerator(), parallel_devices=[torch.device("cpu")])
     with pytest.raises(ValueError, match="accelerator='CUDAAccelerator'.*use Trainer\\(accelerator='cpu'\\)"):
         strategy._configure_launcher()
+
+
+def test_one_rank_failing_ends_the_self_launched_job(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RING_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    proc = subprocess.run([sys.executable, str(WORKERS / "failing_worker.py")], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=240, start_new_session=True)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-8000:]
+    assert "ValueError: rank 1 fails on purpose" in out, out[-8000:]
+    # rank 0's next collective fails, naming rank 1 (the wording depends on where rank 0 was)
+    assert re.search(r"ShutdownError: .*rank 1 called shutdown\(\)", out), out[-8000:]
+    assert "ring_strategy.lightning: rank 1 exited with code 1" in out, out[-8000:]
