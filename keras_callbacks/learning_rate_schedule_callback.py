@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import warnings
-from typing import Any, Callable, Optional, Union
+from typing import Callable, Optional, Union
 
 import keras
 

@@ -9,7 +9,6 @@ Usage: fit_worker.py OUT_DIR
 import faulthandler
 import os
 import sys
-import tempfile
 import time
 
 import numpy as np
