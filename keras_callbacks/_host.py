@@ -13,6 +13,8 @@ shapes and dtypes.
 - JAX: ``jax.experimental.io_callback(ordered=True)``: an ordered effect, so
   the callback runs once per step, after the ones before it, even under jit.
 - torch: the tensors are plain CPU tensors; they are read as numpy arrays.
+  Under ``torch.compile`` (``jit_compile=True``) the call is excluded from
+  compilation (a graph break) and runs eagerly.
 """
 
 from __future__ import annotations
@@ -71,14 +73,31 @@ def host_call(fn: Callable[[List[np.ndarray]], List[np.ndarray]], tensors: Seque
         shapes = [jax.ShapeDtypeStruct(t.shape, t.dtype) for t in tensors]
         return list(io_callback(lambda *arrays: fn([np.asarray(a) for a in arrays]), shapes, *tensors, ordered=True))
     if name == "torch":
-        import torch
-
-        arrays = [t.detach().cpu().numpy() if t.dtype != torch.bfloat16 else _torch_bf16_to_numpy(t) for t in tensors]
-        outs = fn(arrays)
-        return [_numpy_to_torch(o, t) for o, t in zip(outs, tensors)]
+        return _torch_host_call()(fn, tensors)
     if name == "numpy":
         return fn([np.asarray(t) for t in tensors])
     raise RuntimeError(f"ring supports the tensorflow, jax and torch Keras backends. Got: {name!r}")
+
+
+_TORCH_HOST_CALL = None
+
+
+def _torch_host_call():
+    """The torch host call, excluded from torch.compile (``jit_compile=True``):
+    Dynamo would otherwise trace the numpy code instead of running it."""
+    global _TORCH_HOST_CALL
+    if _TORCH_HOST_CALL is None:
+        import torch
+
+        @torch.compiler.disable
+        def call(fn, tensors):
+            arrays = [t.detach().cpu().numpy() if t.dtype != torch.bfloat16 else _torch_bf16_to_numpy(t)
+                      for t in tensors]
+            outs = fn(arrays)
+            return [_numpy_to_torch(o, t) for o, t in zip(outs, tensors)]
+
+        _TORCH_HOST_CALL = call
+    return _TORCH_HOST_CALL
 
 
 def _torch_bf16_to_numpy(t):

@@ -13,7 +13,8 @@ are flattened into one buffer per dtype inside the step (graph, jit or eager),
 the buffers are allreduced by the native engine, and the result is split back.
 That host call works inside the compiled train step of every backend: a
 ``tf.function`` on TensorFlow, ``jax.jit`` on JAX (an ordered
-``io_callback``), plain tensors on torch.
+``io_callback``), plain tensors on torch (a graph break under
+``torch.compile``, i.e. ``jit_compile=True``).
 """
 
 from __future__ import annotations

@@ -71,6 +71,12 @@ def test_tensorflow_jit_compile_gives_clear_error(out_root):
         assert re.search(rf"^(\[{rank}\] )?{rank}: jit_compile error ok$", out, re.M), out[-8000:]
 
 
+def test_torch_jit_compile_trains(out_root):
+    out = _run("torch", out_root)
+    for rank in range(2):
+        assert re.search(rf"^(\[{rank}\] )?{rank}: torch_compile ok\b", out, re.M), out[-8000:]
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_exit_code(backend, out_root):
     out = _run(backend, out_root)

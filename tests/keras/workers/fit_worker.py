@@ -202,6 +202,17 @@ def main(out_dir):
         else:
             raise AssertionError("jit_compile=True trained without an error")
         log("jit_compile error ok")
+    if keras.backend.backend() == "torch" and n > 1:
+        # jit_compile=True is torch.compile there: the host call is a graph break.
+        t = time.time()
+        model5 = make_model(seed=5 + r)
+        model5.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.01)), loss="mse", jit_compile=True)
+        model5.fit(xs[:16], ys[:16], batch_size=4, epochs=1, verbose=0,
+                   callbacks=[hvd.BroadcastGlobalVariablesCallback(0)])
+        flat = np.concatenate([np.asarray(w).ravel() for w in model5.get_weights()])
+        gathered = hvd.allgather(flat[None])
+        assert np.array_equal(gathered[0], gathered[-1])
+        log(f"torch_compile ok ({time.time() - t:.1f} s)")
     log(f"total {time.time() - t0:.1f} s")
     hvd.shutdown()
 
