@@ -54,7 +54,8 @@ def _as_array(x: Any) -> np.ndarray:
             raise BadArgumentError(f"cannot read {type(x).__name__} through DLPack: {e}") from e
     else:
         arr = np.asarray(x)
-    return np.ascontiguousarray(arr)
+    # np.ascontiguousarray would turn a 0-d array into shape (1,).
+    return arr if arr.flags.c_contiguous else arr.copy(order="C")
 
 
 def _dtype_code(arr: np.ndarray) -> int:

@@ -36,6 +36,7 @@ from ring_strategy.basics import (  # noqa: F401  (re-exported)
     size,
 )
 from ring_strategy.exceptions import BadArgumentError
+from ring_strategy.process_sets import ProcessSet, _check_process_set, global_process_set  # noqa: F401
 from ring_strategy.tensorflow.compression import Compression
 
 # AutoGraph must not rewrite these functions when a tf.function calls them:
@@ -57,53 +58,6 @@ _XLA_ERROR = (
 )
 
 
-# ---------------------------------------------------------------- process sets
-class ProcessSet:
-    """The ranks an operation runs on, as in Horovod. Only the global set
-    (every rank) is supported for now; any other set raises NotImplementedError.
-
-    Args:
-        ranks: the ranks of the set.
-    """
-
-    def __init__(self, ranks: Sequence[int]):
-        self._ranks: Optional[List[int]] = sorted(set(int(r) for r in ranks))
-        self.process_set_id: Optional[int] = None
-
-    @property
-    def ranks(self) -> Optional[List[int]]:
-        return self._ranks
-
-    def __repr__(self) -> str:
-        return f"ProcessSet(process_set_id={self.process_set_id}, ranks={self.ranks})"
-
-
-class _GlobalProcessSet(ProcessSet):
-    def __init__(self) -> None:
-        self._ranks = None
-        self.process_set_id = 0
-
-    @property
-    def ranks(self) -> Optional[List[int]]:
-        return list(range(size())) if is_initialized() else None
-
-    def __repr__(self) -> str:
-        return "global_process_set"
-
-
-global_process_set: ProcessSet = _GlobalProcessSet()
-
-
-def _check_process_set(process_set: Any) -> None:
-    if process_set is global_process_set:
-        return
-    if not isinstance(process_set, ProcessSet):
-        raise BadArgumentError(f"process_set should be a ProcessSet. Got: {process_set!r}")
-    if process_set.ranks != list(range(size())):
-        raise NotImplementedError(f"ring supports only the global process set for now; {process_set!r} is not every rank")
-
-
-# ---------------------------------------------------------------- helpers
 def handle_average_backwards_compatibility(op: Optional[int], average: Optional[bool]) -> int:
     """Resolves Horovod's deprecated ``average=`` flag against ``op``."""
     if op is not None:
