@@ -75,6 +75,40 @@ def run_ringrun(
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
+def ringrun_output(np: int, args: List[str], env: Optional[Dict[str, str]] = None, timeout: float = 240) -> str:
+    """Runs ``ringrun -np NP ARGS...`` and returns its stdout and stderr
+    together, headed by ``[ringrun exit code N]``.
+
+    Unlike :func:`run_ringrun` a timeout does not fail the test by itself: ringrun
+    gets SIGTERM (it stops its workers) and the output ends with a line saying
+    so, for tests that read one long run's output from several test functions.
+
+    Args:
+        np: Number of workers.
+        args: The worker command, e.g. ``[sys.executable, "worker.py"]``.
+        env: The whole environment (this checkout is added to PYTHONPATH);
+            this process's environment when None.
+        timeout: Seconds before ringrun is stopped.
+    """
+    full_env = _with_repo_on_path(dict(os.environ if env is None else env))
+    cmd = [sys.executable, "-m", "ring_strategy.runner.launch", "-np", str(np), *args]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            env=full_env, cwd=str(REPO_ROOT), text=True, errors="replace")
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGTERM)  # ringrun stops its workers
+        out, _ = proc.communicate()
+        out += f"\n[timed out after {timeout:g} s]"
+    return f"[ringrun exit code {proc.returncode}]\n{out}"
+
+
+@pytest.fixture(scope="session")
+def run_output() -> Callable[..., str]:
+    """The function :func:`ringrun_output`."""
+    return ringrun_output
+
+
 @pytest.fixture
 def ringrun() -> Callable[..., subprocess.CompletedProcess]:
     """The function :func:`run_ringrun`: ``ringrun(np, args, env=None, timeout=120)``."""

@@ -10,39 +10,26 @@ from __future__ import annotations
 
 import os
 import re
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 HERE = Path(__file__).parent
-REPO = HERE.parents[1]
 WORKER = HERE / "workers" / "fit_worker.py"
 BACKENDS = ["tensorflow", "jax", "torch"]
 CHECKS = ["config", "fit", "schedule", "save_load", "compression", "sharding", "validation"]
 _runs: dict = {}
 
 
-def _run(backend: str, tmp_dir: Path, timeout: float = 240) -> str:
+def _run(run_output, backend: str, tmp_dir: Path, timeout: float = 240) -> str:
     """Output of the worker under ringrun -np 2 with this backend (run once)."""
     if backend not in _runs:
         env = {k: v for k, v in os.environ.items() if not k.startswith("RING_")}
         env.update(KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="2", OMP_NUM_THREADS="1", HANG_DUMP=str(int(timeout - 20)))
-        env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
         out_dir = tmp_dir / backend
         out_dir.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "ring_strategy.runner.launch", "-np", "2", sys.executable, str(WORKER), str(out_dir)]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=env, cwd=str(REPO), text=True, errors="replace")
-        try:
-            out, _ = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGTERM)  # ringrun stops its workers
-            out, _ = proc.communicate()
-            out += f"\n[timed out after {timeout:g} s]"
-        _runs[backend] = f"[ringrun exit code {proc.returncode}]\n{out}"
+        _runs[backend] = run_output(2, [sys.executable, str(WORKER), str(out_dir)], env=env, timeout=timeout)
     return _runs[backend]
 
 
@@ -53,31 +40,31 @@ def out_root(tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize("check", CHECKS)
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_check(backend, check, out_root):
-    out = _run(backend, out_root)
+def test_check(backend, check, out_root, run_output):
+    out = _run(run_output, backend, out_root)
     for rank in range(2):
         assert re.search(rf"^(\[{rank}\] )?{rank}: {check} ok\b", out, re.M), f"{backend}/{check}:\n{out[-8000:]}"
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_matches_single_process_reference(backend, out_root):
-    out = _run(backend, out_root)
+def test_matches_single_process_reference(backend, out_root, run_output):
+    out = _run(run_output, backend, out_root)
     assert re.search(r"^(\[0\] )?0: reference ok", out, re.M), out[-8000:]
 
 
-def test_tensorflow_jit_compile_gives_clear_error(out_root):
-    out = _run("tensorflow", out_root)
+def test_tensorflow_jit_compile_gives_clear_error(out_root, run_output):
+    out = _run(run_output, "tensorflow", out_root)
     for rank in range(2):
         assert re.search(rf"^(\[{rank}\] )?{rank}: jit_compile error ok$", out, re.M), out[-8000:]
 
 
-def test_torch_jit_compile_trains(out_root):
-    out = _run("torch", out_root)
+def test_torch_jit_compile_trains(out_root, run_output):
+    out = _run(run_output, "torch", out_root)
     for rank in range(2):
         assert re.search(rf"^(\[{rank}\] )?{rank}: torch_compile ok\b", out, re.M), out[-8000:]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_exit_code(backend, out_root):
-    out = _run(backend, out_root)
+def test_exit_code(backend, out_root, run_output):
+    out = _run(run_output, backend, out_root)
     assert out.startswith("[ringrun exit code 0]"), out[-8000:]
