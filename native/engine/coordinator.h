@@ -53,8 +53,6 @@ class Coordinator {
   // cache and listed in cache_puts.
   ResponseList take();
 
-  size_t fusion_threshold() const { return fusion_threshold_; }
-  void set_fusion_threshold(size_t bytes) { fusion_threshold_ = bytes; }
 
  private:
   struct Pending {

@@ -33,7 +33,6 @@ class Executor {
   // finishes their handles. Throws RingError only for transport failures.
   void run(const Response& r, std::unordered_map<std::string, Entry>& pending);
 
-  void set_mesh(Mesh* mesh) { mesh_ = mesh; }
   // While this rank has joined, it adds zeros to allreduces it never submitted.
   void set_joined(bool joined) { joined_ = joined; }
 

@@ -88,11 +88,4 @@ void HandleTable::discard(int64_t handle) {
   states_.erase(handle);
 }
 
-size_t HandleTable::pending() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  size_t n = 0;
-  for (auto& [h, s] : states_) n += s.done ? 0 : 1;
-  return n;
-}
-
 }  // namespace ring

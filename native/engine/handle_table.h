@@ -39,7 +39,6 @@ class HandleTable {
   bool wait(int64_t handle, double timeout_s = -1.0);
   // Removes a finished handle: returns its result or throws its error.
   OpResult release(int64_t handle);
-  size_t pending() const;
   // Forgets a handle whatever its state (an enqueue that was rejected).
   void discard(int64_t handle);
 

@@ -89,10 +89,12 @@ RequestList Runtime::request_list(std::vector<Entry>& unsent) {
 
 void Runtime::execute(const ResponseList& list) {
   // The coordinator filled its cache while building the list.
-  for (const auto& put : opts_.rank == 0 ? std::vector<CachePut>{} : list.cache_puts) {
-    cache_.put(put.name, put.id);
-    auto it = pending_.find(put.name);
-    if (it != pending_.end()) cache_.set_signature(put.id, opts_.rank, it->second.req);
+  if (opts_.rank != 0) {
+    for (const auto& put : list.cache_puts) {
+      cache_.put(put.name, put.id);
+      auto it = pending_.find(put.name);
+      if (it != pending_.end()) cache_.set_signature(put.id, opts_.rank, it->second.req);
+    }
   }
   for (const auto& r : list.responses) executor_->run(r, pending_);
 }
