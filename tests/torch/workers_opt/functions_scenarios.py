@@ -5,14 +5,12 @@ allgather_object / SyncBatchNorm on real workers:
 Each scenario prints "<rank>: <name> ok" when its checks pass on this rank.
 """
 
-import sys
-import time
-import traceback
 
 import torch
 import torch.nn as nn
 
 import ring_strategy.torch as hvd
+from scenario_main import run_scenarios
 
 
 def flat(tensors):
@@ -252,22 +250,5 @@ def sync_batch_norm():
 SCENARIOS = {f.__name__: f for f in [parameters, optimizer_state, objects, sync_batch_norm]}
 
 
-def main():
-    hvd.init()
-    failed = False
-    for name in sys.argv[1:] or list(SCENARIOS):
-        start = time.perf_counter()
-        try:
-            SCENARIOS[name]()
-        except Exception:
-            failed = True
-            print(f"{hvd.rank()}: {name} FAILED\n{traceback.format_exc()}", flush=True)
-        else:
-            print(f"{hvd.rank()}: {name} ok", flush=True)
-            print(f"{hvd.rank()}: {name} took {time.perf_counter() - start:.2f} s", flush=True)
-    hvd.shutdown()
-    sys.exit(1 if failed else 0)
-
-
 if __name__ == "__main__":
-    main()
+    run_scenarios(SCENARIOS)

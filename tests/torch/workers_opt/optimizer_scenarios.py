@@ -6,9 +6,6 @@ Training scenarios compare the distributed run with a single-process run of
 the same model on the concatenated global batch, computed inside every rank.
 """
 
-import sys
-import time
-import traceback
 import warnings
 
 import torch
@@ -16,6 +13,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import ring_strategy.torch as hvd
+from scenario_main import run_scenarios
 import ring_strategy.torch.optimizer as hvd_optimizer
 
 TOL = 1e-5
@@ -404,22 +402,5 @@ SCENARIOS = {f.__name__: f for f in [
 ]}
 
 
-def main():
-    hvd.init()
-    failed = False
-    for name in sys.argv[1:] or list(SCENARIOS):
-        start = time.perf_counter()
-        try:
-            SCENARIOS[name]()
-        except Exception:
-            failed = True
-            print(f"{hvd.rank()}: {name} FAILED\n{traceback.format_exc()}", flush=True)
-        else:
-            print(f"{hvd.rank()}: {name} ok", flush=True)
-            print(f"{hvd.rank()}: {name} took {time.perf_counter() - start:.2f} s", flush=True)
-    hvd.shutdown()
-    sys.exit(1 if failed else 0)
-
-
 if __name__ == "__main__":
-    main()
+    run_scenarios(SCENARIOS)
