@@ -6,11 +6,14 @@ import atexit
 import os
 import threading
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from ring_strategy import _native
 from ring_strategy.environments import ClusterEnvironment, detect_environment
 from ring_strategy.exceptions import BadArgumentError, ShutdownError
+
+if TYPE_CHECKING:
+    from ring_strategy.runner.store import StoreClient, StoreServer
 
 
 
@@ -69,6 +72,8 @@ def init() -> None:
             secret=env.secret or b"",
             job_id=env.job_id,
             host_id=env.host_id,
+            bind_host=env.bind_host,
+            advertise_host=env.advertise_host,
         )
         if env.size > 1:
             _rendezvous(env, rt, _state.generation)
@@ -80,30 +85,81 @@ def init() -> None:
 
 
 def _rendezvous(env: ClusterEnvironment, rt: _native.Runtime, generation: int) -> None:
-    """Publishes this rank's endpoint, reads every peer's and connects."""
+    """Publishes this rank's endpoint, reads every peer's and connects.
+
+    Under a launcher that serves no store (torchrun, mpirun, Slurm), rank 0
+    serves it for the duration of the rendezvous.
+    """
     from ring_strategy.runner.store import StoreClient
 
     if env.rendezvous_address is None or env.secret is None:
         raise ShutdownError(
             f"rank {env.rank} of {env.size}: the launcher gave no rendezvous address or secret"
         )
-    store = StoreClient(env.rendezvous_address, env.secret)
     timeout = _start_timeout()
+    server = _serve_rendezvous(env)
     try:
-        prefix = f"ring/{env.job_id}/init{generation}"
-        store.set(f"{prefix}/endpoint/{env.rank}", rt.local_endpoint().encode())
-        endpoints = [
-            store.get(f"{prefix}/endpoint/{r}", timeout=timeout).decode()
-            for r in range(env.size)
-        ]
-        rt.connect(endpoints)
-        # Every rank must have mapped the others' shared memory before names
-        # are removed in start().
-        store.set(f"{prefix}/connected/{env.rank}", b"1")
-        for r in range(env.size):
-            store.get(f"{prefix}/connected/{r}", timeout=timeout)
+        store = StoreClient(env.rendezvous_address, env.secret, timeout=timeout)
+        try:
+            prefix = f"ring/{env.job_id}/init{generation}"
+            store.set(f"{prefix}/endpoint/{env.rank}", rt.local_endpoint().encode())
+            endpoints = [
+                store.get(f"{prefix}/endpoint/{r}", timeout=timeout).decode()
+                for r in range(env.size)
+            ]
+            rt.connect(endpoints)
+            # Every rank must have mapped the others' shared memory before names
+            # are removed in start().
+            _all_reach(store, f"{prefix}/connected", env, timeout)
+            _finish(store, f"{prefix}/done", env, timeout, serving=server is not None)
+        finally:
+            store.close()
     finally:
-        store.close()
+        if server is not None:
+            server.stop()
+
+
+def _all_reach(store: "StoreClient", key: str, env: ClusterEnvironment, timeout: float) -> None:
+    """Marks ``key`` reached by this rank and waits until every rank has."""
+    store.set(f"{key}/{env.rank}", b"1")
+    for r in range(env.size):
+        store.get(f"{key}/{r}", timeout=timeout)
+
+
+def _finish(store: "StoreClient", key: str, env: ClusterEnvironment, timeout: float, serving: bool) -> None:
+    """Tells the rank serving the store (if any) that this rank no longer needs it.
+
+    The serving rank waits for every rank's word, so no one is still reading
+    when it stops the store. It may stop it while the last word's reply is on
+    its way: the word was stored by then, so a lost connection here is fine.
+    """
+    if serving:
+        _all_reach(store, key, env, timeout)
+        return
+    try:
+        store.set(f"{key}/{env.rank}", b"1")
+    except ConnectionError:
+        pass
+
+
+def _serve_rendezvous(env: ClusterEnvironment) -> "Optional[StoreServer]":
+    """Starts the store this process must serve (rank 0 without a launcher's store), if any."""
+    from ring_strategy.runner.store import StoreServer
+
+    address = env.rendezvous_bind_address
+    if address is None:
+        return None
+    host, _, port = address.rpartition(":")
+    server = StoreServer(env.secret or b"", host=host.strip("[]"), port=int(port))
+    try:
+        server.start()
+    except OSError as e:
+        raise OSError(
+            e.errno,
+            f"rank {env.rank} cannot serve the rendezvous store on {address}: {e.strerror or e}; "
+            "if another job holds the port, set RING_RENDEZVOUS_PORT to a free one",
+        ) from None
+    return server
 
 
 def shutdown() -> None:

@@ -9,27 +9,46 @@ from __future__ import annotations
 from typing import List, Type
 
 from ring_strategy.environments.base import ClusterEnvironment
+from ring_strategy.environments.external import ExternalLauncherEnvironment
 from ring_strategy.environments.local import LocalEnvironment
+from ring_strategy.environments.mpirun import MpirunEnvironment
 from ring_strategy.environments.ringrun import RingrunEnvironment
+from ring_strategy.environments.slurm import SlurmEnvironment
+from ring_strategy.environments.torchrun import TorchrunEnvironment
 
 __all__ = [
     "DETECTION_ORDER",
     "ClusterEnvironment",
+    "ExternalLauncherEnvironment",
     "LocalEnvironment",
+    "MpirunEnvironment",
     "RingrunEnvironment",
+    "SlurmEnvironment",
+    "TorchrunEnvironment",
     "detect_environment",
 ]
 
-# The first environment whose detect() is true wins, so the order matters:
-# - ringrun comes first: its RING_* variables are set only by ringrun (or a
-#   user who means them), and a ringrun job may itself run inside Slurm or
-#   under another launcher whose variables describe the outer allocation.
-# - torchrun, mpirun (OMPI_*/PMI_*) and Slurm (SLURM_PROCID) will go here, most
-#   specific first: Slurm last, because srun also sets its variables around
-#   processes that another launcher started.
+# The first environment whose detect() is true wins. Launchers nest (srun
+# starts torchrun or mpirun, a batch script runs mpirun, ringrun runs under
+# any of them), and a process inherits the variables of every launcher above
+# it, so the launcher that started this process directly, the innermost one,
+# must be asked first:
+# - ringrun: its RING_RANK/RING_SIZE are set only by ringrun (or the Ray
+#   executor, or a user who means them).
+# - torchrun: it sets RANK, WORLD_SIZE, LOCAL_RANK and MASTER_ADDR/PORT for its
+#   own workers; torchrun itself is usually started by srun or by hand, rarely
+#   by mpirun.
+# - mpirun: OMPI_COMM_WORLD_* (Open MPI), PMI_*/PMIX_* (Hydra, PMIx); mpirun
+#   inside a Slurm allocation inherits SLURM_PROCID from the batch script, so
+#   it comes before Slurm. PMI variables set by srun itself are left to Slurm.
+# - Slurm: tasks of an srun step (SLURM_PROCID with SLURM_STEP_ID); last of the
+#   launchers because its variables surround every launcher it starts.
 # - LocalEnvironment always detects: a single process with no launcher.
 DETECTION_ORDER: List[Type[ClusterEnvironment]] = [
     RingrunEnvironment,
+    TorchrunEnvironment,
+    MpirunEnvironment,
+    SlurmEnvironment,
     LocalEnvironment,
 ]
 

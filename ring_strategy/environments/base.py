@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import abc
+import os
 from typing import Callable, Optional, TypeVar
+
+from ring_strategy.environments.network import route_address
 
 __all__ = ["ClusterEnvironment", "override"]
 
@@ -88,6 +91,39 @@ class ClusterEnvironment(abc.ABC):
     @abc.abstractmethod
     def host_id(self) -> str:
         """A name for this host, equal for all processes that share it."""
+
+    @property
+    def rendezvous_bind_address(self) -> Optional[str]:
+        """``"host:port"`` this process serves the rendezvous store on, or None.
+
+        None (the default) when the launcher serves the store, as ``ringrun``
+        does. Launchers that serve none (torchrun, mpirun, Slurm) leave it to
+        rank 0, whose environment returns the address to listen on.
+        """
+        return None
+
+    @property
+    def bind_host(self) -> str:
+        """The interface the engine listens on for its peers.
+
+        Loopback for a job on one host, so nothing outside it can connect;
+        every interface (``0.0.0.0``) for a job on several hosts.
+        """
+        return "127.0.0.1" if self.cross_size == 1 else "0.0.0.0"
+
+    @property
+    def advertise_host(self) -> str:
+        """The address peers connect to, published at the rendezvous.
+
+        Loopback for a job on one host. On several hosts ``RING_ADVERTISE_HOST``
+        when set, else this host's address on the route to the rendezvous host.
+        """
+        if self.cross_size == 1:
+            return "127.0.0.1"
+        explicit = os.environ.get("RING_ADVERTISE_HOST", "").strip()
+        if explicit:
+            return explicit
+        return route_address(self.rendezvous_address)
 
     def __repr__(self) -> str:
         return (
