@@ -1,0 +1,69 @@
+"""Workloads other than one collective at a time (``--case``).
+
+``small-tensors``: the gradients of one training step of a model with many
+small layers. Every step submits ``--num-tensors`` allreduces (sums) of
+``--tensor-bytes`` each at once and then waits for all of them; the time is
+the median per-step time of the slowest rank. With ``--compare gloo`` gloo
+runs the same step two ways: one ``all_reduce(async_op=True)`` per tensor and
+then a wait for each (``gloo``), and the tensors copied into one flat buffer,
+one ``all_reduce``, and copied back (``gloo-coalesced``, what DDP's buckets
+do). With ``--compare mpi``: ``Iallreduce`` per tensor and ``Waitall``
+(``mpi``), and one ``Allreduce`` of the concatenated tensors
+(``mpi-coalesced``).
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Sequence
+
+import numpy as np
+
+import ring_strategy as rs
+from ring_strategy.bench.backend import Backend, StepCall
+from ring_strategy.bench.collectives import bus_factor, count_wrong, expected_output, make_input
+from ring_strategy.bench.measure import across_ranks, interleave
+from ring_strategy.bench.results import Row
+
+__all__ = ["VARIANTS", "run_small_tensors"]
+
+#: What each variant of the small-tensors case does in one step.
+VARIANTS: Dict[str, str] = {
+    "ring": "allreduce_async of every tensor, then synchronize every handle",
+    "gloo": "all_reduce(async_op=True) of every tensor, then wait for every one",
+    "gloo-coalesced": "tensors copied into one flat buffer, one all_reduce, copied back",
+    "mpi": "Iallreduce of every tensor, then Waitall",
+    "mpi-coalesced": "one Allreduce of the tensors concatenated",
+}
+
+
+def _steps(backends: Sequence[Backend], tensors: List[np.ndarray]) -> Dict[str, StepCall]:
+    steps: Dict[str, StepCall] = {}
+    for backend in backends:
+        steps.update(backend.small_tensor_steps(tensors))
+    return steps
+
+
+def run_small_tensors(
+    backends: Sequence[Backend], num_tensors: int, tensor_bytes: int, dtype: np.dtype,
+    iters: int, warmup: int, rounds: int, check: bool,
+) -> Row:
+    """Measures the small-tensors step with every backend's variants.
+
+    Every rank must call it. The returned row's size is the bytes of all the
+    tensors of one step; its results are ring's, then each variant's.
+    """
+    n, me = rs.size(), rs.rank()
+    per_tensor = max(1, tensor_bytes // dtype.itemsize)
+    tensors = [make_input("allreduce", per_tensor, dtype, me, n) for _ in range(num_tensors)]
+    steps = _steps(backends, tensors)
+    times = interleave(steps, iters, warmup, rounds)
+    wrong: Dict[str, int] = {}
+    if check:
+        expected = expected_output("allreduce", per_tensor, dtype, me, n)
+        for name, step in _steps(backends, tensors).items():  # fresh buffers: gloo's are reduced in place
+            rs.barrier()
+            wrong[name] = sum(count_wrong(out, expected) for out in step())
+    count = per_tensor * num_tensors
+    results = across_ranks(list(steps), times, wrong)
+    return Row("small-tensors", count * dtype.itemsize, count, dtype.name, "sum", bus_factor("allreduce", n),
+               tuple(results))
