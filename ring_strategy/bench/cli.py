@@ -51,7 +51,8 @@ def _run_case(opts: Options, backends: Sequence[Backend]) -> None:
         f"{format_size(opts.tensor_bytes)} ({opts.dtype}) per step, each summed over all ranks")
     say(f"# time: median per-step time of the slowest rank, {opts.iters} timed steps ({opts.warmup} warmup) "
         f"in {opts.rounds} round(s), the variants taking turns between barriers")
-    say("# algbw = bytes of all tensors / time; busbw = algbw x 2(n-1)/n; ratio = variant time / ring time")
+    say("# algbw = bytes of all tensors / time; busbw = algbw x 2(n-1)/n; ratio = variant time / ring time "
+        "(> 1: ring is faster)")
     row = run_small_tensors(backends, opts.num_tensors, opts.tensor_bytes, dtype,
                             opts.iters, opts.warmup, opts.rounds, opts.check)
     for line in case_lines(row, VARIANTS, opts.check):

@@ -75,7 +75,7 @@ def header_lines(layout: Layout, ranks: int, dtype: str, iters: int, warmup: int
     ]
     if layout.peers:
         lines.append("# peers run in the same processes, taking turns with ring between barriers; "
-                     "ratio = peer time / ring time (> 1: ring is faster)")
+                     "ratio = ring busbw / peer busbw = peer time / ring time (> 1: ring is faster)")
     if layout.membw_gbps is not None:
         lines += [
             f"# memory: {layout.membw_gbps:.2f} GB/s total copy bandwidth (read + write, all {ranks} rank(s) "
@@ -139,7 +139,7 @@ def case_lines(row: Row, descriptions: Dict[str, str], checked: bool) -> List[st
     lines = [f"# {name}: {text}" for name, text in descriptions.items() if name in {m.backend for m in row.results}]
     lines += [
         f"#{'variant':>21}  {'time':>9}  {'algbw':>6}  {'busbw':>6}  {'#wrong':>6}  {'ratio':>7}",
-        f"#{'':>21}  {'(us)':>9}  {'(GB/s)':>6}  {'(GB/s)':>6}  {'':>6}  {'ring/x':>7}",
+        f"#{'':>21}  {'(us)':>9}  {'(GB/s)':>6}  {'(GB/s)':>6}",
     ]
     for i, m in enumerate(row.results):
         ratio = row.ratio(m) if i else 1.0

@@ -1,0 +1,237 @@
+"""``python -m ring_strategy.bench.train``: training throughput, ring against DDP.
+
+An MLP of about 10 M parameters (784-2048-2048-2048-10 by default) trains on
+synthetic data with SGD, one thread per rank (``torch.set_num_threads(1)``),
+so that every rank has a core of its own. Printed, on rank 0:
+
+- **np=1**: samples/s of rank 0 running the same step *without any
+  communication* (plain SGD on its own batch) while the other ranks wait idle
+  in a barrier. That is one process with one thread on an otherwise quiet
+  machine: the reference every speed-up is measured against. It is measured
+  in the same run rather than in a separate ``ringrun -np 1`` job, so both
+  numbers see the same machine at nearly the same time.
+- **ring**: samples/s of all N ranks training together with
+  ``ring_strategy.torch.DistributedOptimizer``; samples/s = N x batch x steps
+  / the slowest rank's time.
+- **ddp** (``--compare ddp``): the same with
+  ``torch.nn.parallel.DistributedDataParallel`` over gloo, in the same
+  processes. ring and DDP take turns round by round, separated by barriers.
+- **efficiency** = N-rank samples/s / (N x np=1 samples/s): 100% is perfect
+  scaling.
+
+Each figure is the median over ``--rounds`` rounds of ``--steps`` steps,
+after ``--warmup`` untimed steps.
+
+Example::
+
+    ringrun -np 2 python -m ring_strategy.bench.train --compare ddp
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+
+__all__ = ["build_parser", "build_model", "main"]
+
+Step = Callable[[], None]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Returns the argument parser of ``python -m ring_strategy.bench.train``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m ring_strategy.bench.train",
+        description="Training throughput (samples/s) and scaling efficiency of an MLP on synthetic data, "
+        "ring's DistributedOptimizer against DDP (gloo) in the same run. Only rank 0 prints.",
+        epilog="Example: ringrun -np 2 python -m ring_strategy.bench.train --compare ddp",
+    )
+    parser.add_argument("--compare", choices=["ddp"], default=None, help="also measure DDP over gloo")
+    parser.add_argument("--input", type=_positive, default=784, help="input features (default: 784)")
+    parser.add_argument("--hidden", type=_positive, default=2048, help="width of the hidden layers (default: 2048)")
+    parser.add_argument("--layers", type=_positive, default=3, help="hidden layers (default: 3)")
+    parser.add_argument("--classes", type=_positive, default=10, help="outputs (default: 10)")
+    parser.add_argument("--batch-size", type=_positive, default=64, help="samples per rank per step (default: 64)")
+    parser.add_argument("--steps", type=_positive, default=10, help="timed steps per round (default: 10)")
+    parser.add_argument("--warmup", type=_non_negative, default=3, help="untimed steps first (default: 3)")
+    parser.add_argument("--rounds", type=_positive, default=3, help="rounds; the median is printed (default: 3)")
+    parser.add_argument("--threads", type=_positive, default=1, help="torch threads per rank (default: 1)")
+    parser.add_argument("--json", type=Path, default=None, metavar="FILE", help="also write the results as JSON")
+    return parser
+
+
+def _int_at_least(text: str, minimum: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = minimum - 1
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"should be an integer of at least {minimum}. Got: {text!r}")
+    return value
+
+
+def _positive(text: str) -> int:
+    return _int_at_least(text, 1)
+
+
+def _non_negative(text: str) -> int:
+    return _int_at_least(text, 0)
+
+
+def build_model(args: argparse.Namespace) -> Any:
+    """The MLP: ``--layers`` hidden Linear+ReLU layers of ``--hidden`` units."""
+    import torch.nn as nn
+
+    widths = [args.input] + [args.hidden] * args.layers
+    layers: List[Any] = []
+    for inp, out in zip(widths, widths[1:]):
+        layers += [nn.Linear(inp, out), nn.ReLU()]
+    layers.append(nn.Linear(widths[-1], args.classes))
+    return nn.Sequential(*layers)
+
+
+def _sgd_step(model: Any, optimizer: Any, data: Any, target: Any) -> Step:
+    import torch.nn.functional as F
+
+    def step() -> None:
+        optimizer.zero_grad()
+        F.cross_entropy(model(data), target).backward()
+        optimizer.step()
+
+    return step
+
+
+def _time_steps(step: Step, steps: int) -> float:
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    return time.perf_counter() - start
+
+
+def _slowest(seconds: float) -> float:
+    import ring_strategy as rs
+
+    return float(rs.allreduce(np.array([seconds]), op=rs.Max, name="bench.train.time")[0])
+
+
+def _local_rate(step: Step, args: argparse.Namespace) -> Optional[float]:
+    """np=1: rank 0 alone, no communication; the others wait. None off rank 0."""
+    import ring_strategy as rs
+
+    rate = None
+    rs.barrier()
+    if rs.rank() == 0:
+        _time_steps(step, args.warmup)
+        rates = [args.batch_size * args.steps / _time_steps(step, args.steps) for _ in range(args.rounds)]
+        rate = statistics.median(rates)
+    rs.barrier()
+    return rate
+
+
+def _distributed_rates(steps: Dict[str, Step], args: argparse.Namespace) -> Dict[str, float]:
+    """Every rank trains; the libraries take turns. Returns median samples/s."""
+    import ring_strategy as rs
+
+    for step in steps.values():
+        rs.barrier()
+        _time_steps(step, args.warmup)
+    rates: Dict[str, List[float]] = {name: [] for name in steps}
+    samples = rs.size() * args.batch_size * args.steps
+    for _ in range(args.rounds):
+        for name, step in steps.items():
+            rs.barrier()
+            rates[name].append(samples / _slowest(_time_steps(step, args.steps)))
+    return {name: statistics.median(values) for name, values in rates.items()}
+
+
+def _ring_step(template: Any, data: Any, target: Any) -> Step:
+    import torch
+
+    import ring_strategy.torch as hvd
+
+    model = copy.deepcopy(template)
+    optimizer = hvd.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.01), named_parameters=model.named_parameters(),
+    )
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    return _sgd_step(model, optimizer, data, target)
+
+
+def _ddp_step(template: Any, data: Any, target: Any) -> Step:
+    import torch
+    from torch.nn.parallel import DistributedDataParallel
+
+    from ring_strategy.bench.gloo import init_gloo
+
+    init_gloo()
+    model = DistributedDataParallel(copy.deepcopy(template))  # broadcasts rank 0's weights
+    return _sgd_step(model, torch.optim.SGD(model.parameters(), lr=0.01), data, target)
+
+
+def _report(args: argparse.Namespace, params: int, local: float, rates: Dict[str, float]) -> List[Dict[str, Any]]:
+    import ring_strategy as rs
+
+    n = rs.size()
+    widths = "-".join(str(w) for w in [args.input] + [args.hidden] * args.layers + [args.classes])
+    print(f"# ring_strategy.bench.train: MLP {widths} ({params / 1e6:.2f} M parameters), batch {args.batch_size} "
+          f"per rank, {args.threads} thread(s) per rank, {n} rank(s)")
+    print("# np=1: rank 0 alone runs the same step without communication while the other ranks wait idle")
+    print(f"# np={n}: samples/s = {n} x {args.batch_size} x {args.steps} steps / the slowest rank's time; "
+          f"median of {args.rounds} round(s) after {args.warmup} warmup steps; the libraries take turns")
+    print(f"# efficiency = np={n} samples/s / ({n} x np=1 samples/s)")
+    print(f"#{'setup':>27}  {'samples/s':>10}  {'efficiency':>10}")
+    print(f"{'np=1, no communication':>28}  {local:>10.1f}  {'-':>10}")
+    results = []
+    for name, rate in rates.items():
+        efficiency = rate / (n * local)
+        print(f"{f'np={n}, {name}':>28}  {rate:>10.1f}  {100 * efficiency:>9.1f}%")
+        results.append({"framework": name, "ranks": n, "samples_per_s": rate, "efficiency": efficiency,
+                        "np1_samples_per_s": local, "parameters": params, "batch_size": args.batch_size})
+    if "ring" in rates and "ddp" in rates:
+        print(f"# ring/ddp samples/s: {rates['ring'] / rates['ddp']:.2f}x")
+    return results
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Runs the training benchmark; returns the exit status (0).
+
+    Raises:
+        SystemExit: With status 2 for a bad option, before joining the job.
+    """
+    args = build_parser().parse_args(argv)
+    import torch
+
+    import ring_strategy.torch as hvd
+
+    hvd.init()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    template = build_model(args)
+    params = sum(p.numel() for p in template.parameters())
+    data = torch.randn(args.batch_size, args.input)
+    target = torch.randint(0, args.classes, (args.batch_size,))
+    local_model = copy.deepcopy(template)
+    local = _local_rate(_sgd_step(local_model, torch.optim.SGD(local_model.parameters(), lr=0.01), data, target),
+                        args)
+    steps = {"ring": _ring_step(template, data, target)}
+    if args.compare == "ddp":
+        steps["ddp"] = _ddp_step(template, data, target)
+    rates = _distributed_rates(steps, args)
+    if hvd.rank() == 0:
+        results = _report(args, params, local, rates)
+        if args.json is not None:
+            args.json.write_text(json.dumps(results, indent=1) + "\n")
+    hvd.barrier()
+    if args.compare == "ddp":
+        torch.distributed.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
