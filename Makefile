@@ -4,7 +4,8 @@
 #   make venv         .venv with torch (CPU, first) and the build tools
 #   make build        (re)build ring_strategy._native in place, install `ringrun`
 #   make native-test  C++ unit tests (build/native/ring_native_tests)
-#   make test         venv + build + native-test + pytest
+#   make sysdeps      system packages the tests use (Open MPI's mpirun), as root only
+#   make test         venv + build + native-test + sysdeps + pytest
 #   make demo         PyTorch Lightning, Trainer(strategy="ring") on two workers:
 #                     the script starts its second worker itself
 #   make clean        remove build outputs (keeps .venv; `make distclean` too)
@@ -39,7 +40,7 @@ BUILD_TOOLS := "scikit-build-core>=0.10" "nanobind>=2.4" "cmake>=3.18" ninja
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: venv build native-test test demo clean distclean
+.PHONY: venv build sysdeps native-test test demo clean distclean
 
 # ---------------------------------------------------------------- venv
 $(VPY):
@@ -65,7 +66,7 @@ venv: $(VENV)/.deps-stamp
 #    from anywhere else load the same, fresh module. After editing C++ just run
 #    `make build` (or `cmake --build build/py`).
 $(VENV)/.editable-stamp: $(VENV)/.deps-stamp pyproject.toml constraints.txt
-	RING_EDITABLE_SOURCE_TREE=1 $(PIP) install --no-build-isolation $(CONSTRAINTS) -e ".[test,lightning,keras,tensorflow,jax]"
+	RING_EDITABLE_SOURCE_TREE=1 $(PIP) install --no-build-isolation $(CONSTRAINTS) -e ".[test,lightning,keras,tensorflow,jax,ray]"
 	touch $@
 
 $(PY_BUILD)/build.ninja: $(VENV)/.deps-stamp
@@ -80,12 +81,29 @@ build: $(VENV)/.editable-stamp $(PY_BUILD)/build.ninja
 	cmake --build $(PY_BUILD)
 
 # ---------------------------------------------------------------- tests
+# tests/cluster runs real mpirun jobs. As root, a missing mpirun is installed
+# (Debian's openmpi-bin); otherwise, or when apt cannot reach its mirrors, this
+# only says so: the mpirun tests then skip (not root) or fail (root).
+sysdeps:
+	@if command -v mpirun >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" != 0 ]; then \
+	  echo "sysdeps: mpirun is missing and installing openmpi-bin needs root; the mpirun tests will be skipped"; \
+	elif ! command -v apt-get >/dev/null 2>&1; then \
+	  echo "sysdeps: mpirun is missing and there is no apt-get: install Open MPI for the mpirun tests"; \
+	else \
+	  echo "sysdeps: installing openmpi-bin"; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  { apt-get install -y -qq openmpi-bin >/dev/null 2>&1 || \
+	    { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq openmpi-bin >/dev/null 2>&1; }; } || \
+	  echo "sysdeps: could not install openmpi-bin (no network?); the mpirun tests will fail until mpirun is installed"; \
+	fi
+
 native-test:
 	cmake -S . -B $(NATIVE_BUILD) -G Ninja -DRING_BUILD_PYTHON=OFF -DRING_BUILD_TESTS=ON
 	ninja -C $(NATIVE_BUILD)
 	$(NATIVE_BUILD)/ring_native_tests
 
-test: venv build native-test
+test: venv build native-test sysdeps
 	$(VPY) -m pytest -q --timeout=$(PYTEST_TIMEOUT) tests $(PYTEST_ARGS)
 
 # The numpy version of the demo: ringrun -np 2 python examples/numpy_logreg.py

@@ -1,0 +1,108 @@
+"""Real jobs under launchers that are not ring's own: torchrun and mpirun.
+
+Each starts two workers of tests/cluster/train_worker.py, which train with
+DistributedOptimizer and check their result against a single-process run on
+the global batch and against each other. Rank 0 serves the rendezvous store.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+WORKER = Path(__file__).with_name("train_worker.py")
+
+
+def _environment(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    """This process's environment without launcher variables, this checkout on the path."""
+    launcher = re.compile(r"^(RING_|OMPI_|PMIX?_|SLURM_|TORCHELASTIC_)|^(RANK|WORLD_SIZE|LOCAL_RANK|MASTER_ADDR|MASTER_PORT)$")
+    env = {k: v for k, v in os.environ.items() if not launcher.match(k)}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env["RING_START_TIMEOUT"] = "60"
+    env.update(extra or {})
+    return env
+
+
+def _run(cmd: List[str], extra: Optional[Dict[str, str]] = None, timeout: float = 180) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(cmd, cwd=REPO, env=_environment(extra), capture_output=True, text=True,
+                              timeout=timeout, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"{' '.join(cmd)} timed out after {timeout:g} s\n{e.stdout}\n{e.stderr}", pytrace=False)
+
+
+def _torchrun(*args: str) -> List[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", *args]
+
+
+def _mpirun(*args: str) -> List[str]:
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        if os.geteuid() == 0:
+            pytest.fail("mpirun is missing: run `make sysdeps` (installs openmpi-bin)", pytrace=False)
+        pytest.skip("mpirun is missing and installing openmpi-bin needs root: apt-get install openmpi-bin")
+    # Open MPI refuses root without --allow-run-as-root; --oversubscribe lets
+    # two workers share fewer cores.
+    root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
+    return [mpirun, *root, "--oversubscribe", "-np", "2", *args]
+
+
+def _check_trained(proc: subprocess.CompletedProcess, environment: str) -> None:
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-8000:]
+    jobs = set()
+    for rank in range(2):
+        match = re.search(rf"^{rank}: {environment} ok job (\S+)$", proc.stdout, re.M)
+        assert match, out[-8000:]
+        jobs.add(match.group(1))
+    assert len(jobs) == 1, f"ranks disagree on the job id: {jobs}"
+    job = jobs.pop()
+    assert job.startswith(environment[: -len("Environment")].lower() + "-"), job
+    assert not glob.glob(f"/dev/shm/ring.{job}*"), "shared memory left behind"
+
+
+def test_torchrun_trains_two_workers():
+    _check_trained(_run(_torchrun(str(WORKER), "TorchrunEnvironment")), "TorchrunEnvironment")
+
+
+def test_mpirun_trains_two_workers():
+    _check_trained(_run(_mpirun(sys.executable, str(WORKER), "MpirunEnvironment")), "MpirunEnvironment")
+
+
+def test_mpirun_with_explicit_secret_and_port():
+    """RING_SECRET and RING_RENDEZVOUS_PORT, exported to the ranks, are used instead of derived ones."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    extra = {"RING_SECRET": os.urandom(16).hex(), "RING_RENDEZVOUS_PORT": str(port)}
+    cmd = _mpirun(sys.executable, "-c", (
+        "import ring_strategy as rs; from ring_strategy.basics import _env; rs.init(); e = _env(); "
+        "import os; assert e.secret.hex() == os.environ['RING_SECRET']; "
+        "import sys; total = float(rs.allreduce([rs.rank() + 1.0], op=rs.Sum)[0]); "
+        "sys.stdout.write(f'{rs.rank()} {e.rendezvous_address} {total}\\n')"))
+    proc = _run(cmd, extra, timeout=120)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-8000:]
+    assert sorted(proc.stdout.splitlines()) == [f"0 127.0.0.1:{port} 3.0", f"1 127.0.0.1:{port} 3.0"], proc.stdout
+
+
+def test_torchrun_port_in_use_is_a_clear_error():
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        proc = _run(_torchrun(str(WORKER), "TorchrunEnvironment"),
+                    {"RING_RENDEZVOUS_PORT": str(port), "RING_START_TIMEOUT": "20"}, timeout=120)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-8000:]
+    assert f"rank 0 cannot serve the rendezvous store on 127.0.0.1:{port}" in out, out[-8000:]
+    assert "RING_RENDEZVOUS_PORT" in out, out[-8000:]
