@@ -58,12 +58,17 @@ def enqueue(
     prescale: float = 1.0,
     postscale: float = 1.0,
     splits: Sequence[int] = (),
+    wake: bool = True,
 ) -> int:
     """Queues one operation; returns its handle id. `input` and `output`
-    (None: the engine allocates) must stay alive until the handle is released."""
+    (None: the engine allocates) must stay alive until the handle is released.
+
+    ``wake=False`` when the caller waits for the handle right away: the
+    waiting thread then makes the progress itself, without waking the
+    engine's background thread (lower latency for synchronous calls)."""
     return _runtime().enqueue(
         kind, name, input, output, dtype_code, check_op(op), int(root), float(prescale), float(postscale),
-        [int(d) for d in shape], [int(s) for s in splits],
+        [int(d) for d in shape], [int(s) for s in splits], wake,
     )
 
 

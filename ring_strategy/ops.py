@@ -85,11 +85,12 @@ def _submit(
     prescale: float = 1.0,
     postscale: float = 1.0,
     splits: Sequence[int] = (),
+    wake: bool = True,
 ) -> Handle:
     code = _dtype_code(arr)
     h = _frontend.enqueue(
         kind, _frontend.auto_name(label, name), _raw(arr, code), None if out is None else _raw(out, code), code,
-        arr.shape, op=op, root=root, prescale=prescale, postscale=postscale, splits=splits,
+        arr.shape, op=op, root=root, prescale=prescale, postscale=postscale, splits=splits, wake=wake,
     )
     return Handle(h, (arr, out), finish)
 
@@ -122,11 +123,15 @@ def allreduce_async(
     postscale_factor: float = 1.0,
 ) -> Handle:
     """Starts reducing ``tensor`` over all ranks; see :func:`allreduce`."""
+    return _allreduce(tensor, op, name, prescale_factor, postscale_factor, True)
+
+
+def _allreduce(tensor: Any, op: int, name: Optional[str], prescale: float, postscale: float, wake: bool) -> Handle:
     arr = _as_array(tensor)
     out = np.empty_like(arr)
     return _submit(
         _native.OP_ALLREDUCE, "allreduce", arr, out, name, lambda _: out,
-        op=op, prescale=prescale_factor, postscale=postscale_factor,
+        op=op, prescale=prescale, postscale=postscale, wake=wake,
     )
 
 
@@ -150,33 +155,41 @@ def allreduce(
     Returns:
         A new array with the reduced values, identical on every rank.
     """
-    return synchronize(allreduce_async(tensor, op, name, prescale_factor, postscale_factor))
+    return synchronize(_allreduce(tensor, op, name, prescale_factor, postscale_factor, False))
 
 
 def allgather_async(tensor: Any, name: Optional[str] = None) -> Handle:
     """Starts an allgather; see :func:`allgather`."""
+    return _allgather(tensor, name, True)
+
+
+def _allgather(tensor: Any, name: Optional[str], wake: bool) -> Handle:
     arr = _as_array(tensor)
     if arr.ndim == 0:
         arr = arr.reshape(1)
-    return _submit(_native.OP_ALLGATHER, "allgather", arr, None, name, _from_engine(arr.dtype))
+    return _submit(_native.OP_ALLGATHER, "allgather", arr, None, name, _from_engine(arr.dtype), wake=wake)
 
 
 def allgather(tensor: Any, name: Optional[str] = None) -> np.ndarray:
     """Concatenates every rank's ``tensor`` along the first dimension, in rank
     order. The first dimension may differ between ranks; the others must match."""
-    return synchronize(allgather_async(tensor, name))
+    return synchronize(_allgather(tensor, name, False))
 
 
 def broadcast_async(tensor: Any, root_rank: int, name: Optional[str] = None) -> Handle:
     """Starts a broadcast; see :func:`broadcast`."""
+    return _broadcast(tensor, root_rank, name, True)
+
+
+def _broadcast(tensor: Any, root_rank: int, name: Optional[str], wake: bool) -> Handle:
     arr = _as_array(tensor)
     out = np.empty_like(arr)
-    return _submit(_native.OP_BROADCAST, "broadcast", arr, out, name, lambda _: out, root=root_rank)
+    return _submit(_native.OP_BROADCAST, "broadcast", arr, out, name, lambda _: out, root=root_rank, wake=wake)
 
 
 def broadcast(tensor: Any, root_rank: int, name: Optional[str] = None) -> np.ndarray:
     """Returns ``root_rank``'s ``tensor`` on every rank (same shape and dtype everywhere)."""
-    return synchronize(broadcast_async(tensor, root_rank, name))
+    return synchronize(_broadcast(tensor, root_rank, name, False))
 
 
 def alltoall_async(tensor: Any, splits: Optional[Sequence[int]] = None, name: Optional[str] = None) -> Handle:
@@ -248,10 +261,12 @@ def join() -> int:
     Returns the rank that joined last, on every rank.
     """
     token = np.zeros(1, dtype=np.uint8)
-    return synchronize(_submit(_native.OP_JOIN, "join", token, None, "join", lambda res: int(res[2][0])))
+    return synchronize(
+        _submit(_native.OP_JOIN, "join", token, None, "join", lambda res: int(res[2][0]), wake=False)
+    )
 
 
 def barrier() -> None:
     """Returns once every rank has called ``barrier()``."""
     token = np.zeros(1, dtype=np.uint8)
-    synchronize(_submit(_native.OP_BARRIER, "barrier", token, None, None, lambda _: None))
+    synchronize(_submit(_native.OP_BARRIER, "barrier", token, None, None, lambda _: None, wake=False))

@@ -70,7 +70,7 @@ void check_array(const Array& a, const ring::Request& req, const char* which) {
 
 int64_t enqueue(ring::Runtime& rt, int op, const std::string& name, ReadOnlyArray input, std::optional<AnyArray> output,
                 int dtype, int reduce_op, int root, double prescale, double postscale,
-                const std::vector<int64_t>& shape, const std::vector<int64_t>& splits) {
+                const std::vector<int64_t>& shape, const std::vector<int64_t>& splits, bool wake) {
   if (op < 0 || op >= ring::kNumOpTypes) throw ring::RingError(ring::ErrorKind::BadArgument, "unknown operation");
   if (!ring::is_valid_dtype(dtype)) throw ring::RingError(ring::ErrorKind::BadArgument, "unsupported dtype code");
   if (!ring::is_valid_reduce_op(reduce_op)) throw ring::RingError(ring::ErrorKind::BadArgument, "unknown reduce op");
@@ -90,6 +90,7 @@ int64_t enqueue(ring::Runtime& rt, int op, const std::string& name, ReadOnlyArra
     args.output = output->data();
     args.output_bytes = output->nbytes();
   }
+  args.wake = wake;
   return rt.enqueue(std::move(args));
 }
 
@@ -170,7 +171,7 @@ NB_MODULE(_native, m) {
       .def("connect", &ring::Runtime::connect, "endpoints"_a, nb::call_guard<nb::gil_scoped_release>())
       .def("start", &ring::Runtime::start)
       .def("enqueue", &enqueue, "op"_a, "name"_a, "input"_a.noconvert(), "output"_a.noconvert().none(), "dtype"_a, "reduce_op"_a,
-           "root"_a, "prescale"_a, "postscale"_a, "shape"_a, "splits"_a)
+           "root"_a, "prescale"_a, "postscale"_a, "shape"_a, "splits"_a, "wake"_a = true)
       .def("poll", &ring::Runtime::poll, "handle"_a)
       .def("wait", &ring::Runtime::wait, "handle"_a, "timeout"_a = -1.0, nb::call_guard<nb::gil_scoped_release>())
       .def("release", &release, "handle"_a)

@@ -17,27 +17,37 @@
 // bandwidth optimum. Determinism: every element of chunk c is reduced in the
 // fixed order c+1, c+2, ..., c (rank indices mod n), and the allgather only
 // copies, so results are bitwise identical on every rank and in every run
-// with the same chunk boundaries. n == 1 is a no-op.
+// with the same chunk boundaries. n == 1 is a no-op (in place) or a copy.
+//
+// Out of place (src -> dst, see reducescatter.cc) the input is never copied
+// first, and a scale factor (Average, postscale) is applied by each rank to
+// its complete chunk only, between the two halves: the whole operation makes
+// about two passes over memory instead of four.
 #include <string>
 
 #include "collectives/collectives.h"
 #include "common/error.h"
+#include "reduce/reduce.h"
 
 namespace ring {
 
 void ring_allreduce(Mesh& mesh, void* buf, const std::vector<size_t>& chunk_counts, DataType dtype,
                     ReduceOp op) {
+  ring_allreduce(mesh, buf, buf, chunk_counts, dtype, op, 1.0);
+}
+
+void ring_allreduce(Mesh& mesh, const void* src, void* dst, const std::vector<size_t>& chunk_counts,
+                    DataType dtype, ReduceOp op, double post_factor) {
   const int n = mesh.size();
   if (static_cast<int>(chunk_counts.size()) != n)
     throw_error(ErrorKind::BadArgument, "allreduce: " + std::to_string(chunk_counts.size()) +
                                             " chunk counts for " + std::to_string(n) + " ranks");
-  if (n == 1) return;
-  ring_reducescatter(mesh, buf, chunk_counts, dtype, op);
-
+  // Only the complete chunk is scaled, by its owner; the allgather copies it.
+  ring_reducescatter(mesh, src, dst, chunk_counts, dtype, op, post_factor);
   const size_t esize = dtype_size(dtype);
   std::vector<size_t> chunk_bytes(n);
   for (int c = 0; c < n; ++c) chunk_bytes[c] = chunk_counts[c] * esize;
-  ring_allgather(mesh, buf, chunk_bytes);
+  if (n > 1) ring_allgather(mesh, dst, chunk_bytes);
 }
 
 }  // namespace ring

@@ -23,12 +23,22 @@ namespace ring {
 // ReduceOp::Average reduces as Sum.
 void ring_allreduce(Mesh& mesh, void* buf, const std::vector<size_t>& chunk_counts, DataType dtype,
                     ReduceOp op);
+// Out of place: reads `src`, leaves the result in `dst` (same layout; src
+// may equal dst), multiplied by post_factor (each rank scales the chunk it
+// completes before the allgather, so every rank gets the same bits).
+void ring_allreduce(Mesh& mesh, const void* src, void* dst, const std::vector<size_t>& chunk_counts,
+                    DataType dtype, ReduceOp op, double post_factor);
 
 // In-place ring reduce-scatter with the same chunk layout as ring_allreduce:
 // afterwards chunk rank() of `buf` holds the reduction of that chunk over all
 // ranks; other chunks hold partial results.
 void ring_reducescatter(Mesh& mesh, void* buf, const std::vector<size_t>& chunk_counts, DataType dtype,
                         ReduceOp op);
+// Out of place: reads `src`; the reduced chunks land in `dst` (chunk rank()
+// complete and multiplied by `factor`, the partial ones that passed through
+// this rank hold partial results, the one this rank only sent is untouched).
+void ring_reducescatter(Mesh& mesh, const void* src, void* dst, const std::vector<size_t>& chunk_counts,
+                        DataType dtype, ReduceOp op, double factor);
 
 // Ring allgather of variable-size blocks into `buf` (total = sum of
 // block_bytes, block r at offset sum(block_bytes[0..r))). This rank's block

@@ -17,10 +17,19 @@
 // order, so with fixed chunk boundaries and a fixed ring every element is
 // reduced in the same order in every run.
 //
+// Out of place (src != dst): every chunk a rank reduces is still its own
+// original at that point, so the reduction reads it from src and writes
+// dst = src (op) received; the first step sends straight from src. dst needs
+// no copy of the input beforehand, which saves a pass over the buffer. A
+// scale factor (Average, postscale) is applied to chunk r as it completes,
+// while it is still in cache.
+//
 // The receive side never copies a whole chunk: Mesh::sendrecv_sink hands the
 // incoming bytes to us in pieces of whole elements (granule = dtype size),
 // straight out of the transport's memory, and each piece is reduced into
 // place while the send of the other chunk is still in flight.
+#include <algorithm>
+#include <cstring>
 #include <string>
 
 #include "collectives/collectives.h"
@@ -29,30 +38,60 @@
 
 namespace ring {
 
+namespace {
+
+// dst = (src (op) piece) * factor, block by block so that dst stays in
+// cache between the copy, the reduction and the scaling.
+void reduce_from(uint8_t* dst, const uint8_t* src, const uint8_t* piece, size_t len, size_t esize,
+                 DataType dtype, ReduceOp op, double factor) {
+  constexpr size_t kBlock = 64 << 10;
+  for (size_t done = 0; done < len;) {
+    size_t k = std::min(kBlock, len - done);
+    if (dst != src) std::memcpy(dst + done, src + done, k);
+    reduce_into(dst + done, piece + done, k / esize, dtype, op);
+    if (factor != 1.0) scale_buffer(dst + done, k / esize, dtype, factor);
+    done += k;
+  }
+}
+
+}  // namespace
+
 void ring_reducescatter(Mesh& mesh, void* buf, const std::vector<size_t>& chunk_counts, DataType dtype,
                         ReduceOp op) {
+  ring_reducescatter(mesh, buf, buf, chunk_counts, dtype, op, 1.0);
+}
+
+void ring_reducescatter(Mesh& mesh, const void* src, void* dst, const std::vector<size_t>& chunk_counts,
+                        DataType dtype, ReduceOp op, double factor) {
   const int n = mesh.size(), r = mesh.rank();
   if (static_cast<int>(chunk_counts.size()) != n)
     throw_error(ErrorKind::BadArgument, "reducescatter: " + std::to_string(chunk_counts.size()) +
                                             " chunk counts for " + std::to_string(n) + " ranks");
   if (!is_valid_dtype(static_cast<int>(dtype)) || !is_valid_reduce_op(static_cast<int>(op)))
     throw_error(ErrorKind::BadArgument, "reducescatter: invalid dtype or op");
-  if (n == 1) return;
-
   const size_t esize = dtype_size(dtype);
   std::vector<size_t> chunk_offset(n, 0);  // in bytes
   for (int c = 1; c < n; ++c) chunk_offset[c] = chunk_offset[c - 1] + chunk_counts[c - 1] * esize;
+  const uint8_t* in = static_cast<const uint8_t*>(src);
+  uint8_t* out = static_cast<uint8_t*>(dst);
+  if (n == 1) {
+    if (in != out && chunk_counts[0]) std::memcpy(out, in, chunk_counts[0] * esize);
+    if (factor != 1.0) scale_buffer(out, chunk_counts[0], dtype, factor);
+    return;
+  }
 
-  uint8_t* base = static_cast<uint8_t*>(buf);
   const int right = (r + 1) % n, left = (r + n - 1) % n;
   for (int step = 0; step < n - 1; ++step) {
     const int send_chunk = ((r - step - 1) % n + n) % n;
     const int recv_chunk = ((r - step - 2) % n + n) % n;
-    uint8_t* own = base + chunk_offset[recv_chunk];
-    mesh.sendrecv_sink(right, base + chunk_offset[send_chunk], chunk_counts[send_chunk] * esize, left,
+    const uint8_t* send_from = (step == 0 ? in : out) + chunk_offset[send_chunk];
+    uint8_t* own_out = out + chunk_offset[recv_chunk];
+    const uint8_t* own_in = in + chunk_offset[recv_chunk];
+    const double f = step == n - 2 ? factor : 1.0;  // the last step completes chunk r
+    mesh.sendrecv_sink(right, send_from, chunk_counts[send_chunk] * esize, left,
                        chunk_counts[recv_chunk] * esize, esize,
-                       [own, esize, dtype, op](const uint8_t* piece, size_t offset, size_t len) {
-                         reduce_into(own + offset, piece, len / esize, dtype, op);
+                       [own_out, own_in, esize, dtype, op, f](const uint8_t* piece, size_t offset, size_t len) {
+                         reduce_from(own_out + offset, own_in + offset, piece, len, esize, dtype, op, f);
                        });
   }
 }

@@ -148,6 +148,35 @@ void Coordinator::request_shutdown(int rank) {
   if (shutdown_rank_ < 0) shutdown_rank_ = rank;
 }
 
+bool Coordinator::agree(const Pending& p) const {
+  const Request& first = p.first();
+  for (const auto& q : p.by_rank) {
+    if (!q) continue;
+    if (q->op != first.op || q->dtype != first.dtype) return false;
+    switch (first.op) {
+      case OpType::Allreduce:
+      case OpType::Reducescatter:
+        if (q->reduce_op != first.reduce_op || q->shape != first.shape || q->prescale != first.prescale ||
+            q->postscale != first.postscale)
+          return false;
+        break;
+      case OpType::Broadcast:
+        if (q->root != first.root || q->shape != first.shape) return false;
+        break;
+      case OpType::Allgather:
+      case OpType::Alltoall:
+        if (q->shape.size() != first.shape.size() ||
+            !std::equal(q->shape.begin() + (q->shape.empty() ? 0 : 1), q->shape.end(),
+                        first.shape.begin() + (first.shape.empty() ? 0 : 1)))
+          return false;
+        break;
+      default:
+        break;
+    }
+  }
+  return true;
+}
+
 std::string Coordinator::validate(const std::string& name, const Pending& p) const {
   const auto& q = p.by_rank;
   const Request& first = p.first();
@@ -158,6 +187,7 @@ std::string Coordinator::validate(const std::string& name, const Pending& p) con
     return std::string(op_type_name(first.op)) + " of tensor '" + name + "' while rank(s) " + ranks +
            " have joined: only allreduce works until every rank has joined";
   }
+  if (agree(p)) return "";  // the common case: no text to build
   std::string err = compare(name, "operation", q, [](const Request& r) { return std::string(op_type_name(r.op)); });
   if (err.empty()) err = compare(name, "dtype", q, [](const Request& r) { return std::string(dtype_name(r.dtype)); });
   if (!err.empty()) return err;
@@ -182,6 +212,7 @@ std::string Coordinator::validate(const std::string& name, const Pending& p) con
                       [](const Request& r) { return shape_str(tail_dims(r.shape)); });
       break;
     case OpType::Barrier:
+    case OpType::Join:
       break;
   }
   return err;

@@ -63,6 +63,8 @@ class Coordinator {
   void join(int rank);
   void mark_ready(const std::string& name, const Pending& p);
   bool complete(const Pending& p) const;
+  // True when the ranks' requests agree in every field validate() checks.
+  bool agree(const Pending& p) const;
   // Checks agreement; returns an error message or "" when the ranks agree.
   std::string validate(const std::string& name, const Pending& p) const;
   Response execute_response(const std::string& name, const Pending& p) const;

@@ -124,42 +124,43 @@ void Executor::allreduce(std::vector<Entry>& entries) {
   const Request& q = entries[0].req;
   const int n = mesh_->size();
   const size_t esize = dtype_size(q.dtype);
-  uint8_t* work;
-  size_t total = 0;
-  std::vector<size_t> chunks(n, 0);
+  const double post = post_factor(q, n);
   if (entries.size() == 1) {
+    // One tensor: reduce straight from the input into the output.
     Entry& e = entries[0];
-    total = static_cast<size_t>(q.num_elements());
-    work = static_cast<uint8_t*>(e.output);
-    if (work != e.input && total) std::memcpy(work, e.input, total * esize);
-    chunks = even_chunks(total, n);
-  } else {
-    for (auto& e : entries) total += static_cast<size_t>(e.req.num_elements());
-    work = fusion(total * esize);
-    size_t pos = 0;
-    for (int c = 0; c < n; ++c) {
-      for (auto& e : entries) {
-        size_t count = static_cast<size_t>(e.req.num_elements());
-        size_t len = slice_count(count, n, c) * esize;
-        std::memcpy(work + pos, static_cast<const uint8_t*>(e.input) + slice_offset(count, n, c) * esize, len);
-        pos += len;
-        chunks[c] += len / esize;
-      }
+    const size_t total = static_cast<size_t>(q.num_elements());
+    const void* src = e.input;
+    if (q.prescale != 1.0 && total) {
+      std::memcpy(e.output, e.input, total * esize);
+      scale_buffer(e.output, total, q.dtype, q.prescale);
+      src = e.output;
+    }
+    ring_allreduce(*mesh_, src, e.output, even_chunks(total, n), q.dtype, q.reduce_op, post);
+    return;
+  }
+  size_t total = 0;
+  for (auto& e : entries) total += static_cast<size_t>(e.req.num_elements());
+  uint8_t* work = fusion(total * esize);
+  std::vector<size_t> chunks(n, 0);
+  size_t pos = 0;
+  for (int c = 0; c < n; ++c) {
+    for (auto& e : entries) {
+      size_t count = static_cast<size_t>(e.req.num_elements());
+      size_t len = slice_count(count, n, c) * esize;
+      std::memcpy(work + pos, static_cast<const uint8_t*>(e.input) + slice_offset(count, n, c) * esize, len);
+      pos += len;
+      chunks[c] += len / esize;
     }
   }
   if (q.prescale != 1.0) scale_buffer(work, total, q.dtype, q.prescale);
-  ring_allreduce(*mesh_, work, chunks, q.dtype, q.reduce_op);
-  double post = post_factor(q, n);
-  if (post != 1.0) scale_buffer(work, total, q.dtype, post);
-  if (entries.size() > 1) {
-    size_t pos = 0;
-    for (int c = 0; c < n; ++c) {
-      for (auto& e : entries) {
-        size_t count = static_cast<size_t>(e.req.num_elements());
-        size_t len = slice_count(count, n, c) * esize;
-        std::memcpy(static_cast<uint8_t*>(e.output) + slice_offset(count, n, c) * esize, work + pos, len);
-        pos += len;
-      }
+  ring_allreduce(*mesh_, work, work, chunks, q.dtype, q.reduce_op, post);
+  pos = 0;
+  for (int c = 0; c < n; ++c) {
+    for (auto& e : entries) {
+      size_t count = static_cast<size_t>(e.req.num_elements());
+      size_t len = slice_count(count, n, c) * esize;
+      std::memcpy(static_cast<uint8_t*>(e.output) + slice_offset(count, n, c) * esize, work + pos, len);
+      pos += len;
     }
   }
 }
@@ -231,12 +232,14 @@ OpResult Executor::reducescatter(Entry& e) {
   for (int c = 0; c < n; ++c) chunks[c] = slice_count(rows, n, c) * row;
   size_t total = rows * row;
   uint8_t* work = fusion(total * esize);
-  if (total) std::memcpy(work, e.input, total * esize);
-  if (q.prescale != 1.0) scale_buffer(work, total, q.dtype, q.prescale);
-  ring_reducescatter(*mesh_, work, chunks, q.dtype, q.reduce_op);
+  const void* src = e.input;
+  if (q.prescale != 1.0 && total) {
+    std::memcpy(work, e.input, total * esize);
+    scale_buffer(work, total, q.dtype, q.prescale);
+    src = work;
+  }
+  ring_reducescatter(*mesh_, src, work, chunks, q.dtype, q.reduce_op, post_factor(q, n));
   uint8_t* mine = work + slice_offset(rows, n, me) * row * esize;
-  double post = post_factor(q, n);
-  if (post != 1.0) scale_buffer(mine, chunks[me], q.dtype, post);
   OpResult res;
   uint8_t* out = output_for(e, chunks[me] * esize, res);
   if (chunks[me]) std::memcpy(out, mine, chunks[me] * esize);

@@ -157,7 +157,7 @@ int64_t Runtime::enqueue(EnqueueArgs args) {
   e.handle = handles_.create();
   int64_t h = e.handle;
   try {
-    queue_.push(std::move(e));
+    queue_.push(std::move(e), args.wake);
   } catch (...) {
     handles_.discard(h);
     throw;

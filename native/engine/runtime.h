@@ -9,12 +9,17 @@
 //   h = rt.enqueue(...); rt.wait(h); rt.release(h);
 //   rt.shutdown();
 //
-// The background thread: rank 0 runs the coordinator loop, other ranks the
-// worker loop (runtime_loops.cc). Control messages travel on their own mesh
-// so a request never interleaves with collective data on a byte stream.
+// Progress: rank 0 runs the coordinator's step, other ranks the worker's
+// step (runtime_loops.cc), one at a time under progress_mu_. The background
+// thread steps whenever nobody else does; a caller blocked in wait() steps
+// itself while its operation is unfinished, so a synchronous operation
+// needs no hand-off between threads on its critical path. Control messages
+// travel on their own mesh so a request never interleaves with collective
+// data on a byte stream.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -24,6 +29,7 @@
 #include <vector>
 
 #include "engine/config.h"
+#include "engine/coordinator.h"
 #include "engine/executor.h"
 #include "engine/handle_table.h"
 #include "engine/response_cache.h"
@@ -53,6 +59,9 @@ struct EnqueueArgs {
   const void* input = nullptr;
   void* output = nullptr;  // null: the engine allocates the result
   size_t output_bytes = 0;  // checked against what the operation writes
+  // false: the caller waits for it right away and makes the progress
+  // itself, so the background thread is not woken (saves a thread hand-off).
+  bool wake = true;
 };
 
 class Runtime {
@@ -71,7 +80,9 @@ class Runtime {
   // arguments, Shutdown when not running, the job's failure when it failed.
   int64_t enqueue(EnqueueArgs args);
   bool poll(int64_t handle) { return handles_.poll(handle); }
-  bool wait(int64_t handle, double timeout_s = -1.0) { return handles_.wait(handle, timeout_s); }
+  // Blocks until the operation finished (true) or timeout_s passed (false;
+  // < 0: no limit). Makes progress itself while it can.
+  bool wait(int64_t handle, double timeout_s = -1.0);
   OpResult release(int64_t handle) { return handles_.release(handle); }
 
   // Ends the job on every rank (any rank may call it first). Blocks until the
@@ -82,16 +93,39 @@ class Runtime {
  private:
   void validate(const Request& req) const;
   void validate_output(const EnqueueArgs& args) const;
+  // State of the progress loop; guarded by progress_mu_.
+  struct LoopState {
+    // Worker: requests not sent yet, RequestLists sent / acknowledged.
+    std::vector<Entry> unsent;
+    int64_t sent = 0, acked = 0;
+    bool shutdown_sent = false;
+    // Coordinator: per-worker RequestLists received / acknowledged.
+    std::unique_ptr<Coordinator> coord;
+    std::vector<int64_t> received, acked_by;
+    bool shutdown_noted = false;
+    bool batching = false;
+    std::chrono::steady_clock::time_point first_ready{};
+    std::chrono::steady_clock::time_point last_check{};
+    bool finished = false;  // the job ended; the meshes are closed next
+  };
   void loop();
-  void coordinator_loop();
-  void worker_loop();
+  // One iteration of progress (caller holds progress_mu_); true when it
+  // moved something. Errors end the job: stop() and loop_.finished.
+  bool step();
+  bool coordinator_step();
+  bool worker_step();
+  // True when this rank has nothing in flight (caller holds progress_mu_).
+  bool quiet() const { return pending_.empty() && loop_.unsent.empty(); }
+  // The caller's side of wait(): steps while `handle` is unfinished and
+  // progress comes quickly; returns when it is done or when waiting longer
+  // is better left to the background thread.
+  void drive(int64_t handle);
+  void end(ErrorKind kind, const std::string& reason);
+  std::string cached_name(const ResponseList& list, uint32_t id) const;
   // Moves fresh queue entries into pending_; returns them.
   std::vector<Entry> take_fresh();
   RequestList request_list(std::vector<Entry>& unsent);
   void execute(const ResponseList& list);
-  // Waits after an iteration without progress: on the queue when nothing is
-  // in flight here (quiet), else with backoff.
-  void idle_wait(Backoff& backoff, bool quiet);
   void stop(ErrorKind kind, const std::string& reason);
 
   RuntimeOptions opts_;
@@ -102,7 +136,9 @@ class Runtime {
   HandleTable handles_;
   ResponseCache cache_;
   std::unique_ptr<Executor> executor_;
-  std::unordered_map<std::string, Entry> pending_;  // background thread only
+  std::mutex progress_mu_;  // one thread steps at a time
+  LoopState loop_;
+  std::unordered_map<std::string, Entry> pending_;  // guarded by progress_mu_
 
   std::thread thread_;
   std::atomic<bool> shutdown_requested_{false};

@@ -1,4 +1,5 @@
-// The background thread's two loops.
+// The progress loop: one step() at a time, by the background thread or by a
+// caller waiting for its operation (see Runtime::wait).
 //
 // Worker (rank > 0): moves new queue entries into a RequestList and sends it
 // to rank 0 (at most one unacknowledged list in flight, each small, so a
@@ -8,8 +9,10 @@
 // RequestLists to the Coordinator; whenever something is ready (or a worker
 // needs its acknowledgement) sends the ResponseList to every worker and
 // executes it.
-// Both wait with Backoff when idle, so an idle job costs almost no CPU and a
-// busy one reacts within microseconds.
+// The background thread waits with Backoff when idle, so an idle job costs
+// almost no CPU and a busy one reacts within microseconds. A caller in
+// wait() steps itself while progress comes quickly and hands back to the
+// background thread (waking it) when it stops, so no work is left waiting.
 #include <algorithm>
 #include <chrono>
 
@@ -27,6 +30,11 @@ constexpr double kIdleLivenessSeconds = 0.1;
 // A rank with nothing in flight sleeps on the queue's condition variable
 // this long at most (then checks its peers), so an idle job costs nothing.
 constexpr double kQuietWaitSeconds = 0.002;
+// A waiting caller stops stepping after this long without progress (a peer
+// that is still computing) and sleeps until its operation is done.
+constexpr double kDriveIdleSeconds = 0.002;
+// The background thread stays awake this long after its last progress.
+constexpr double kLingerSeconds = 100e-6;
 
 using Clock = std::chrono::steady_clock;
 
@@ -36,23 +44,76 @@ size_t estimate_bytes(const Request& q) { return 64 + q.name.size() + 8 * (q.sha
 
 }  // namespace
 
-void Runtime::idle_wait(Backoff& backoff, bool quiet) {
-  if (quiet) queue_.wait_new(kQuietWaitSeconds);
-  else backoff.wait();
-}
-
 void Runtime::loop() {
-  try {
-    if (opts_.rank == 0) coordinator_loop();
-    else worker_loop();
-  } catch (const RingError& e) {
-    stop(e.kind(), e.what());
-  } catch (const std::exception& e) {
-    stop(ErrorKind::Internal, std::string("background thread failed: ") + e.what());
+  Backoff backoff;
+  while (true) {
+    bool progress = false, idle_here = false;
+    {
+      std::unique_lock<std::mutex> lock(progress_mu_, std::try_to_lock);
+      if (lock.owns_lock()) {
+        if (loop_.finished) break;
+        progress = step();
+        idle_here = quiet();
+      } else {
+        idle_here = true;  // a caller is stepping; it wakes us when it stops
+      }
+    }
+    if (progress) {
+      backoff.reset();
+      continue;
+    }
+    // Quiet: linger a little (a burst of asynchronous submissions then finds
+    // us awake, with no wake-up per entry), then sleep on the queue.
+    if (idle_here && backoff.idle_seconds() >= kLingerSeconds) queue_.wait_new(kQuietWaitSeconds);
+    else backoff.wait();
   }
   // Closing tells peers still waiting on us that we are gone.
   data_->close();
   control_->close();
+}
+
+bool Runtime::wait(int64_t handle, double timeout_s) {
+  if (timeout_s < 0 && !handles_.poll(handle)) drive(handle);
+  return handles_.wait(handle, timeout_s);
+}
+
+void Runtime::drive(int64_t handle) {
+  Backoff backoff;
+  bool done = false, left = false;
+  while (!(done = handles_.poll(handle)) && backoff.idle_seconds() < kDriveIdleSeconds) {
+    std::unique_lock<std::mutex> lock(progress_mu_, std::try_to_lock);
+    if (lock.owns_lock() && !loop_.finished) {
+      bool progress = step();
+      left = !quiet();
+      if (progress) {
+        backoff.reset();
+        continue;
+      }
+    }
+    lock = {};
+    backoff.wait();
+  }
+  // The background thread may be asleep on the queue (entries queued with
+  // wake = false, or it found us stepping): wake it for what is in flight.
+  if (!done || left) queue_.notify();
+}
+
+bool Runtime::step() {
+  if (loop_.finished) return false;
+  try {
+    return opts_.rank == 0 ? coordinator_step() : worker_step();
+  } catch (const RingError& e) {
+    end(e.kind(), e.what());
+  } catch (const std::exception& e) {
+    end(ErrorKind::Internal, std::string("background thread failed: ") + e.what());
+  }
+  return true;
+}
+
+void Runtime::end(ErrorKind kind, const std::string& reason) {
+  loop_.finished = true;
+  stop(kind, reason);
+  queue_.notify();  // the background thread closes the meshes
 }
 
 std::vector<Entry> Runtime::take_fresh() {
@@ -99,115 +160,101 @@ void Runtime::execute(const ResponseList& list) {
   for (const auto& r : list.responses) executor_->run(r, pending_);
 }
 
-void Runtime::worker_loop() {
-  std::vector<Entry> unsent;
-  int64_t sent = 0, acked = 0;
-  bool shutdown_sent = false;
-  Backoff backoff;
-  Clock::time_point last_check = Clock::now();
-  auto name_of = [this](const ResponseList& l, uint32_t id) -> std::string {
-    for (const auto& p : l.cache_puts)
-      if (p.id == id) return p.name;
-    return cache_.name_of(id);
-  };
-  while (true) {
-    bool progress = false;
-    while (control_->readable(0)) {
-      ResponseList list = ResponseList::decode(control_->recv_msg(0, kMaxControlMessage), name_of);
-      acked = list.acked;
-      execute(list);
-      progress = true;
-      if (list.shutdown) {
-        stop(ErrorKind::Shutdown, "ring has been shut down (" + list.shutdown_reason + ")");
-        return;
-      }
-    }
-    if (queue_.has_new()) {
-      std::vector<Entry> fresh = take_fresh();
-      unsent.insert(unsent.end(), fresh.begin(), fresh.end());
-    }
-    bool want_shutdown = shutdown_requested_.load() && !shutdown_sent && unsent.empty();
-    if (sent == acked && (!unsent.empty() || want_shutdown)) {
-      RequestList list = request_list(unsent);
-      list.shutdown = want_shutdown;
-      control_->send_msg(0, list.encode());
-      ++sent;
-      shutdown_sent |= want_shutdown;
-      progress = true;
-    }
-    if (progress) {
-      backoff.reset();
-      continue;
-    }
-    idle_wait(backoff, pending_.empty() && unsent.empty());
-    if (seconds_since(last_check) > kIdleLivenessSeconds) {
-      last_check = Clock::now();
-      control_->check_alive(0);
-    }
-  }
+std::string Runtime::cached_name(const ResponseList& list, uint32_t id) const {
+  for (const auto& p : list.cache_puts)
+    if (p.id == id) return p.name;
+  return cache_.name_of(id);
 }
 
-void Runtime::coordinator_loop() {
-  const int n = opts_.size;
-  Coordinator coord(n, &cache_, config_.fusion_threshold_bytes);
-  std::vector<int64_t> received(n, 0), acked(n, 0);
-  bool shutdown_noted = false;
-  Backoff backoff;
-  Clock::time_point last_check = Clock::now();
-  Clock::time_point first_ready{};
-  bool batching = false;
-  const double cycle_s = config_.cycle_time_ms / 1000.0;
-  auto id_of = [this](const std::string& name) { return cache_.id_of(name); };
-  while (true) {
-    bool progress = false;
-    if (queue_.has_new()) {
-      for (auto& e : take_fresh()) coord.add_request(0, e.req);
-      progress = true;
-    }
-    if (shutdown_requested_.load() && !shutdown_noted) {
-      coord.request_shutdown(0);
-      shutdown_noted = progress = true;
-    }
-    for (int w = 1; w < n; ++w) {
-      if (!control_->readable(w)) continue;
-      coord.add(w, RequestList::decode(control_->recv_msg(w, kMaxControlMessage)));
-      ++received[w];
-      progress = true;
-    }
-    bool need_ack = false;
-    for (int w = 1; w < n; ++w) need_ack |= received[w] != acked[w];
-    // Gather a batch while its tensors are still arriving, at most one cycle.
-    if (coord.has_work() && !batching) {
-      batching = true;
-      first_ready = Clock::now();
-    }
-    bool emit = coord.has_work() && !(coord.worth_waiting() && seconds_since(first_ready) < cycle_s);
-    if (emit || need_ack) {
-      ResponseList list = emit ? coord.take() : ResponseList{};
-      batching = batching && !emit;
-      bool has_responses = !list.responses.empty() || list.shutdown || !list.cache_puts.empty();
-      for (int w = 1; w < n; ++w) {
-        if (!has_responses && received[w] == acked[w]) continue;
-        list.acked = acked[w] = received[w];
-        control_->send_msg(w, list.encode(id_of));
-      }
-      execute(list);
-      if (list.shutdown) {
-        stop(ErrorKind::Shutdown, "ring has been shut down (" + list.shutdown_reason + ")");
-        return;
-      }
-      progress = true;
-    }
-    if (progress) {
-      backoff.reset();
-      continue;
-    }
-    idle_wait(backoff, pending_.empty());
-    if (seconds_since(last_check) > kIdleLivenessSeconds) {
-      last_check = Clock::now();
-      for (int w = 1; w < n; ++w) control_->check_alive(w);
+bool Runtime::worker_step() {
+  LoopState& s = loop_;
+  bool progress = false;
+  auto name_of = [this](const ResponseList& l, uint32_t id) { return cached_name(l, id); };
+  while (control_->readable(0)) {
+    ResponseList list = ResponseList::decode(control_->recv_msg(0, kMaxControlMessage), name_of);
+    s.acked = list.acked;
+    execute(list);
+    progress = true;
+    if (list.shutdown) {
+      end(ErrorKind::Shutdown, "ring has been shut down (" + list.shutdown_reason + ")");
+      return true;
     }
   }
+  if (queue_.has_new()) {
+    std::vector<Entry> fresh = take_fresh();
+    s.unsent.insert(s.unsent.end(), fresh.begin(), fresh.end());
+  }
+  bool want_shutdown = shutdown_requested_.load() && !s.shutdown_sent && s.unsent.empty();
+  if (s.sent == s.acked && (!s.unsent.empty() || want_shutdown)) {
+    RequestList list = request_list(s.unsent);
+    list.shutdown = want_shutdown;
+    control_->send_msg(0, list.encode());
+    ++s.sent;
+    s.shutdown_sent |= want_shutdown;
+    progress = true;
+  }
+  if (!progress && seconds_since(s.last_check) > kIdleLivenessSeconds) {
+    s.last_check = Clock::now();
+    control_->check_alive(0);
+  }
+  return progress;
+}
+
+bool Runtime::coordinator_step() {
+  LoopState& s = loop_;
+  const int n = opts_.size;
+  if (!s.coord) {
+    s.coord = std::make_unique<Coordinator>(n, &cache_, config_.fusion_threshold_bytes);
+    s.received.assign(n, 0);
+    s.acked_by.assign(n, 0);
+  }
+  Coordinator& coord = *s.coord;
+  bool progress = false;
+  if (queue_.has_new()) {
+    for (auto& e : take_fresh()) coord.add_request(0, e.req);
+    progress = true;
+  }
+  if (shutdown_requested_.load() && !s.shutdown_noted) {
+    coord.request_shutdown(0);
+    s.shutdown_noted = progress = true;
+  }
+  for (int w = 1; w < n; ++w) {
+    if (!control_->readable(w)) continue;
+    coord.add(w, RequestList::decode(control_->recv_msg(w, kMaxControlMessage)));
+    ++s.received[w];
+    progress = true;
+  }
+  bool need_ack = false;
+  for (int w = 1; w < n; ++w) need_ack |= s.received[w] != s.acked_by[w];
+  // Gather a batch while its tensors are still arriving, at most one cycle.
+  if (coord.has_work() && !s.batching) {
+    s.batching = true;
+    s.first_ready = Clock::now();
+  }
+  const double cycle_s = config_.cycle_time_ms / 1000.0;
+  bool emit = coord.has_work() && !(coord.worth_waiting() && seconds_since(s.first_ready) < cycle_s);
+  if (emit || need_ack) {
+    ResponseList list = emit ? coord.take() : ResponseList{};
+    s.batching = s.batching && !emit;
+    bool has_responses = !list.responses.empty() || list.shutdown || !list.cache_puts.empty();
+    auto id_of = [this](const std::string& name) { return cache_.id_of(name); };
+    for (int w = 1; w < n; ++w) {
+      if (!has_responses && s.received[w] == s.acked_by[w]) continue;
+      list.acked = s.acked_by[w] = s.received[w];
+      control_->send_msg(w, list.encode(id_of));
+    }
+    execute(list);
+    if (list.shutdown) {
+      end(ErrorKind::Shutdown, "ring has been shut down (" + list.shutdown_reason + ")");
+      return true;
+    }
+    progress = true;
+  }
+  if (!progress && seconds_since(s.last_check) > kIdleLivenessSeconds) {
+    s.last_check = Clock::now();
+    for (int w = 1; w < n; ++w) control_->check_alive(w);
+  }
+  return progress;
 }
 
 }  // namespace ring

@@ -6,7 +6,7 @@
 
 namespace ring {
 
-void TensorQueue::push(Entry entry) {
+void TensorQueue::push(Entry entry, bool wake) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!in_flight_.insert(entry.req.name).second)
     throw_error(ErrorKind::BadArgument, "a tensor named '" + entry.req.name +
@@ -14,7 +14,7 @@ void TensorQueue::push(Entry entry) {
                                             "synchronized");
   entries_.push_back(std::move(entry));
   count_.store(entries_.size(), std::memory_order_release);
-  cv_.notify_one();
+  if (wake) cv_.notify_one();
 }
 
 void TensorQueue::wait_new(double timeout_s) {

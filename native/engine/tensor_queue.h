@@ -26,7 +26,8 @@ struct Entry {
 class TensorQueue {
  public:
   // Throws RingError(BadArgument) when the name is already in flight.
-  void push(Entry entry);
+  // wake: notify a thread blocked in wait_new().
+  void push(Entry entry, bool wake = true);
   std::vector<Entry> take_all();
   // Called when an entry's handle finished.
   void release_name(const std::string& name);
