@@ -79,6 +79,8 @@ class MpiBackend(Backend):
         raise ValueError(f"op should be one of allreduce, allgather, broadcast, alltoall, reducescatter. Got: {op!r}")
 
     def small_tensor_steps(self, tensors: List[np.ndarray]) -> Dict[str, StepCall]:
+        if not tensors or not self.supports("allreduce", tensors[0].dtype):
+            return {}
         comm, mpi = self._comm, self._mpi
         outs = [np.empty_like(t) for t in tensors]
         sizes = np.cumsum([t.size for t in tensors])[:-1]

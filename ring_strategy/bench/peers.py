@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Callable, List, Sequence
 
+import ring_strategy as rs
 from ring_strategy.bench.backend import Backend
 
 __all__ = ["PEERS", "open_peers"]
 
 PEERS = ("gloo", "mpi")
+
+
+def _gloo_unavailable() -> str:
+    """Why the gloo peer cannot run here, or "" when it can (same on every rank)."""
+    if importlib.util.find_spec("torch") is None:
+        return "torch is not installed (pip install 'ring-strategy[torch]'); skipping the gloo peer"
+    if rs.local_size() != rs.size():
+        return "the ranks span several hosts and the gloo peer meets on loopback; skipping the gloo peer"
+    return ""
 
 
 def open_peers(names: Sequence[str], log: Callable[[str], None]) -> List[Backend]:
@@ -25,6 +36,10 @@ def open_peers(names: Sequence[str], log: Callable[[str], None]) -> List[Backend
     peers: List[Backend] = []
     for name in names:
         if name == "gloo":
+            reason = _gloo_unavailable()
+            if reason:
+                log(f"# --compare gloo: {reason}")
+                continue
             from ring_strategy.bench.gloo import GlooBackend
 
             peers.append(GlooBackend())

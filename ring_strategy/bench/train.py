@@ -31,8 +31,10 @@ from __future__ import annotations
 
 import argparse
 import copy
+import importlib.util
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
@@ -205,6 +207,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         SystemExit: With status 2 for a bad option, before joining the job.
     """
     args = build_parser().parse_args(argv)
+    if importlib.util.find_spec("torch") is None:
+        sys.exit("ring_strategy.bench.train needs torch: pip install 'ring-strategy[torch]'")
     import torch
 
     import ring_strategy.torch as hvd
