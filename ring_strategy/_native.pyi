@@ -23,6 +23,11 @@ OP_JOIN: int
 DTYPES: dict[str, int]
 REDUCE_OPS: dict[str, int]
 
+def parse(kind: str, data: bytes) -> None:
+    """Runs the engine's parser ``kind`` ('request_list', 'response_list',
+    'handshake', 'endpoint') on ``data``; raises a RingError subclass when
+    the input is malformed (for fuzz tests)."""
+
 def config_table() -> list[tuple[str, str, str, str]]:
     """(name, HOROVOD_ alias, default, doc) for every configuration variable."""
 

@@ -11,6 +11,8 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <cstring>
+
 #include "common/error.h"
 #include "common/types.h"
 #include "engine/config.h"
@@ -18,6 +20,8 @@
 
 namespace nb = nanobind;
 using namespace nb::literals;
+
+void register_parsers(nb::module_& m);  // parsers.cc
 
 namespace {
 
@@ -50,7 +54,12 @@ void register_errors(nb::module_& m) {
     try {
       std::rethrow_exception(p);
     } catch (const ring::RingError& e) {
-      PyErr_SetString(g_errors[int(e.kind())], e.what());
+      // Messages may quote bytes from a peer: never fail on invalid UTF-8.
+      const char* what = e.what();
+      PyObject* msg = PyUnicode_DecodeUTF8(what, static_cast<Py_ssize_t>(std::strlen(what)), "replace");
+      if (!msg) return;  // the decode error stays set
+      PyErr_SetObject(g_errors[int(e.kind())], msg);
+      Py_DECREF(msg);
     }
   });
 }
@@ -124,6 +133,7 @@ NB_MODULE(_native, m) {
   m.doc() = "ring native engine";
   m.attr("__version__") = "0.1.0";
   register_errors(m);
+  register_parsers(m);
 
   m.attr("OP_ALLREDUCE") = int(ring::OpType::Allreduce);
   m.attr("OP_ALLGATHER") = int(ring::OpType::Allgather);

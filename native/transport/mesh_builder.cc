@@ -536,4 +536,6 @@ std::unique_ptr<Mesh> MeshBuilder::build() {
   return std::make_unique<Mesh>(m.opts.rank, m.opts.size, std::move(m.channels), std::move(names));
 }
 
+void validate_endpoint(const std::string& endpoint, int rank) { parse_endpoint(endpoint, rank); }
+
 }  // namespace ring

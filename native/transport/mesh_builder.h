@@ -63,4 +63,8 @@ class MeshBuilder {
   std::unique_ptr<Impl> impl_;
 };
 
+// Parses rank `rank`'s endpoint string as connect() does; throws
+// RingError(BadArgument) quoting it when it is malformed.
+void validate_endpoint(const std::string& endpoint, int rank);
+
 }  // namespace ring
