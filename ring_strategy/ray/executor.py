@@ -1,0 +1,287 @@
+"""RayExecutor: the workers of a ring job as Ray actors."""
+
+from __future__ import annotations
+
+import glob
+import os
+import secrets
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set
+
+from ring_strategy.ray.layout import Placement, place, placement_environment
+from ring_strategy.ray.worker import RingWorker
+from ring_strategy.runner.launch import DEFAULT_START_TIMEOUT_SECONDS, _SHM_PATTERN
+from ring_strategy.runner.store import StoreServer
+
+__all__ = ["RayExecutor"]
+
+_PLACEMENT_STRATEGIES = ("PACK", "STRICT_PACK", "SPREAD", "STRICT_SPREAD")
+# Seconds each actor may take to leave the job at shutdown before it is killed.
+_LEAVE_TIMEOUT_SECONDS = 10.0
+
+
+def _ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise ImportError(
+            "ring_strategy.ray needs Ray: pip install -c constraints.txt 'ring-strategy[ray]'"
+        ) from None
+    return ray
+
+
+class RayExecutor:
+    """Runs the ranks of a ring job as Ray actors, in the manner of ``horovod.ray.RayExecutor``.
+
+    :meth:`start` reserves one placement-group bundle per worker (``PACK`` by
+    default, so workers share nodes and talk through shared memory), starts
+    one actor per bundle, numbers them node by node and gives each the
+    ``RING_*`` environment ``ringrun`` would give a worker. The driver serves
+    the rendezvous store with a fresh secret, as ``ringrun`` does. Functions
+    sent with :meth:`run` or :meth:`execute` call ``ring_strategy.init()`` (or
+    a front end's ``init()``) to join the job; the job lives until
+    :meth:`shutdown`, across calls.
+
+    Args:
+        num_workers: The number of workers (ranks).
+        cpus_per_worker: CPUs Ray reserves for each worker.
+        use_gpu: Whether each worker reserves ``gpus_per_worker`` GPUs.
+        gpus_per_worker: GPUs per worker when ``use_gpu`` (default 1).
+        env_vars: Variables set in every worker process when it starts.
+        placement_strategy: Ray placement-group strategy: ``"PACK"``
+            (default), ``"STRICT_PACK"`` (all workers on one node), ``"SPREAD"``
+            or ``"STRICT_SPREAD"``.
+        start_timeout: Seconds to wait for resources, and for the workers to
+            find each other at ``init()``.
+
+    Raises:
+        ValueError: If an argument is invalid; the message quotes it.
+
+    Example:
+        >>> import ray, ring_strategy as rs
+        >>> ray.init(num_cpus=2)
+        >>> def fn():
+        ...     rs.init()
+        ...     return rs.rank()
+        >>> executor = RayExecutor(num_workers=2)
+        >>> executor.start()
+        >>> executor.run(fn)
+        [0, 1]
+        >>> executor.shutdown()
+    """
+
+    def __init__(
+        self,
+        num_workers: int,
+        cpus_per_worker: float = 1,
+        use_gpu: bool = False,
+        gpus_per_worker: Optional[float] = None,
+        env_vars: Optional[Dict[str, str]] = None,
+        placement_strategy: str = "PACK",
+        start_timeout: float = DEFAULT_START_TIMEOUT_SECONDS,
+    ) -> None:
+        if not isinstance(num_workers, int) or num_workers < 1:
+            raise ValueError(f"num_workers should be a positive integer. Got: {num_workers!r}")
+        if cpus_per_worker < 0:
+            raise ValueError(f"cpus_per_worker should not be negative. Got: {cpus_per_worker!r}")
+        if gpus_per_worker is not None and not use_gpu:
+            raise ValueError(f"gpus_per_worker={gpus_per_worker!r} needs use_gpu=True")
+        if placement_strategy not in _PLACEMENT_STRATEGIES:
+            raise ValueError(
+                f"placement_strategy should be one of {', '.join(_PLACEMENT_STRATEGIES)}. "
+                f"Got: {placement_strategy!r}"
+            )
+        if start_timeout <= 0:
+            raise ValueError(f"start_timeout should be a positive number of seconds. Got: {start_timeout!r}")
+        self.num_workers = num_workers
+        self.cpus_per_worker = cpus_per_worker
+        self.gpus_per_worker = (1 if gpus_per_worker is None else gpus_per_worker) if use_gpu else 0
+        self.env_vars = {str(k): str(v) for k, v in (env_vars or {}).items()}
+        self.placement_strategy = placement_strategy
+        self.start_timeout = float(start_timeout)
+        self.job_id = ""
+        self.placements: List[Placement] = []
+        self._workers: List[Any] = []  # actor handles, by rank
+        self._actors: List[Any] = []  # actor handles, in creation order
+        self._placement_group: Any = None
+        self._store: Optional[StoreServer] = None
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    def start(
+        self,
+        executable_cls: Optional[type] = None,
+        executable_args: Optional[Sequence[Any]] = None,
+        executable_kwargs: Optional[Dict[str, Any]] = None,
+        extra_env_vars: Optional[Dict[str, str]] = None,
+    ) -> None:
+        """Starts the workers and the driver's rendezvous store.
+
+        Args:
+            executable_cls: A class instantiated in every worker; :meth:`execute`
+                passes the instance to its function. None: it passes None.
+            executable_args: Positional arguments of ``executable_cls``.
+            executable_kwargs: Keyword arguments of ``executable_cls``.
+            extra_env_vars: More variables set in every worker (before the
+                ``RING_*`` ones, which win).
+
+        Raises:
+            RuntimeError: If already started.
+            TimeoutError: If Ray cannot provide the resources within ``start_timeout``.
+        """
+        if self._workers:
+            raise RuntimeError("RayExecutor is already started; call shutdown() first")
+        ray = _ray()
+        if not ray.is_initialized():
+            ray.init()
+        try:
+            self._start(ray, executable_cls, list(executable_args or ()), dict(executable_kwargs or {}),
+                        dict(extra_env_vars or {}))
+        except BaseException:
+            self.shutdown()
+            raise
+
+    def _start(self, ray: Any, cls: Optional[type], args: List[Any], kwargs: Dict[str, Any],
+               extra_env: Dict[str, str]) -> None:
+        self._placement_group = self._reserve(ray)
+        self._actors = self._make_actors(ray)
+        nodes = ray.get([a.node.remote() for a in self._actors], timeout=self.start_timeout)
+        self.placements = place(nodes)
+        self._workers = [self._actors[p.actor] for p in self.placements]
+        self.job_id = f"ray-{secrets.token_hex(8)}"
+        secret = secrets.token_bytes(32)
+        address = self._serve(ray, {p.node_id for p in self.placements}, secret)
+        envs = [
+            {**extra_env, **placement_environment(
+                p, size=self.num_workers, rendezvous_address=address, secret=secret,
+                job_id=self.job_id, start_timeout=self.start_timeout)}
+            for p in self.placements
+        ]
+        ray.get([w.set_env.remote(env) for w, env in zip(self._workers, envs)])
+        ray.get([w.start_executable.remote(cls, args, kwargs) for w in self._workers])
+
+    def _reserve(self, ray: Any) -> Any:
+        from ray.util.placement_group import placement_group
+
+        bundle = {"CPU": self.cpus_per_worker}
+        if self.gpus_per_worker:
+            bundle["GPU"] = self.gpus_per_worker
+        group = placement_group([dict(bundle) for _ in range(self.num_workers)],
+                                strategy=self.placement_strategy)
+        ready, _ = ray.wait([group.ready()], timeout=self.start_timeout)
+        if not ready:
+            ray.util.remove_placement_group(group)
+            raise TimeoutError(
+                f"Ray could not reserve {self.num_workers} x {bundle} ({self.placement_strategy}) within "
+                f"{self.start_timeout:g} s; the cluster has {ray.cluster_resources()}"
+            )
+        return group
+
+    def _make_actors(self, ray: Any) -> List[Any]:
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        actor_cls = ray.remote(RingWorker)
+        options: Dict[str, Any] = {"num_cpus": self.cpus_per_worker, "num_gpus": self.gpus_per_worker}
+        if self.env_vars:
+            options["runtime_env"] = {"env_vars": self.env_vars}
+        return [
+            actor_cls.options(
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    placement_group=self._placement_group, placement_group_bundle_index=i),
+                **options,
+            ).remote()
+            for i in range(self.num_workers)
+        ]
+
+    def _serve(self, ray: Any, worker_nodes: Set[str], secret: bytes) -> str:
+        """Starts the store: on loopback when every worker shares the driver's node."""
+        local = worker_nodes == {ray.get_runtime_context().get_node_id()}
+        self._store = StoreServer(secret, host="127.0.0.1" if local else "0.0.0.0")
+        self._store.start()
+        port = self._store.address.rpartition(":")[2]
+        return f"127.0.0.1:{port}" if local else f"{ray.util.get_node_ip_address()}:{port}"
+
+    def shutdown(self) -> None:
+        """Ends the job: the workers leave it, the actors are killed, the
+        placement group, the store and the job's shared memory are removed.
+        Safe to call more than once."""
+        ray = _ray() if (self._actors or self._placement_group is not None) else None
+        if ray is not None and self._actors:
+            leaving = [a.leave.remote(self.job_id) for a in self._actors]
+            ray.wait(leaving, num_returns=len(leaving), timeout=_LEAVE_TIMEOUT_SECONDS)
+            for actor in self._actors:
+                ray.kill(actor, no_restart=True)
+        if ray is not None and self._placement_group is not None:
+            ray.util.remove_placement_group(self._placement_group)
+        if self._store is not None:
+            self._store.stop()
+        if self.job_id:
+            for path in glob.glob(_SHM_PATTERN.format(job_id=self.job_id)):
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+        self._actors, self._workers, self._placement_group, self._store = [], [], None, None
+
+    def __enter__(self) -> RayExecutor:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    # -- calls -------------------------------------------------------------------
+
+    def _started(self) -> List[Any]:
+        if not self._workers:
+            raise RuntimeError("RayExecutor is not started: call start() first")
+        return self._workers
+
+    def run_remote(self, fn: Callable[..., Any], args: Sequence[Any] = (),
+                   kwargs: Optional[Dict[str, Any]] = None) -> List[Any]:
+        """Starts ``fn(*args, **kwargs)`` on every worker without waiting.
+
+        Returns:
+            One Ray ``ObjectRef`` per worker, by rank.
+        """
+        return [w.run.remote(fn, list(args), dict(kwargs or {})) for w in self._started()]
+
+    def run(self, fn: Callable[..., Any], args: Sequence[Any] = (),
+            kwargs: Optional[Dict[str, Any]] = None) -> List[Any]:
+        """Runs ``fn(*args, **kwargs)`` on every worker.
+
+        Args:
+            fn: The function; it may call ``ring_strategy.init()`` and use any
+                collective.
+            args: Its positional arguments.
+            kwargs: Its keyword arguments.
+
+        Returns:
+            Each worker's result, by rank.
+
+        Raises:
+            ray.exceptions.RayTaskError: The first error a worker raised.
+        """
+        return _gather(_ray(), self.run_remote(fn, args, kwargs))
+
+    def execute(self, fn: Callable[[Any], Any]) -> List[Any]:
+        """Runs ``fn(executable)`` on every worker, ``executable`` being the
+        object made from ``start(executable_cls=...)`` (None without one).
+
+        Returns:
+            Each worker's result, by rank.
+        """
+        return _gather(_ray(), [w.execute.remote(fn) for w in self._started()])
+
+    def execute_single(self, fn: Callable[[Any], Any]) -> Any:
+        """Runs ``fn(executable)`` on the rank 0 worker only and returns its result."""
+        return _ray().get(self._started()[0].execute.remote(fn))
+
+
+def _gather(ray: Any, refs: List[Any]) -> List[Any]:
+    """Results of ``refs`` in order; raises as soon as any of them failed
+    rather than waiting for ranks that may wait for the failed one."""
+    pending = list(refs)
+    while pending:
+        done, pending = ray.wait(pending, num_returns=1)
+        ray.get(done)  # raises the worker's error
+    return ray.get(refs)
