@@ -124,6 +124,8 @@ nb::dict config_dict(const ring::Config& c) {
   d["transport"] = c.force_tcp ? "tcp" : "shm";
   d["shm_ring_bytes"] = c.shm_ring_bytes;
   d["log_level"] = static_cast<int>(c.log_level);
+  d["stall_check_seconds"] = c.stall_check_seconds;
+  d["stall_shutdown_seconds"] = c.stall_shutdown_seconds;
   return d;
 }
 

@@ -19,6 +19,10 @@ const std::vector<ConfigEntry> kTable = {
     {"RING_TRANSPORT", "", "shm", "shm: shared memory between ranks on one host, TCP across hosts; tcp: TCP only"},
     {"RING_SHM_RING_BYTES", "", "4194304", "bytes of each shared-memory ring between two ranks"},
     {"RING_LOG_LEVEL", "HOROVOD_LOG_LEVEL", "warning", "trace, debug, info, warning or error"},
+    {"RING_STALL_CHECK_TIME_SECONDS", "HOROVOD_STALL_CHECK_TIME_SECONDS", "60",
+     "seconds: rank 0 warns about tensors that some ranks have not submitted (0: never)"},
+    {"RING_STALL_SHUTDOWN_TIME_SECONDS", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "0",
+     "seconds: such a stall fails the job on every rank (0: never)"},
 };
 
 // The value of the first of name/alias that is set and non-empty, or null.
@@ -69,6 +73,10 @@ Config Config::from_env() {
   c.shm_ring_bytes = static_cast<size_t>(
       number("RING_SHM_RING_BYTES", "a number of bytes of at least 4096", 4096, double(c.shm_ring_bytes)));
   c.shm_ring_bytes &= ~size_t(63);
+  c.stall_check_seconds =
+      number("RING_STALL_CHECK_TIME_SECONDS", "a non-negative number of seconds", 0, c.stall_check_seconds);
+  c.stall_shutdown_seconds =
+      number("RING_STALL_SHUTDOWN_TIME_SECONDS", "a non-negative number of seconds", 0, c.stall_shutdown_seconds);
   if (const char* v = lookup(entry("RING_TRANSPORT"))) {
     std::string t(v);
     if (t == "tcp") c.force_tcp = true;

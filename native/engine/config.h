@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-namespace ring {
+#include "common/log.h"
 
-enum class LogLevel { Trace = 0, Debug, Info, Warning, Error };
+namespace ring {
 
 struct Config {
   size_t fusion_threshold_bytes = 64u << 20;
@@ -21,6 +21,10 @@ struct Config {
   bool force_tcp = false;
   size_t shm_ring_bytes = 4u << 20;
   LogLevel log_level = LogLevel::Warning;
+  // Rank 0 warns about tensors that some ranks submitted and others have
+  // not after this long (0: never); the job fails after the second (0: never).
+  double stall_check_seconds = 60.0;
+  double stall_shutdown_seconds = 0.0;
 
   // Reads the process environment.
   static Config from_env();

@@ -148,6 +148,25 @@ void Coordinator::request_shutdown(int rank) {
   if (shutdown_rank_ < 0) shutdown_rank_ = rank;
 }
 
+std::vector<Coordinator::Stall> Coordinator::stalled(Clock::time_point now, double older_than) const {
+  std::vector<Stall> out;
+  for (const std::string& name : arrival_) {
+    const Pending& p = table_.at(name);
+    double age = std::chrono::duration<double>(now - p.since).count();
+    if (age < older_than || complete(p)) continue;
+    Stall s{name, {}, age};
+    for (int r = 0; r < world_size_; ++r)
+      if (!p.by_rank[r] && !joined_[r]) s.missing.push_back(r);
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+void Coordinator::fail_stalled(const std::string& reason) {
+  stall_reason_ = reason;
+  if (shutdown_rank_ < 0) shutdown_rank_ = 0;
+}
+
 bool Coordinator::agree(const Pending& p) const {
   const Request& first = p.first();
   for (const auto& q : p.by_rank) {
@@ -297,7 +316,8 @@ ResponseList Coordinator::take() {
 
 void Coordinator::fail_unfinished(ResponseList& list) {
   list.shutdown = true;
-  list.shutdown_reason = "rank " + std::to_string(shutdown_rank_) + " called shutdown()";
+  list.shutdown_reason = stall_reason_.empty() ? "rank " + std::to_string(shutdown_rank_) + " called shutdown()"
+                                               : stall_reason_;
   for (const std::string& name : arrival_) {
     const Pending& p = table_.at(name);
     std::vector<std::string> missing;
@@ -308,8 +328,10 @@ void Coordinator::fail_unfinished(ResponseList& list) {
     Response r;
     r.kind = ResponseKind::Error;
     r.names.push_back(name);
-    r.error_kind = static_cast<int32_t>(ErrorKind::Shutdown);
-    r.error = "tensor '" + name + "' was never submitted by rank(s) " + ranks + " before " + list.shutdown_reason;
+    r.error_kind = static_cast<int32_t>(stall_reason_.empty() ? ErrorKind::Shutdown : ErrorKind::Timeout);
+    r.error = stall_reason_.empty()
+                  ? "tensor '" + name + "' was never submitted by rank(s) " + ranks + " before " + list.shutdown_reason
+                  : stall_reason_;
     list.responses.push_back(std::move(r));
   }
   table_.clear();

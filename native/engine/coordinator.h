@@ -15,9 +15,17 @@
 // zeros. Once every rank has joined, the join completes everywhere with the
 // rank that joined last.
 //
-// The class is pure logic (no I/O), so it is unit-tested directly.
+// Stalls: a tensor that some ranks submitted and others have not for a long
+// time usually means the ranks took different paths through the program.
+// stalled() lists such tensors with the ranks missing; fail_stalled() ends
+// the job with an error naming them (the stall inspector in the runtime
+// decides when).
+//
+// The class is pure logic (no I/O; time is passed in), so it is unit-tested
+// directly.
 #pragma once
 
+#include <chrono>
 #include <deque>
 #include <map>
 #include <optional>
@@ -41,6 +49,19 @@ class Coordinator {
   void add_request(int rank, const Request& req);
   void request_shutdown(int rank);
 
+  using Clock = std::chrono::steady_clock;
+  struct Stall {
+    std::string name;
+    std::vector<int> missing;  // ranks that have not submitted it
+    double seconds;            // since the first rank submitted it
+  };
+  // Tensors submitted by some ranks and waiting for others for at least
+  // `older_than` seconds at `now`, oldest first.
+  std::vector<Stall> stalled(Clock::time_point now, double older_than) const;
+  // Ends the job like a shutdown, but every unfinished tensor fails with a
+  // Timeout error that says `reason`.
+  void fail_stalled(const std::string& reason);
+
   // True when take() would return responses or a shutdown.
   bool has_work() const { return !ready_.empty() || shutdown_rank_ >= 0 || join_count_ == world_size_; }
   // True while more requests are expected to complete a batch: some tensor
@@ -58,6 +79,7 @@ class Coordinator {
   struct Pending {
     std::vector<std::optional<Request>> by_rank;
     int count = 0;
+    Clock::time_point since = Clock::now();  // first submission
     const Request& first() const;  // the lowest submitted rank's request
   };
   void join(int rank);
@@ -78,6 +100,7 @@ class Coordinator {
   std::vector<std::string> ready_;   // in the order they became ready
   size_t ready_bytes_ = 0;
   int shutdown_rank_ = -1;
+  std::string stall_reason_;  // set by fail_stalled
   std::vector<bool> joined_;
   int join_count_ = 0;
   int last_joined_ = -1;

@@ -32,6 +32,7 @@ Runtime::Runtime(RuntimeOptions opts)
   if (opts_.size < 1 || opts_.rank < 0 || opts_.rank >= opts_.size)
     throw_error(ErrorKind::BadArgument, "rank " + std::to_string(opts_.rank) + " is outside a world of size " +
                                             std::to_string(opts_.size));
+  set_log_config(config_.log_level, opts_.rank);
   data_builder_ = std::make_unique<MeshBuilder>(mesh_options(opts_, config_, "", config_.shm_ring_bytes));
   control_builder_ = std::make_unique<MeshBuilder>(mesh_options(opts_, config_, "-c", 1u << 20));
 }
@@ -76,6 +77,13 @@ void Runtime::start() {
   executor_ = std::make_unique<Executor>(data_.get(), &handles_, &queue_);
   state_ = State::Running;
   thread_ = std::thread([this] { loop(); });
+  if (log_enabled(LogLevel::Info))
+    log_line(LogLevel::Info, "started: rank " + std::to_string(opts_.rank) + " of " + std::to_string(opts_.size) +
+                                 ", local rank " + std::to_string(opts_.local_rank) + " of " +
+                                 std::to_string(opts_.local_size) + ", transport " +
+                                 (config_.force_tcp ? "tcp" : "shm within a host, tcp across hosts") +
+                                 ", fusion threshold " + std::to_string(config_.fusion_threshold_bytes) +
+                                 " bytes, cycle time " + std::to_string(config_.cycle_time_ms) + " ms");
 }
 
 bool Runtime::running() const {
@@ -171,6 +179,7 @@ void Runtime::stop(ErrorKind kind, const std::string& reason) {
   state_ = State::Stopped;
   stop_kind_ = kind;
   stop_reason_ = reason;
+  log_line(kind == ErrorKind::Shutdown ? LogLevel::Debug : LogLevel::Error, "stopped: " + reason);
   for (auto& [name, e] : pending_) queue_.release_name(name);
   pending_.clear();
   for (auto& e : queue_.take_all()) queue_.release_name(e.req.name);

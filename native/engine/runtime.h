@@ -106,6 +106,7 @@ class Runtime {
     bool batching = false;
     std::chrono::steady_clock::time_point first_ready{};
     std::chrono::steady_clock::time_point last_check{};
+    std::chrono::steady_clock::time_point last_stall_check{}, last_stall_warning{};
     bool finished = false;  // the job ended; the meshes are closed next
   };
   void loop();
@@ -113,6 +114,9 @@ class Runtime {
   // moved something. Errors end the job: stop() and loop_.finished.
   bool step();
   bool coordinator_step();
+  // Rank 0's stall inspector: warns about, or fails, tensors that some ranks
+  // have not submitted for RING_STALL_*_SECONDS.
+  void inspect_stalls(Coordinator& coord);
   bool worker_step();
   // True when this rank has nothing in flight (caller holds progress_mu_).
   bool quiet() const { return pending_.empty() && loop_.unsent.empty(); }

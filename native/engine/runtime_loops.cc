@@ -157,7 +157,13 @@ void Runtime::execute(const ResponseList& list) {
       if (it != pending_.end()) cache_.set_signature(put.id, opts_.rank, it->second.req);
     }
   }
-  for (const auto& r : list.responses) executor_->run(r, pending_);
+  for (const auto& r : list.responses) {
+    if (log_enabled(LogLevel::Trace))
+      log_line(LogLevel::Trace, std::string(r.kind == ResponseKind::Error ? "error for " : "") + op_type_name(r.op) +
+                                    " of " + std::to_string(r.names.size()) + " tensor(s), first '" +
+                                    (r.names.empty() ? "" : r.names[0]) + "'");
+    executor_->run(r, pending_);
+  }
 }
 
 std::string Runtime::cached_name(const ResponseList& list, uint32_t id) const {
@@ -200,6 +206,50 @@ bool Runtime::worker_step() {
   return progress;
 }
 
+namespace {
+
+constexpr double kStallPollSeconds = 0.2;
+constexpr size_t kStallsNamed = 10;
+
+std::string describe_stalls(const std::vector<Coordinator::Stall>& stalls) {
+  std::string text;
+  for (size_t i = 0; i < stalls.size() && i < kStallsNamed; ++i) {
+    const auto& s = stalls[i];
+    text += (i ? "; '" : "'") + s.name + "' (" + std::to_string(static_cast<long>(s.seconds)) + " s, not submitted by rank";
+    text += s.missing.size() > 1 ? "s " : " ";
+    for (size_t k = 0; k < s.missing.size(); ++k) text += (k ? ", " : "") + std::to_string(s.missing[k]);
+    text += ")";
+  }
+  if (stalls.size() > kStallsNamed) text += "; and " + std::to_string(stalls.size() - kStallsNamed) + " more";
+  return text;
+}
+
+}  // namespace
+
+void Runtime::inspect_stalls(Coordinator& coord) {
+  LoopState& s = loop_;
+  const double check = config_.stall_check_seconds, fail = config_.stall_shutdown_seconds;
+  if ((check <= 0 && fail <= 0) || seconds_since(s.last_stall_check) < kStallPollSeconds) return;
+  Clock::time_point now = s.last_stall_check = Clock::now();
+  if (fail > 0) {
+    auto stalls = coord.stalled(now, fail);
+    if (!stalls.empty()) {
+      coord.fail_stalled("stalled for more than " + std::to_string(static_cast<long>(fail)) +
+                         " s (RING_STALL_SHUTDOWN_TIME_SECONDS): " + describe_stalls(stalls));
+      return;
+    }
+  }
+  if (check <= 0 || std::chrono::duration<double>(now - s.last_stall_warning).count() < check) return;
+  auto stalls = coord.stalled(now, check);
+  if (stalls.empty()) return;
+  s.last_stall_warning = now;
+  log_line(LogLevel::Warning,
+           "stall: tensors submitted by some ranks but not by others for more than " +
+               std::to_string(static_cast<long>(check)) +
+               " s (RING_STALL_CHECK_TIME_SECONDS); a rank may be stuck, or the ranks took different paths "
+               "through the program: " + describe_stalls(stalls));
+}
+
 bool Runtime::coordinator_step() {
   LoopState& s = loop_;
   const int n = opts_.size;
@@ -224,6 +274,7 @@ bool Runtime::coordinator_step() {
     ++s.received[w];
     progress = true;
   }
+  inspect_stalls(coord);
   bool need_ack = false;
   for (int w = 1; w < n; ++w) need_ack |= s.received[w] != s.acked_by[w];
   // Gather a batch while its tensors are still arriving, at most one cycle.

@@ -160,3 +160,34 @@ TEST(coordinator_join_completes_allreduce_without_the_joined_rank) {
   CHECK(list.responses[0].op == OpType::Join);
   CHECK_EQ(list.responses[0].sizes[0], (int64_t)0);  // rank 0 joined last
 }
+
+TEST(coordinator_reports_stalled_tensors_with_missing_ranks) {
+  ResponseCache cache(16, 3);
+  Coordinator c(3, &cache, 1 << 20);
+  c.add_request(0, allreduce("late", {4}));
+  c.add_request(2, allreduce("late", {4}));
+  c.add_request(1, allreduce("fresh", {4}));
+  auto now = Coordinator::Clock::now();
+  CHECK(c.stalled(now, 5.0).empty());
+  auto stalls = c.stalled(now + std::chrono::seconds(10), 5.0);
+  CHECK_EQ(stalls.size(), (size_t)2);
+  CHECK_EQ(stalls[0].name, std::string("late"));
+  CHECK_EQ(stalls[0].missing.size(), (size_t)1);
+  CHECK_EQ(stalls[0].missing[0], 1);
+  CHECK_EQ(stalls[1].missing.size(), (size_t)2);  // 'fresh': ranks 0 and 2
+}
+
+TEST(coordinator_fail_stalled_ends_job_with_timeout_errors) {
+  ResponseCache cache(16, 2);
+  Coordinator c(2, &cache, 1 << 20);
+  c.add_request(0, allreduce("x", {4}));
+  CHECK(!c.has_work());
+  c.fail_stalled("stalled: 'x' (not submitted by rank 1)");
+  CHECK(c.has_work());
+  ResponseList list = c.take();
+  CHECK(list.shutdown);
+  CHECK_EQ(list.shutdown_reason, std::string("stalled: 'x' (not submitted by rank 1)"));
+  CHECK_EQ(list.responses.size(), (size_t)1);
+  CHECK(list.responses[0].kind == ResponseKind::Error);
+  CHECK_EQ(list.responses[0].error_kind, static_cast<int32_t>(ErrorKind::Timeout));
+}
