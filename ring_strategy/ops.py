@@ -121,14 +121,29 @@ def allreduce_async(
     name: Optional[str] = None,
     prescale_factor: float = 1.0,
     postscale_factor: float = 1.0,
+    *,
+    out: Optional[np.ndarray] = None,
 ) -> Handle:
     """Starts reducing ``tensor`` over all ranks; see :func:`allreduce`."""
-    return _allreduce(tensor, op, name, prescale_factor, postscale_factor, True)
+    return _allreduce(tensor, op, name, prescale_factor, postscale_factor, True, out)
 
 
-def _allreduce(tensor: Any, op: int, name: Optional[str], prescale: float, postscale: float, wake: bool) -> Handle:
+def _check_out(out: Any, arr: np.ndarray) -> np.ndarray:
+    """``out`` if it can receive a result shaped like ``arr``, else BadArgumentError."""
+    if not isinstance(out, np.ndarray) or out.shape != arr.shape or out.dtype != arr.dtype:
+        got = f"{type(out).__name__} {getattr(out, 'shape', '')} {getattr(out, 'dtype', '')}".rstrip()
+        raise BadArgumentError(f"out should be a numpy array of shape {arr.shape} and dtype {arr.dtype}. Got: {got}")
+    if not out.flags.c_contiguous or not out.flags.writeable:
+        raise BadArgumentError("out should be a writeable C-contiguous numpy array")
+    return out
+
+
+def _allreduce(
+    tensor: Any, op: int, name: Optional[str], prescale: float, postscale: float, wake: bool,
+    out: Optional[np.ndarray] = None,
+) -> Handle:
     arr = _as_array(tensor)
-    out = np.empty_like(arr)
+    out = np.empty_like(arr) if out is None else _check_out(out, arr)
     return _submit(
         _native.OP_ALLREDUCE, "allreduce", arr, out, name, lambda _: out,
         op=op, prescale=prescale, postscale=postscale, wake=wake,
@@ -141,6 +156,8 @@ def allreduce(
     name: Optional[str] = None,
     prescale_factor: float = 1.0,
     postscale_factor: float = 1.0,
+    *,
+    out: Optional[np.ndarray] = None,
 ) -> np.ndarray:
     """Reduces ``tensor`` element-wise over all ranks.
 
@@ -151,11 +168,14 @@ def allreduce(
             tensors by name (generated in call order when omitted).
         prescale_factor: multiplies the input before the reduction.
         postscale_factor: multiplies the result after it.
+        out: where to write the result (same shape and dtype; may be
+            ``tensor`` itself for an in-place reduction). A new array when
+            omitted.
 
     Returns:
-        A new array with the reduced values, identical on every rank.
+        The reduced values (``out`` when given), identical on every rank.
     """
-    return synchronize(_allreduce(tensor, op, name, prescale_factor, postscale_factor, False))
+    return synchronize(_allreduce(tensor, op, name, prescale_factor, postscale_factor, False, out))
 
 
 def allgather_async(tensor: Any, name: Optional[str] = None) -> Handle:

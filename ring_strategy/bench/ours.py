@@ -1,9 +1,10 @@
 """ring's own collectives, through the public numpy API (``ring_strategy.ops``).
 
-Every call returns a new result array, as the numpy API does, so the times
-include allocating the output; the peers' in-place operations do not
-allocate. Tensors get fixed names, as in a training loop, so ranks agree on
-them and the engine's response cache applies from the second step on.
+Allreduce writes into an output array allocated once (``out=``), as the
+peers' in-place operations do; the other operations return a new array
+per call, as the numpy API does, so their times include allocating it.
+Tensors get fixed names, as in a training loop, so ranks agree on them and
+the engine's response cache applies from the second step on.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ class RingBackend(Backend):
     def prepare(self, op: str, send: np.ndarray) -> Call:
         name = f"bench.{op}.{send.size}"
         if op == "allreduce":
-            return lambda: rs.allreduce(send, op=rs.Sum, name=name)
+            out = np.empty_like(send)
+            return lambda: rs.allreduce(send, op=rs.Sum, name=name, out=out)
         if op == "allgather":
             return lambda: rs.allgather(send, name=name)
         if op == "broadcast":

@@ -71,6 +71,9 @@ def bad_arguments():
         lambda: rs.allreduce(np.zeros(3, np.complex64)),
         lambda: rs.allreduce(x, op=42),
         lambda: rs.allreduce(np.zeros(3, bool), op=rs.Average),
+        lambda: rs.allreduce(x, out=np.zeros(5, np.float32)),
+        lambda: rs.allreduce(x, out=np.zeros(4, np.float64)),
+        lambda: rs.allreduce(x, out=np.zeros(8, np.float32)[::2]),
     ]
     for i, call in enumerate(checks):
         try:
@@ -86,6 +89,14 @@ def bad_arguments():
         assert "already in flight" in str(e)
     rs.synchronize(h)
     assert rs.allreduce(np.ones(1, np.float32), op=rs.Sum)[0] == n
+    # out=: into a given array, and in place.
+    y = np.arange(6, dtype=np.float64) + rs.rank()
+    out = np.empty_like(y)
+    assert rs.allreduce(y, op=rs.Sum, out=out) is out
+    expected = n * np.arange(6) + n * (n - 1) / 2
+    assert np.array_equal(out, expected)
+    rs.allreduce(y, op=rs.Sum, out=y)
+    assert np.array_equal(y, expected)
 
 
 def deterministic():
