@@ -24,17 +24,16 @@ from __future__ import annotations
 import abc
 import dataclasses
 import hashlib
-import ipaddress
 import os
 import socket
 import warnings
 from typing import ClassVar, Mapping, Optional
 
 from ring_strategy.environments.base import ClusterEnvironment, override
-from ring_strategy.environments.network import is_local_address, split_address
+from ring_strategy.environments.network import is_local_address, is_loopback, split_address
 from ring_strategy.environments.ringrun import _secret
 
-__all__ = ["ExternalLauncherEnvironment", "Layout", "derived_port", "join_address", "read_int"]
+__all__ = ["ExternalLauncherEnvironment", "Layout", "derived_port", "join_address", "read_int", "require_int"]
 
 #: Derived rendezvous ports lie in [PORT_BASE, PORT_BASE + PORT_SPAN): below
 #: Linux's ephemeral range (32768-60999), so outgoing connections never hold them.
@@ -107,15 +106,6 @@ def derived_port(key: str) -> int:
 def join_address(host: str, port: int) -> str:
     """``"host:port"``, with brackets around an IPv6 host."""
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class ExternalLauncherEnvironment(ClusterEnvironment):
@@ -213,7 +203,7 @@ class ExternalLauncherEnvironment(ClusterEnvironment):
         if self._l.rank != 0:
             return None
         host, port = split_address(self._address)
-        if _is_loopback(host):
+        if is_loopback(host):
             return join_address(host if host != "localhost" else "127.0.0.1", port)
         if not is_local_address(host):
             raise ValueError(

@@ -11,7 +11,7 @@ import ipaddress
 import socket
 from typing import Optional
 
-__all__ = ["is_local_address", "route_address", "split_address"]
+__all__ = ["is_local_address", "is_loopback", "route_address", "split_address"]
 
 # Any routable address will do: connecting a UDP socket sends nothing, it only
 # asks the kernel which local address the route to it would use.
@@ -37,7 +37,10 @@ def split_address(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def _is_loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
+    """Tells whether ``host`` is ``localhost`` or a loopback IP address (no lookup)."""
+    if host == "localhost":
+        return True
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
@@ -75,7 +78,7 @@ def route_address(rendezvous_address: Optional[str]) -> str:
     if rendezvous_address:
         host, port = split_address(rendezvous_address)
         found = _local_address_towards(host, port)
-        if found is not None and not _is_loopback(found):
+        if found is not None and not is_loopback(found):
             return found
     found = _local_address_towards(*_PROBE_ADDRESS)
     if found is not None:
