@@ -126,6 +126,8 @@ nb::dict config_dict(const ring::Config& c) {
   d["log_level"] = static_cast<int>(c.log_level);
   d["stall_check_seconds"] = c.stall_check_seconds;
   d["stall_shutdown_seconds"] = c.stall_shutdown_seconds;
+  d["timeline"] = c.timeline_path;
+  d["timeline_mark_cycles"] = c.timeline_mark_cycles;
   return d;
 }
 
@@ -188,6 +190,8 @@ NB_MODULE(_native, m) {
       .def("wait", &ring::Runtime::wait, "handle"_a, "timeout"_a = -1.0, nb::call_guard<nb::gil_scoped_release>())
       .def("release", &release, "handle"_a)
       .def("shutdown", &ring::Runtime::shutdown, nb::call_guard<nb::gil_scoped_release>())
+      .def("start_timeline", &ring::Runtime::start_timeline, "path"_a, "mark_cycles"_a = false)
+      .def("stop_timeline", &ring::Runtime::stop_timeline)
       .def("running", &ring::Runtime::running)
       .def_prop_ro("config", [](ring::Runtime& rt) { return config_dict(rt.config()); });
 }

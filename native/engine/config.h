@@ -25,6 +25,8 @@ struct Config {
   // not after this long (0: never); the job fails after the second (0: never).
   double stall_check_seconds = 60.0;
   double stall_shutdown_seconds = 0.0;
+  std::string timeline_path;  // empty: no timeline
+  bool timeline_mark_cycles = false;
 
   // Reads the process environment.
   static Config from_env();

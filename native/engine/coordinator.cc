@@ -135,7 +135,9 @@ void Coordinator::add_request(int rank, const Request& req) {
     it = table_.emplace(req.name, Pending{}).first;
     it->second.by_rank.resize(world_size_);
     arrival_.push_back(req.name);
+    if (timeline_) timeline_->negotiate_start(req.name, req.op);
   }
+  if (timeline_) timeline_->rank_ready(req.name, rank);
   Pending& p = it->second;
   if (p.by_rank[rank])
     throw_error(ErrorKind::Internal, "rank " + std::to_string(rank) + " submitted '" + req.name + "' twice");
@@ -265,6 +267,7 @@ ResponseList Coordinator::take() {
   for (const std::string& name : ready_) {
     auto node = table_.extract(name);
     Pending& p = node.mapped();
+    if (timeline_) timeline_->negotiate_end(name, p.first().op);
     std::string err = validate(name, p);
     if (!err.empty()) {
       Response r;

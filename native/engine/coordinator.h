@@ -35,6 +35,7 @@
 
 #include "engine/message.h"
 #include "engine/response_cache.h"
+#include "engine/timeline.h"
 
 namespace ring {
 
@@ -48,6 +49,8 @@ class Coordinator {
   void add(int rank, const RequestList& list);
   void add_request(int rank, const Request& req);
   void request_shutdown(int rank);
+  // Negotiation events go to `timeline` (null: none).
+  void set_timeline(Timeline* timeline) { timeline_ = timeline; }
 
   using Clock = std::chrono::steady_clock;
   struct Stall {
@@ -101,6 +104,7 @@ class Coordinator {
   size_t ready_bytes_ = 0;
   int shutdown_rank_ = -1;
   std::string stall_reason_;  // set by fail_stalled
+  Timeline* timeline_ = nullptr;
   std::vector<bool> joined_;
   int join_count_ = 0;
   int last_joined_ = -1;

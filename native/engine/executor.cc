@@ -42,7 +42,18 @@ uint8_t* Executor::output_for(Entry& e, size_t bytes, OpResult& res) {
   return res.data->data();
 }
 
+void Executor::phase_begin(const std::vector<Entry>& entries, const char* phase) {
+  if (!timeline_ || !timeline_->active()) return;
+  for (const auto& e : entries) timeline_->begin(e.req.name, phase);
+}
+
+void Executor::phase_end(const std::vector<Entry>& entries) {
+  if (!timeline_ || !timeline_->active()) return;
+  for (const auto& e : entries) timeline_->end(e.req.name);
+}
+
 void Executor::finish(Entry& e, OpResult res) {
+  if (timeline_ && timeline_->active()) timeline_->end_op(e.req.name, e.req);
   if (e.handle == 0) return;  // a joined rank's stand-in
   queue_->release_name(e.req.name);
   handles_->complete(e.handle, std::move(res));
@@ -82,6 +93,7 @@ void Executor::run(const Response& r, std::unordered_map<std::string, Entry>& pe
     entries.push_back(std::move(it->second));
     pending.erase(it);
   }
+  if (r.kind != ResponseKind::Error) phase_begin(entries, op_phase(r.op));
   if (r.kind == ResponseKind::Error) {
     for (auto& e : entries) {
       queue_->release_name(e.req.name);
@@ -102,14 +114,15 @@ void Executor::run(const Response& r, std::unordered_map<std::string, Entry>& pe
       for (size_t i = 0; i < entries.size(); ++i) finish(entries[i], std::move(results[i]));
       return;
     }
-    case OpType::Allgather: finish(entries[0], allgather(entries[0], r.sizes)); return;
-    case OpType::Broadcast: finish(entries[0], broadcast(entries[0])); return;
-    case OpType::Alltoall: finish(entries[0], alltoall(entries[0], r.sizes)); return;
-    case OpType::Reducescatter: finish(entries[0], reducescatter(entries[0])); return;
+    case OpType::Allgather: return collective(entries, [&] { return allgather(entries[0], r.sizes); });
+    case OpType::Broadcast: return collective(entries, [&] { return broadcast(entries[0]); });
+    case OpType::Alltoall: return collective(entries, [&] { return alltoall(entries[0], r.sizes); });
+    case OpType::Reducescatter: return collective(entries, [&] { return reducescatter(entries[0]); });
     case OpType::Barrier:
-      barrier(*mesh_);
-      finish(entries[0], OpResult{});
-      return;
+      return collective(entries, [&] {
+        barrier(*mesh_);
+        return OpResult{};
+      });
     case OpType::Join: {
       OpResult res;
       res.received_splits = {r.sizes.empty() ? -1 : r.sizes[0]};
@@ -118,6 +131,14 @@ void Executor::run(const Response& r, std::unordered_map<std::string, Entry>& pe
       return;
     }
   }
+}
+
+template <class Run>
+void Executor::collective(std::vector<Entry>& entries, Run run) {
+  phase_begin(entries, collective_phase(entries[0].req.op));
+  OpResult res = run();
+  phase_end(entries);
+  finish(entries[0], std::move(res));
 }
 
 void Executor::allreduce(std::vector<Entry>& entries) {
@@ -135,9 +156,12 @@ void Executor::allreduce(std::vector<Entry>& entries) {
       scale_buffer(e.output, total, q.dtype, q.prescale);
       src = e.output;
     }
+    phase_begin(entries, "RING_ALLREDUCE");
     ring_allreduce(*mesh_, src, e.output, even_chunks(total, n), q.dtype, q.reduce_op, post);
+    phase_end(entries);
     return;
   }
+  phase_begin(entries, "MEMCPY_IN_FUSION_BUFFER");
   size_t total = 0;
   for (auto& e : entries) total += static_cast<size_t>(e.req.num_elements());
   uint8_t* work = fusion(total * esize);
@@ -153,7 +177,11 @@ void Executor::allreduce(std::vector<Entry>& entries) {
     }
   }
   if (q.prescale != 1.0) scale_buffer(work, total, q.dtype, q.prescale);
+  phase_end(entries);
+  phase_begin(entries, "RING_ALLREDUCE");
   ring_allreduce(*mesh_, work, work, chunks, q.dtype, q.reduce_op, post);
+  phase_end(entries);
+  phase_begin(entries, "MEMCPY_OUT_FUSION_BUFFER");
   pos = 0;
   for (int c = 0; c < n; ++c) {
     for (auto& e : entries) {
@@ -163,6 +191,7 @@ void Executor::allreduce(std::vector<Entry>& entries) {
       pos += len;
     }
   }
+  phase_end(entries);
 }
 
 OpResult Executor::allgather(Entry& e, const std::vector<int64_t>& first_dims) {

@@ -17,6 +17,7 @@
 #include "engine/handle_table.h"
 #include "engine/message.h"
 #include "engine/tensor_queue.h"
+#include "engine/timeline.h"
 #include "transport/mesh.h"
 
 namespace ring {
@@ -35,10 +36,15 @@ class Executor {
 
   // While this rank has joined, it adds zeros to allreduces it never submitted.
   void set_joined(bool joined) { joined_ = joined; }
+  // Execution phases go to `timeline` (null: none).
+  void set_timeline(Timeline* timeline) { timeline_ = timeline; }
 
  private:
   // Entries' outputs are set; several entries are fused.
   void allreduce(std::vector<Entry>& entries);
+  // Runs a one-entry collective inside its timeline phase and finishes it.
+  template <class Run>
+  void collective(std::vector<Entry>& entries, Run run);
   OpResult allgather(Entry& e, const std::vector<int64_t>& first_dims);
   OpResult broadcast(Entry& e);
   OpResult alltoall(Entry& e, const std::vector<int64_t>& splits);
@@ -47,6 +53,9 @@ class Executor {
   uint8_t* output_for(Entry& e, size_t bytes, OpResult& res);
   uint8_t* fusion(size_t bytes);
   void finish(Entry& e, OpResult res);
+  // Timeline phase `phase` opens / closes on every entry's row.
+  void phase_begin(const std::vector<Entry>& entries, const char* phase);
+  void phase_end(const std::vector<Entry>& entries);
   // A zero-filled entry standing in for `name` (position i of response r).
   Entry stand_in(const Response& r, size_t i);
 
@@ -56,6 +65,7 @@ class Executor {
   std::vector<uint8_t> fusion_;
   bool joined_ = false;
   std::vector<std::vector<uint8_t>> stand_ins_;  // zero buffers of a joined rank
+  Timeline* timeline_ = nullptr;
 };
 
 }  // namespace ring

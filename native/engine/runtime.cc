@@ -75,6 +75,10 @@ void Runtime::start() {
   data_->set_timeout(config_.timeout_seconds);
   control_->set_timeout(config_.timeout_seconds);
   executor_ = std::make_unique<Executor>(data_.get(), &handles_, &queue_);
+  if (opts_.rank == 0) {
+    executor_->set_timeline(&timeline_);
+    if (!config_.timeline_path.empty()) timeline_.start(config_.timeline_path, config_.timeline_mark_cycles);
+  }
   state_ = State::Running;
   thread_ = std::thread([this] { loop(); });
   if (log_enabled(LogLevel::Info))
@@ -187,6 +191,13 @@ void Runtime::stop(ErrorKind kind, const std::string& reason) {
   state_cv_.notify_all();
 }
 
+void Runtime::start_timeline(const std::string& path, bool mark_cycles) {
+  if (path.empty()) throw_error(ErrorKind::BadArgument, "start_timeline: the path must not be empty");
+  if (opts_.rank == 0) timeline_.start(path, mark_cycles);
+}
+
+void Runtime::stop_timeline() { timeline_.stop(); }
+
 void Runtime::shutdown() {
   {
     std::unique_lock<std::mutex> lock(state_mu_);
@@ -207,6 +218,7 @@ void Runtime::shutdown() {
     }
   }
   if (thread_.joinable()) thread_.join();
+  timeline_.stop();
 }
 
 }  // namespace ring

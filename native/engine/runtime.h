@@ -85,6 +85,11 @@ class Runtime {
   bool wait(int64_t handle, double timeout_s = -1.0);
   OpResult release(int64_t handle) { return handles_.release(handle); }
 
+  // The timeline (engine/timeline.h) is written by rank 0; on other ranks
+  // these do nothing. start_timeline replaces a timeline being written.
+  void start_timeline(const std::string& path, bool mark_cycles);
+  void stop_timeline();
+
   // Ends the job on every rank (any rank may call it first). Blocks until the
   // background thread has stopped, at most about timeout_seconds.
   void shutdown();
@@ -140,6 +145,7 @@ class Runtime {
   HandleTable handles_;
   ResponseCache cache_;
   std::unique_ptr<Executor> executor_;
+  Timeline timeline_;
   std::mutex progress_mu_;  // one thread steps at a time
   LoopState loop_;
   std::unordered_map<std::string, Entry> pending_;  // guarded by progress_mu_

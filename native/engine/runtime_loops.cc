@@ -255,6 +255,7 @@ bool Runtime::coordinator_step() {
   const int n = opts_.size;
   if (!s.coord) {
     s.coord = std::make_unique<Coordinator>(n, &cache_, config_.fusion_threshold_bytes);
+    s.coord->set_timeline(&timeline_);
     s.received.assign(n, 0);
     s.acked_by.assign(n, 0);
   }
@@ -285,6 +286,7 @@ bool Runtime::coordinator_step() {
   const double cycle_s = config_.cycle_time_ms / 1000.0;
   bool emit = coord.has_work() && !(coord.worth_waiting() && seconds_since(s.first_ready) < cycle_s);
   if (emit || need_ack) {
+    if (emit) timeline_.cycle_start();
     ResponseList list = emit ? coord.take() : ResponseList{};
     s.batching = s.batching && !emit;
     bool has_responses = !list.responses.empty() || list.shutdown || !list.cache_puts.empty();
@@ -295,6 +297,7 @@ bool Runtime::coordinator_step() {
       control_->send_msg(w, list.encode(id_of));
     }
     execute(list);
+    timeline_.maybe_flush();
     if (list.shutdown) {
       end(ErrorKind::Shutdown, "ring has been shut down (" + list.shutdown_reason + ")");
       return true;

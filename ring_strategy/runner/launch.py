@@ -71,6 +71,14 @@ def build_parser() -> argparse.ArgumentParser:
         f"(default: {DEFAULT_GRACE_SECONDS:g})",
     )
     parser.add_argument(
+        "--timeline-filename", metavar="PATH",
+        help="rank 0 writes a Chrome trace of every tensor's phases to PATH (sets RING_TIMELINE)",
+    )
+    parser.add_argument(
+        "--timeline-mark-cycles", action="store_true",
+        help="mark every cycle of the engine in the timeline (sets RING_TIMELINE_MARK_CYCLES=1)",
+    )
+    parser.add_argument(
         "-v", "--verbose", action="store_true", help="print what ringrun does",
     )
     parser.add_argument(
@@ -399,6 +407,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.grace_period < 0:
         parser.error(f"--grace-period should not be negative. Got: {args.grace_period:g}")
 
+    if args.timeline_filename:
+        # The workers inherit ringrun's environment; an absolute path keeps
+        # the file where the user asked whatever directory rank 0 runs in.
+        os.environ["RING_TIMELINE"] = os.path.abspath(args.timeline_filename)
+    if args.timeline_mark_cycles:
+        os.environ["RING_TIMELINE_MARK_CYCLES"] = "1"
     job = _Job(command, np_, start_timeout, args.grace_period, args.verbose)
     return job.run()
 
