@@ -1,0 +1,152 @@
+"""Running real ``ringrun`` jobs for the reliability tests and checking what
+they leave behind.
+
+A job runs ``ringrun -v`` (its first line names the job id, which names the
+job's shared-memory segments) with a unique tag appended to the worker's
+arguments, so that processes left behind can be found by their command line
+without confusing them with other jobs on the machine.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+WORKERS = Path(__file__).resolve().parent / "workers"
+_JOB_LINE = re.compile(r"^ringrun: job ([0-9a-f]+):", re.M)
+_CAUGHT = re.compile(r"^\[(\d+)\] rank (\d+) caught (\w+) at ([\d.]+): (.*)$", re.M)
+_VICTIM = re.compile(r"^\[(\d+)\] victim (\d+) pid (\d+) failing at ([\d.]+)$", re.M)
+
+
+@dataclass
+class Caught:
+    """One rank's report of the error it caught: ``rank R caught CLS at T: MSG``."""
+
+    rank: int
+    cls: str
+    at: float
+    message: str
+
+
+@dataclass
+class JobResult:
+    """What a finished job printed and left behind."""
+
+    returncode: int
+    output: str
+    job_id: Optional[str]
+    leftover_processes: List[str] = field(default_factory=list)
+    leftover_segments: List[str] = field(default_factory=list)
+
+    def caught(self) -> Dict[int, Caught]:
+        """The ``rank R caught ...`` lines, by rank."""
+        return {
+            int(m[2]): Caught(int(m[2]), m[3], float(m[4]), m[5]) for m in _CAUGHT.finditer(self.output)
+        }
+
+    def victim(self) -> Optional[Dict[str, float]]:
+        """The ``victim R pid P failing at T`` line as {rank, pid, at}, if printed."""
+        m = _VICTIM.search(self.output)
+        return None if m is None else {"rank": int(m[2]), "pid": int(m[3]), "at": float(m[4])}
+
+    def tail(self, n: int = 6000) -> str:
+        """The end of the output, for assertion messages."""
+        return f"[ringrun exit code {self.returncode}]\n{self.output[-n:]}"
+
+
+def ring_segments(job_id: str) -> List[str]:
+    """The job's shared-memory segments that still exist."""
+    return sorted(p.name for p in Path("/dev/shm").glob(f"ring.{job_id}*"))
+
+
+def processes_with(tag: str) -> List[str]:
+    """Command lines of live processes whose command line contains ``tag``."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if tag in cmdline and state != "Z":
+            found.append(f"{proc.name}: {cmdline.strip()}")
+    return found
+
+
+def wait_gone(tag: str, seconds: float = 5.0) -> List[str]:
+    """Waits up to ``seconds`` for the processes tagged ``tag`` to exit; returns those left."""
+    deadline = time.monotonic() + seconds
+    while True:
+        left = processes_with(tag)
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.1)
+
+
+def job_environment(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    """This process's environment with this checkout importable and ``extra`` on top."""
+    env = dict(os.environ)
+    env.update(extra or {})
+    parts = [str(REPO_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(parts))
+    return env
+
+
+def ringrun_command(np_: int, worker_args: Sequence[str], tag: str, grace: float = 5.0) -> List[str]:
+    """``ringrun -v -np N --grace-period G python WORKER_ARGS... TAG`` as an argv list."""
+    return [sys.executable, "-m", "ring_strategy.runner.launch", "-v", "-np", str(np_),
+            "--grace-period", f"{grace:g}", sys.executable, *map(str, worker_args), tag]
+
+
+def new_tag() -> str:
+    """A string unique to one job, appended to its workers' command lines."""
+    return f"reliability-tag-{uuid.uuid4().hex[:12]}"
+
+
+def finish(proc: subprocess.Popen, tag: str, timeout: float) -> JobResult:
+    """Waits for a started ringrun (stdout and stderr merged) and collects what it left behind.
+
+    On timeout ringrun gets SIGTERM, then SIGKILL; the output then ends with a
+    line saying so, and the caller's assertions fail on it.
+    """
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        try:
+            out, _ = proc.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, _ = proc.communicate()
+        out += f"\n[the test stopped ringrun after {timeout:g} s]"
+    m = _JOB_LINE.search(out)
+    job_id = m[1] if m else None
+    return JobResult(proc.returncode, out, job_id, wait_gone(tag), ring_segments(job_id) if job_id else [])
+
+
+def start_job(np_: int, worker_args: Sequence[str], env: Optional[Dict[str, str]] = None,
+              grace: float = 5.0) -> "tuple[subprocess.Popen, str]":
+    """Starts ``ringrun -np N python WORKER_ARGS... TAG``; returns the process and TAG."""
+    tag = new_tag()
+    proc = subprocess.Popen(
+        ringrun_command(np_, worker_args, tag, grace), env=job_environment(env), cwd=str(REPO_ROOT),
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
+    )
+    return proc, tag
+
+
+def run_job(np_: int, worker_args: Sequence[str], env: Optional[Dict[str, str]] = None,
+            timeout: float = 120, grace: float = 5.0) -> JobResult:
+    """Runs a job to its end; see :func:`start_job` and :func:`finish`."""
+    proc, tag = start_job(np_, worker_args, env, grace)
+    return finish(proc, tag, timeout)
