@@ -44,12 +44,16 @@ uint8_t* Executor::output_for(Entry& e, size_t bytes, OpResult& res) {
 
 void Executor::phase_begin(const std::vector<Entry>& entries, const char* phase) {
   if (!timeline_ || !timeline_->active()) return;
-  for (const auto& e : entries) timeline_->begin(e.req.name, phase);
+  timeline_names_.clear();
+  for (const auto& e : entries) timeline_names_.push_back(&e.req.name);
+  timeline_->begin(timeline_names_, phase);
 }
 
 void Executor::phase_end(const std::vector<Entry>& entries) {
   if (!timeline_ || !timeline_->active()) return;
-  for (const auto& e : entries) timeline_->end(e.req.name);
+  timeline_names_.clear();
+  for (const auto& e : entries) timeline_names_.push_back(&e.req.name);
+  timeline_->end(timeline_names_);
 }
 
 void Executor::finish(Entry& e, OpResult res) {

@@ -66,6 +66,7 @@ class Executor {
   bool joined_ = false;
   std::vector<std::vector<uint8_t>> stand_ins_;  // zero buffers of a joined rank
   Timeline* timeline_ = nullptr;
+  std::vector<const std::string*> timeline_names_;  // scratch for phase_begin/end
 };
 
 }  // namespace ring

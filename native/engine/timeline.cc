@@ -108,8 +108,9 @@ int Timeline::row(const std::string& tensor) {
   return pid;
 }
 
-void Timeline::event(char ph, const char* name, int pid, const char* extra) {
-  long long ts = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0_).count();
+void Timeline::event(char ph, const char* name, int pid, const char* extra, long long ts) {
+  if (ts < 0)
+    ts = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0_).count();
   buf_ += R"({"ph": ")";
   buf_ += ph;
   buf_ += R"(", "name": ")";
@@ -154,16 +155,20 @@ void Timeline::negotiate_end(const std::string& tensor, OpType op) {
   if (file_) event('E', negotiate_phase(op), row(tensor));
 }
 
-void Timeline::begin(const std::string& tensor, const char* phase) {
+void Timeline::begin(const std::vector<const std::string*>& tensors, const char* phase) {
   if (!active()) return;
   std::lock_guard<std::mutex> lock(mu_);
-  if (file_) event('B', phase, row(tensor));
+  if (!file_) return;
+  long long ts = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0_).count();
+  for (const std::string* t : tensors) event('B', phase, row(*t), "", ts);
 }
 
-void Timeline::end(const std::string& tensor) {
+void Timeline::end(const std::vector<const std::string*>& tensors) {
   if (!active()) return;
   std::lock_guard<std::mutex> lock(mu_);
-  if (file_) event('E', "", row(tensor));
+  if (!file_) return;
+  long long ts = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0_).count();
+  for (const std::string* t : tensors) event('E', "", row(*t), "", ts);
 }
 
 void Timeline::end_op(const std::string& tensor, const Request& q) {

@@ -24,6 +24,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "engine/message.h"
 
@@ -43,9 +44,10 @@ class Timeline {
   void negotiate_start(const std::string& tensor, OpType op);
   void rank_ready(const std::string& tensor, int rank);
   void negotiate_end(const std::string& tensor, OpType op);
-  // Opens / closes a phase on the tensor's row; phases nest.
-  void begin(const std::string& tensor, const char* phase);
-  void end(const std::string& tensor);
+  // Opens / closes a phase on each tensor's row (one time stamp for all);
+  // phases nest.
+  void begin(const std::vector<const std::string*>& tensors, const char* phase);
+  void end(const std::vector<const std::string*>& tensors);
   // Closes the operation's outermost phase with its dtype and shape.
   void end_op(const std::string& tensor, const Request& q);
   void cycle_start();
@@ -54,7 +56,8 @@ class Timeline {
 
  private:
   int row(const std::string& tensor);  // caller holds mu_
-  void event(char ph, const char* name, int pid, const char* extra = "");  // caller holds mu_
+  // Appends one event at `ts` (µs since start); caller holds mu_.
+  void event(char ph, const char* name, int pid, const char* extra = "", long long ts = -1);
   void write_out();  // caller holds mu_
 
   std::mutex mu_;
