@@ -21,6 +21,11 @@ const std::vector<ConfigEntry> kTable = {
     {"RING_LOG_LEVEL", "HOROVOD_LOG_LEVEL", "warning", "trace, debug, info, warning or error"},
     {"RING_TIMELINE", "HOROVOD_TIMELINE", "", "path: rank 0 writes a Chrome trace of every tensor's phases there"},
     {"RING_TIMELINE_MARK_CYCLES", "HOROVOD_TIMELINE_MARK_CYCLES", "0", "1: mark every cycle of the engine in the timeline"},
+    {"RING_AUTOTUNE", "HOROVOD_AUTOTUNE", "0", "1: tune the fusion threshold and cycle time online, then settle"},
+    {"RING_AUTOTUNE_LOG", "HOROVOD_AUTOTUNE_LOG", "", "path: rank 0 writes every autotune trial there (CSV)"},
+    {"RING_AUTOTUNE_SAMPLE_SECONDS", "", "0.5", "seconds of work each autotune sample measures"},
+    {"RING_AUTOTUNE_WARMUP_SAMPLES", "HOROVOD_AUTOTUNE_WARMUP_SAMPLES", "1",
+     "samples discarded after each change of the autotuned settings"},
     {"RING_STALL_CHECK_TIME_SECONDS", "HOROVOD_STALL_CHECK_TIME_SECONDS", "60",
      "seconds: rank 0 warns about tensors that some ranks have not submitted (0: never)"},
     {"RING_STALL_SHUTDOWN_TIME_SECONDS", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "0",
@@ -80,6 +85,16 @@ Config Config::from_env() {
   c.stall_shutdown_seconds =
       number("RING_STALL_SHUTDOWN_TIME_SECONDS", "a non-negative number of seconds", 0, c.stall_shutdown_seconds);
   if (const char* v = lookup(entry("RING_TIMELINE"))) c.timeline_path = v;
+  if (const char* v = lookup(entry("RING_AUTOTUNE"))) {
+    std::string s(v);
+    if (s == "1" || s == "true") c.autotune = true;
+    else if (s != "0" && s != "false") bad(entry("RING_AUTOTUNE"), "0 or 1", v);
+  }
+  if (const char* v = lookup(entry("RING_AUTOTUNE_LOG"))) c.autotune_log = v;
+  c.autotune_sample_seconds = number("RING_AUTOTUNE_SAMPLE_SECONDS", "a positive number of seconds", 0.001,
+                                     c.autotune_sample_seconds);
+  c.autotune_warmup_samples = static_cast<int>(number("RING_AUTOTUNE_WARMUP_SAMPLES", "a non-negative integer", 0,
+                                                      c.autotune_warmup_samples));
   if (const char* v = lookup(entry("RING_TIMELINE_MARK_CYCLES"))) {
     std::string s(v);
     if (s == "1" || s == "true") c.timeline_mark_cycles = true;

@@ -26,6 +26,10 @@ struct Config {
   double stall_check_seconds = 60.0;
   double stall_shutdown_seconds = 0.0;
   std::string timeline_path;  // empty: no timeline
+  bool autotune = false;
+  std::string autotune_log;  // CSV of every trial; empty: none
+  double autotune_sample_seconds = 0.5;
+  int autotune_warmup_samples = 1;
   bool timeline_mark_cycles = false;
 
   // Reads the process environment.

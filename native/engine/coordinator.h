@@ -51,6 +51,7 @@ class Coordinator {
   void request_shutdown(int rank);
   // Negotiation events go to `timeline` (null: none).
   void set_timeline(Timeline* timeline) { timeline_ = timeline; }
+  void set_fusion_threshold(size_t bytes) { fusion_threshold_ = bytes; }
 
   using Clock = std::chrono::steady_clock;
   struct Stall {

@@ -28,6 +28,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/autotune.h"
 #include "engine/config.h"
 #include "engine/coordinator.h"
 #include "engine/executor.h"
@@ -112,6 +113,8 @@ class Runtime {
     std::chrono::steady_clock::time_point first_ready{};
     std::chrono::steady_clock::time_point last_check{};
     std::chrono::steady_clock::time_point last_stall_check{}, last_stall_warning{};
+    std::unique_ptr<Autotuner> tuner;  // RING_AUTOTUNE
+    double cycle_time_ms = 0.0;
     bool finished = false;  // the job ended; the meshes are closed next
   };
   void loop();
@@ -122,6 +125,8 @@ class Runtime {
   // Rank 0's stall inspector: warns about, or fails, tensors that some ranks
   // have not submitted for RING_STALL_*_SECONDS.
   void inspect_stalls(Coordinator& coord);
+  // Feeds the autotuner what `list` schedules and applies its new settings.
+  void autotune(Coordinator& coord, const ResponseList& list);
   bool worker_step();
   // True when this rank has nothing in flight (caller holds progress_mu_).
   bool quiet() const { return pending_.empty() && loop_.unsent.empty(); }

@@ -250,12 +250,32 @@ void Runtime::inspect_stalls(Coordinator& coord) {
                "through the program: " + describe_stalls(stalls));
 }
 
+void Runtime::autotune(Coordinator& coord, const ResponseList& list) {
+  size_t bytes = 0;
+  for (const auto& r : list.responses) {
+    if (r.kind != ResponseKind::Execute || r.op != OpType::Allreduce) continue;
+    for (int64_t count : r.sizes) bytes += static_cast<size_t>(count) * dtype_size(r.dtype);
+  }
+  if (!loop_.tuner->record(bytes, Clock::now())) return;
+  TuneParams p = loop_.tuner->params();
+  coord.set_fusion_threshold(p.fusion_threshold_bytes);
+  loop_.cycle_time_ms = p.cycle_time_ms;
+  log_line(LogLevel::Info, std::string(loop_.tuner->settled() ? "autotune settled on" : "autotune trying") +
+                               " fusion threshold " + std::to_string(p.fusion_threshold_bytes) + " bytes, cycle time " +
+                               std::to_string(p.cycle_time_ms) + " ms");
+}
+
 bool Runtime::coordinator_step() {
   LoopState& s = loop_;
   const int n = opts_.size;
   if (!s.coord) {
     s.coord = std::make_unique<Coordinator>(n, &cache_, config_.fusion_threshold_bytes);
     s.coord->set_timeline(&timeline_);
+    s.cycle_time_ms = config_.cycle_time_ms;
+    if (config_.autotune)
+      s.tuner = std::make_unique<Autotuner>(TuneParams{config_.fusion_threshold_bytes, config_.cycle_time_ms},
+                                            config_.autotune_sample_seconds, config_.autotune_warmup_samples, 2,
+                                            config_.autotune_log);
     s.received.assign(n, 0);
     s.acked_by.assign(n, 0);
   }
@@ -283,11 +303,12 @@ bool Runtime::coordinator_step() {
     s.batching = true;
     s.first_ready = Clock::now();
   }
-  const double cycle_s = config_.cycle_time_ms / 1000.0;
+  const double cycle_s = s.cycle_time_ms / 1000.0;
   bool emit = coord.has_work() && !(coord.worth_waiting() && seconds_since(s.first_ready) < cycle_s);
   if (emit || need_ack) {
     if (emit) timeline_.cycle_start();
     ResponseList list = emit ? coord.take() : ResponseList{};
+    if (s.tuner && emit) autotune(coord, list);
     s.batching = s.batching && !emit;
     bool has_responses = !list.responses.empty() || list.shutdown || !list.cache_puts.empty();
     auto id_of = [this](const std::string& name) { return cache_.id_of(name); };
