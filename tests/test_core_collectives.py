@@ -116,3 +116,13 @@ def test_ctrl_c_leaves_no_process_or_segment(transport):
     leftovers = subprocess.run(["pgrep", "-f", "scenarios.py forever"], capture_output=True, text=True).stdout
     assert leftovers.strip() == "", leftovers
     assert _ring_segments() - before == set()
+
+
+@pytest.mark.parametrize("scenario", ["many_in_flight", "deterministic", "join"])
+def test_hierarchical_allreduce_forced_on_one_host(scenario):
+    # One host: the local stage spans every rank and the cross-host stage is
+    # a group of one; the engine's hierarchical path must still be exact,
+    # deterministic across fusion layouts, and work with join.
+    env = {"RING_HIERARCHICAL_ALLREDUCE": "1"}
+    out = assert_ok(ringrun(3, [WORKERS / "scenarios.py", scenario], extra_env=env), 3)
+    assert out.count(": ok") == 3, out[-3000:]

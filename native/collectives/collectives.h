@@ -40,6 +40,15 @@ void ring_reducescatter(Mesh& mesh, void* buf, const std::vector<size_t>& chunk_
 void ring_reducescatter(Mesh& mesh, const void* src, void* dst, const std::vector<size_t>& chunk_counts,
                         DataType dtype, ReduceOp op, double factor);
 
+// Allreduce from `src` into `dst`, split into local.size() chunks of
+// chunk_counts[c] elements, in three stages:
+// reduce-scatter within `local` (the ranks of this host), allreduce of this
+// rank's chunk within `cross` (the ranks with this local rank, one per
+// host), allgather within `local`. Every rank of the job calls it with
+// meshes of the same shape. See hierarchical_allreduce.cc.
+void hierarchical_allreduce(Mesh& local, Mesh& cross, const void* src, void* dst,
+                            const std::vector<size_t>& chunk_counts, DataType dtype, ReduceOp op, double post_factor);
+
 // Ring allgather of variable-size blocks into `buf` (total = sum of
 // block_bytes, block r at offset sum(block_bytes[0..r))). This rank's block
 // must already be in place.

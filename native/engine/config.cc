@@ -21,6 +21,9 @@ const std::vector<ConfigEntry> kTable = {
     {"RING_LOG_LEVEL", "HOROVOD_LOG_LEVEL", "warning", "trace, debug, info, warning or error"},
     {"RING_TIMELINE", "HOROVOD_TIMELINE", "", "path: rank 0 writes a Chrome trace of every tensor's phases there"},
     {"RING_TIMELINE_MARK_CYCLES", "HOROVOD_TIMELINE_MARK_CYCLES", "0", "1: mark every cycle of the engine in the timeline"},
+    {"RING_HIERARCHICAL_ALLREDUCE", "HOROVOD_HIERARCHICAL_ALLREDUCE", "auto",
+     "1: reduce within each host, then across hosts, then share within each host; 0: one flat ring; auto: "
+     "hierarchical when there are several hosts with several ranks each"},
     {"RING_AUTOTUNE", "HOROVOD_AUTOTUNE", "0", "1: tune the fusion threshold and cycle time online, then settle"},
     {"RING_AUTOTUNE_LOG", "HOROVOD_AUTOTUNE_LOG", "", "path: rank 0 writes every autotune trial there (CSV)"},
     {"RING_AUTOTUNE_SAMPLE_SECONDS", "", "0.5", "seconds of work each autotune sample measures"},
@@ -85,6 +88,12 @@ Config Config::from_env() {
   c.stall_shutdown_seconds =
       number("RING_STALL_SHUTDOWN_TIME_SECONDS", "a non-negative number of seconds", 0, c.stall_shutdown_seconds);
   if (const char* v = lookup(entry("RING_TIMELINE"))) c.timeline_path = v;
+  if (const char* v = lookup(entry("RING_HIERARCHICAL_ALLREDUCE"))) {
+    std::string s(v);
+    if (s == "1" || s == "true") c.hierarchical_allreduce = 1;
+    else if (s == "0" || s == "false") c.hierarchical_allreduce = 0;
+    else if (s != "auto") bad(entry("RING_HIERARCHICAL_ALLREDUCE"), "0, 1 or auto", v);
+  }
   if (const char* v = lookup(entry("RING_AUTOTUNE"))) {
     std::string s(v);
     if (s == "1" || s == "true") c.autotune = true;

@@ -26,6 +26,9 @@ struct Config {
   double stall_check_seconds = 60.0;
   double stall_shutdown_seconds = 0.0;
   std::string timeline_path;  // empty: no timeline
+  // Hierarchical allreduce: 1 on, 0 off, -1 (auto) on for jobs of several
+  // hosts with several ranks on each.
+  int hierarchical_allreduce = -1;
   bool autotune = false;
   std::string autotune_log;  // CSV of every trial; empty: none
   double autotune_sample_seconds = 0.5;

@@ -137,6 +137,19 @@ void Executor::run(const Response& r, std::unordered_map<std::string, Entry>& pe
   }
 }
 
+void Executor::reduce(const std::vector<Entry>& entries, const void* src, void* dst,
+                      const std::vector<size_t>& chunks, double post) {
+  const Request& q = entries[0].req;
+  if (local_ && cross_) {
+    phase_begin(entries, "HIERARCHICAL_ALLREDUCE");
+    hierarchical_allreduce(*local_, *cross_, src, dst, chunks, q.dtype, q.reduce_op, post);
+  } else {
+    phase_begin(entries, "RING_ALLREDUCE");
+    ring_allreduce(*mesh_, src, dst, chunks, q.dtype, q.reduce_op, post);
+  }
+  phase_end(entries);
+}
+
 template <class Run>
 void Executor::collective(std::vector<Entry>& entries, Run run) {
   phase_begin(entries, collective_phase(entries[0].req.op));
@@ -147,9 +160,11 @@ void Executor::collective(std::vector<Entry>& entries, Run run) {
 
 void Executor::allreduce(std::vector<Entry>& entries) {
   const Request& q = entries[0].req;
-  const int n = mesh_->size();
+  // The layout's chunks are the first stage's: the ranks of the ring, or
+  // of this host for the hierarchical allreduce.
+  const int n = local_ && cross_ ? local_->size() : mesh_->size();
   const size_t esize = dtype_size(q.dtype);
-  const double post = post_factor(q, n);
+  const double post = post_factor(q, mesh_->size());
   if (entries.size() == 1) {
     // One tensor: reduce straight from the input into the output.
     Entry& e = entries[0];
@@ -160,9 +175,7 @@ void Executor::allreduce(std::vector<Entry>& entries) {
       scale_buffer(e.output, total, q.dtype, q.prescale);
       src = e.output;
     }
-    phase_begin(entries, "RING_ALLREDUCE");
-    ring_allreduce(*mesh_, src, e.output, even_chunks(total, n), q.dtype, q.reduce_op, post);
-    phase_end(entries);
+    reduce(entries, src, e.output, even_chunks(total, n), post);
     return;
   }
   phase_begin(entries, "MEMCPY_IN_FUSION_BUFFER");
@@ -182,9 +195,7 @@ void Executor::allreduce(std::vector<Entry>& entries) {
   }
   if (q.prescale != 1.0) scale_buffer(work, total, q.dtype, q.prescale);
   phase_end(entries);
-  phase_begin(entries, "RING_ALLREDUCE");
-  ring_allreduce(*mesh_, work, work, chunks, q.dtype, q.reduce_op, post);
-  phase_end(entries);
+  reduce(entries, work, work, chunks, post);
   phase_begin(entries, "MEMCPY_OUT_FUSION_BUFFER");
   pos = 0;
   for (int c = 0; c < n; ++c) {

@@ -10,6 +10,7 @@
 // with it. Results are bitwise identical across runs and across ranks.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -36,12 +37,22 @@ class Executor {
 
   // While this rank has joined, it adds zeros to allreduces it never submitted.
   void set_joined(bool joined) { joined_ = joined; }
+  // Allreduces run hierarchically over these two subgroups of the mesh
+  // (collectives.h: hierarchical_allreduce); null: flat ring.
+  void set_hierarchy(std::unique_ptr<Mesh> local, std::unique_ptr<Mesh> cross) {
+    local_ = std::move(local);
+    cross_ = std::move(cross);
+  }
   // Execution phases go to `timeline` (null: none).
   void set_timeline(Timeline* timeline) { timeline_ = timeline; }
 
  private:
   // Entries' outputs are set; several entries are fused.
   void allreduce(std::vector<Entry>& entries);
+  // The allreduce of `src` into `dst` (chunk layout `chunks` for the flat
+  // ring), flat or hierarchical, inside its timeline phase.
+  void reduce(const std::vector<Entry>& entries, const void* src, void* dst, const std::vector<size_t>& chunks,
+              double post);
   // Runs a one-entry collective inside its timeline phase and finishes it.
   template <class Run>
   void collective(std::vector<Entry>& entries, Run run);
@@ -66,6 +77,7 @@ class Executor {
   bool joined_ = false;
   std::vector<std::vector<uint8_t>> stand_ins_;  // zero buffers of a joined rank
   Timeline* timeline_ = nullptr;
+  std::unique_ptr<Mesh> local_, cross_;  // hierarchical allreduce
   std::vector<const std::string*> timeline_names_;  // scratch for phase_begin/end
 };
 

@@ -75,6 +75,7 @@ void Runtime::start() {
   data_->set_timeout(config_.timeout_seconds);
   control_->set_timeout(config_.timeout_seconds);
   executor_ = std::make_unique<Executor>(data_.get(), &handles_, &queue_);
+  setup_hierarchy();
   if (opts_.rank == 0) {
     executor_->set_timeline(&timeline_);
     if (!config_.timeline_path.empty()) timeline_.start(config_.timeline_path, config_.timeline_mark_cycles);
@@ -88,6 +89,27 @@ void Runtime::start() {
                                  (config_.force_tcp ? "tcp" : "shm within a host, tcp across hosts") +
                                  ", fusion threshold " + std::to_string(config_.fusion_threshold_bytes) +
                                  " bytes, cycle time " + std::to_string(config_.cycle_time_ms) + " ms");
+}
+
+void Runtime::setup_hierarchy() {
+  const RuntimeOptions& o = opts_;
+  const int mode = config_.hierarchical_allreduce;
+  const bool several = o.cross_size > 1 && o.local_size > 1;
+  if (mode == 0 || (mode < 0 && !several)) return;
+  const bool regular =
+      o.local_size * o.cross_size == o.size && o.rank == o.cross_rank * o.local_size + o.local_rank;
+  if (!regular) {
+    log_line(LogLevel::Warning,
+             "hierarchical allreduce needs the ranks laid out host by host with the same number on every host; "
+             "using the flat ring");
+    return;
+  }
+  std::vector<int> local, cross;
+  for (int i = 0; i < o.local_size; ++i) local.push_back(o.cross_rank * o.local_size + i);
+  for (int c = 0; c < o.cross_size; ++c) cross.push_back(c * o.local_size + o.local_rank);
+  executor_->set_hierarchy(data_->subgroup(local), data_->subgroup(cross));
+  log_line(LogLevel::Info, "hierarchical allreduce: " + std::to_string(o.cross_size) + " hosts of " +
+                               std::to_string(o.local_size) + " ranks");
 }
 
 bool Runtime::running() const {

@@ -98,6 +98,9 @@ class Runtime {
 
  private:
   void validate(const Request& req) const;
+  // RING_HIERARCHICAL_ALLREDUCE: gives the executor this host's and this
+  // local rank's subgroups of the data mesh.
+  void setup_hierarchy();
   void validate_output(const EnqueueArgs& args) const;
   // State of the progress loop; guarded by progress_mu_.
   struct LoopState {

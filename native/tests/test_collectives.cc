@@ -514,3 +514,55 @@ TEST(collectives_mixed_sequence) {
     }
   });
 }
+
+// Hierarchical allreduce: `hosts` x `per_host` ranks (host-major), sums of
+// rank-dependent integers (exact in float32), out of place, with Average's
+// scale; every rank must get the flat answer.
+void hierarchical_case(Wire w, int hosts, int per_host, size_t count) {
+  const int n = hosts * per_host;
+  auto meshes = meshes_for(w, n);
+  ring_test::run_ranks(meshes, [&](Mesh& m) {
+    std::vector<int> local, cross;
+    const int host = m.rank() / per_host, l = m.rank() % per_host;
+    for (int i = 0; i < per_host; ++i) local.push_back(host * per_host + i);
+    for (int c = 0; c < hosts; ++c) cross.push_back(c * per_host + l);
+    auto lm = m.subgroup(local);
+    auto cm = m.subgroup(cross);
+    std::vector<float> in(count), out(count, -1.0f);
+    for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>((i % 7) + m.rank());
+    std::vector<size_t> chunks(per_host);
+    for (int c = 0; c < per_host; ++c) chunks[c] = count / per_host + (static_cast<size_t>(c) < count % per_host);
+    ring::hierarchical_allreduce(*lm, *cm, in.data(), out.data(), chunks, DataType::Float32, ReduceOp::Average,
+                                 1.0 / n);
+    for (size_t i = 0; i < count; ++i) {
+      float expected = static_cast<float>((i % 7) * n + n * (n - 1) / 2) / n;
+      if (out[i] != expected) {
+        ring_test::record_failure(__FILE__, __LINE__,
+                                  "hierarchical allreduce wrong on rank " + std::to_string(m.rank()) + " at " +
+                                      std::to_string(i) + " (" + std::to_string(hosts) + "x" +
+                                      std::to_string(per_host) + ", " + ring_test::wire_name(w) + ")");
+        return;
+      }
+    }
+  });
+}
+
+TEST(hierarchical_allreduce_matches_flat) {
+  for (size_t count : {size_t(0), size_t(1), size_t(5), size_t(1001), size_t(65536)}) {
+    hierarchical_case(Wire::Inproc, 2, 2, count);
+    hierarchical_case(Wire::Inproc, 3, 2, count);
+    hierarchical_case(Wire::Inproc, 2, 3, count);
+    hierarchical_case(Wire::Inproc, 1, 4, count);
+    hierarchical_case(Wire::Inproc, 4, 1, count);
+  }
+  hierarchical_case(Wire::Shm, 2, 2, 100003);
+  hierarchical_case(Wire::Tcp, 2, 2, 100003);
+}
+
+TEST(subgroup_shares_abort_with_its_parent) {
+  auto meshes = ring_test::make_inproc_meshes(2);
+  auto sub = meshes[0]->subgroup({0, 1});
+  meshes[0]->abort("test abort");
+  float x = 0;
+  CHECK_THROWS_KIND(sub->send(1, &x, sizeof(x)), ring::ErrorKind::PeerFailure);
+}

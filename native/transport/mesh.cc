@@ -30,12 +30,39 @@ uint64_t read_u64(const uint8_t in[8]) {
 
 Mesh::Mesh(int rank, int size, std::vector<std::unique_ptr<Channel>> channels,
            std::vector<std::string> peer_names)
-    : rank_(rank), size_(size), channels_(std::move(channels)), peer_names_(std::move(peer_names)) {
+    : rank_(rank), size_(size), peer_names_(std::move(peer_names)) {
+  for (auto& c : channels) channels_.push_back(std::move(c));
   if (static_cast<int>(channels_.size()) != size_ || static_cast<int>(peer_names_.size()) != size_)
     throw_error(ErrorKind::Internal, "Mesh: channels and peer_names must have one entry per rank");
 }
 
+Mesh::Mesh(int rank, int size, std::vector<std::shared_ptr<Channel>> channels, std::vector<std::string> peer_names,
+           Mesh* parent)
+    : rank_(rank), size_(size), channels_(std::move(channels)), parent_(parent), peer_names_(std::move(peer_names)) {}
+
 Mesh::~Mesh() { close(); }
+
+std::unique_ptr<Mesh> Mesh::subgroup(const std::vector<int>& members) {
+  std::vector<std::shared_ptr<Channel>> channels;
+  std::vector<std::string> names;
+  int me = -1;
+  for (size_t i = 0; i < members.size(); ++i) {
+    int r = members[i];
+    if (r < 0 || r >= size_) throw_error(ErrorKind::Internal, "Mesh::subgroup: no rank " + std::to_string(r));
+    if (r == rank_) me = static_cast<int>(i);
+    channels.push_back(r == rank_ ? nullptr : channels_[r]);
+    names.push_back(peer_names_[r]);
+  }
+  if (me < 0) throw_error(ErrorKind::Internal, "Mesh::subgroup: this rank is not a member");
+  return std::unique_ptr<Mesh>(new Mesh(me, static_cast<int>(members.size()), std::move(channels), std::move(names),
+                                        this));
+}
+
+std::string Mesh::abort_reason() const {
+  if (parent_ && parent_->aborted()) return parent_->abort_reason();
+  std::lock_guard<std::mutex> lock(abort_mu_);
+  return abort_reason_;
+}
 
 void Mesh::abort(const std::string& reason) {
   {
@@ -47,6 +74,7 @@ void Mesh::abort(const std::string& reason) {
 }
 
 void Mesh::close() {
+  if (parent_) return;
   for (auto& c : channels_)
     if (c) c->close();
 }
@@ -79,10 +107,7 @@ void Mesh::sendrecv_sink(int to, const void* sbuf, size_t slen, int from, size_t
   int current_peer = -1;  // for naming a peer in errors raised by a channel
   try {
     while (sent < slen || received < rlen) {
-      if (aborted()) {
-        std::lock_guard<std::mutex> lock(abort_mu_);
-        throw_error(ErrorKind::PeerFailure, abort_reason_);
-      }
+      if (aborted()) throw_error(ErrorKind::PeerFailure, abort_reason());
       bool progress = false;
       if (sent < slen) {
         current_peer = to;
@@ -136,9 +161,9 @@ void Mesh::sendrecv_sink(int to, const void* sbuf, size_t slen, int from, size_t
         if (sent < slen) { current_peer = to; channels_[to]->check_alive(); }
         if (received < rlen) { current_peer = from; channels_[from]->check_alive(); }
         current_peer = -1;
-        if (idle > timeout_s_) {
+        if (idle > timeout()) {
           std::ostringstream os;
-          os << "no progress for " << timeout_s_ << " s (RING_TIMEOUT_SECONDS)";
+          os << "no progress for " << timeout() << " s (RING_TIMEOUT_SECONDS)";
           if (sent < slen) os << "; sending " << sent << "/" << slen << " bytes to " << peer_names_[to];
           if (received < rlen) os << "; receiving " << received << "/" << rlen << " bytes from " << peer_names_[from];
           throw_error(ErrorKind::Timeout, os.str());

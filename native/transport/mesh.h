@@ -35,6 +35,11 @@ class Mesh {
        std::vector<std::string> peer_names);
   ~Mesh();
 
+  // A mesh over `members` (global ranks, this rank among them; rank i of the
+  // subgroup is members[i]) sharing this mesh's channels, timeout and abort
+  // state. It must not outlive this mesh, and is driven by the same thread.
+  std::unique_ptr<Mesh> subgroup(const std::vector<int>& members);
+
   int rank() const { return rank_; }
   int size() const { return size_; }
   const std::string& peer_name(int r) const { return peer_names_[r]; }
@@ -71,19 +76,27 @@ class Mesh {
 
   // Thread-safe. Every blocked and later call throws PeerFailure(reason).
   void abort(const std::string& reason);
-  bool aborted() const { return aborted_.load(std::memory_order_acquire); }
+  bool aborted() const {
+    return aborted_.load(std::memory_order_acquire) || (parent_ && parent_->aborted());
+  }
 
-  // Closes every channel (idempotent).
+  // Closes every channel (idempotent; a subgroup leaves them to its parent).
   void close();
 
  private:
+  Mesh(int rank, int size, std::vector<std::shared_ptr<Channel>> channels, std::vector<std::string> peer_names,
+       Mesh* parent);
+  std::string abort_reason() const;
+  double timeout() const { return parent_ ? parent_->timeout() : timeout_s_; }
+
   int rank_;
   int size_;
-  std::vector<std::unique_ptr<Channel>> channels_;
+  std::vector<std::shared_ptr<Channel>> channels_;
+  Mesh* parent_ = nullptr;
   std::vector<std::string> peer_names_;
   double timeout_s_ = 30.0;
   std::atomic<bool> aborted_{false};
-  std::mutex abort_mu_;
+  mutable std::mutex abort_mu_;
   std::string abort_reason_;
 };
 
