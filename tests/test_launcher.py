@@ -259,11 +259,106 @@ def test_hosts_option(ringrun):
     assert too_many.returncode == 2 and "slots" in too_many.stderr
 
 
-@pytest.mark.parametrize("hosts", ["otherhost:2", "localhost:1,otherhost:1"])
-def test_multi_host_is_rejected_clearly(ringrun, hosts):
-    result = ringrun(2, ["-H", hosts, PY, "-c", "pass"], timeout=60)
+def test_hostfile(ringrun, tmp_path):
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("# this machine\nlocalhost slots=3  # three workers\n\n")
+    code = _script("import os; print(os.environ['RING_SIZE'], os.environ['RING_LOCAL_SIZE'])")
+    ok = ringrun(2, ["--hostfile", str(hostfile), *code], timeout=60)
+    assert ok.returncode == 0, ok.stderr
+    assert _lines_by_rank(ok.stdout) == {0: ["2 2"], 1: ["2 2"]}
+    hostfile.write_text("localhost slots=2\nlocalhost slots=two\n")
+    bad = ringrun(2, ["--hostfile", str(hostfile), *code], timeout=60)
+    assert bad.returncode == 2 and "line 2" in bad.stderr and "'two'" in bad.stderr
+    both = ringrun(2, ["--hostfile", str(hostfile), "-H", "localhost:2", *code], timeout=60)
+    assert both.returncode == 2 and "not allowed with" in both.stderr
+
+
+def test_two_names_of_this_machine_are_two_hosts(ringrun):
+    result = ringrun(3, ["-H", "localhost:2,127.0.0.1:2", *_script("""
+        import json, os
+        keys = ["RING_LOCAL_RANK", "RING_LOCAL_SIZE", "RING_CROSS_RANK", "RING_CROSS_SIZE",
+                "RING_HOSTNAME", "RING_ADVERTISE_HOST", "RING_RENDEZVOUS_ADDR"]
+        print(json.dumps([os.environ.get(k) for k in keys]))
+    """)], timeout=60)
+    assert result.returncode == 0, result.stderr
+    envs = {rank: json.loads(lines[0]) for rank, lines in _lines_by_rank(result.stdout).items()}
+    assert [e[:5] for _, e in sorted(envs.items())] == [
+        ["0", "2", "0", "2", "localhost"], ["1", "2", "0", "2", "localhost"], ["0", "1", "1", "2", "127.0.0.1"],
+    ]
+    for env in envs.values():  # nothing leaves loopback: every "host" is this machine
+        assert env[5] == "127.0.0.1" and env[6].startswith("127.0.0.1:")
+
+
+def test_two_hosts_of_this_machine_run_the_engine(ringrun):
+    result = ringrun(4, ["-H", "localhost:2,127.0.0.1:2", *_script("""
+        import numpy as np, ring_strategy as rs
+        rs.init()
+        total = rs.allreduce(np.full(1001, rs.rank() + 1, np.float32), op=rs.Sum)
+        print(float(total.min()), float(total.max()), rs.local_rank(), rs.cross_rank(), rs.cross_size())
+    """)], timeout=120)
+    assert result.returncode == 0, result.stderr
+    lines = _lines_by_rank(result.stdout)
+    assert lines == {r: [f"10.0 10.0 {r % 2} {r // 2} 2"] for r in range(4)}
+
+
+@pytest.mark.parametrize("hosts, message", [
+    ("localhost:1,localhost:2", "listed more than once"),
+    ("localhost:1,127.0.0.1:1", "more than the 2 slots"),
+    ("localhost:0", "positive integer"),
+    ("localhost:1,-oProxyCommand=x:1", "should not start with '-'"),
+])
+def test_bad_host_lists(ringrun, hosts, message):
+    result = ringrun(3, ["-H", hosts, PY, "-c", "pass"], timeout=60)
     assert result.returncode == 2
-    assert "multi-host" in result.stderr and "not supported" in result.stderr
+    assert message in result.stderr
+
+
+@pytest.mark.skipif(shutil.which("ssh") is None, reason="needs the ssh client")
+def test_unknown_host_fails_clearly(ringrun):
+    result = ringrun(2, ["-H", "localhost:1,nonexistent.invalid:1", "--start-timeout", "5",
+                         PY, "-c", "import time; time.sleep(30)"], timeout=60)
+    assert result.returncode == 255
+    assert "host nonexistent.invalid" in result.stderr
+    assert "rank 1 exited with code 255" in result.stderr
+
+
+def test_output_filename_writes_per_rank_logs(ringrun, tmp_path):
+    logs = tmp_path / "logs"
+    result = ringrun(11, ["--output-filename", str(logs), *_script("""
+        import os, sys
+        rank = os.environ["RING_RANK"]
+        print(f"out {rank}")
+        print(f"err {rank}", file=sys.stderr)
+        sys.stdout.write("no newline")
+    """)], timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in logs.iterdir()) == [f"rank.{r:02d}" for r in range(11)]
+    for rank in range(11):
+        assert (logs / f"rank.{rank:02d}" / "stdout").read_text() == f"out {rank}\nno newline\n"
+        assert (logs / f"rank.{rank:02d}" / "stderr").read_text() == f"err {rank}\n"
+    assert _lines_by_rank(result.stdout)[3] == ["out 3", "no newline"]  # the console still gets it
+
+
+def test_ssh_options_are_checked(ringrun, tmp_path):
+    code = [PY, "-c", "pass"]
+    assert ringrun(1, ["--ssh-port", "0", *code], timeout=60).returncode == 2
+    missing = ringrun(1, ["-i", str(tmp_path / "no_key"), *code], timeout=60)
+    assert missing.returncode == 2 and "no such file" in missing.stderr
+    quoted = ringrun(1, code, env={"RING_SSH_ARGS": "-o 'unclosed"}, timeout=60)
+    assert quoted.returncode == 2 and "RING_SSH_ARGS" in quoted.stderr
+
+
+def test_remote_start_command_line_has_no_secret():
+    from ring_strategy.runner.remote import SshSettings, remote_command, ssh_command
+
+    settings = SshSettings(port=2222, identity_file="/keys/id", connect_timeout=7.5,
+                           extra_args=("-o", "UserKnownHostsFile=/dev/null"))
+    cmd = ssh_command("node1", settings, remote_command("/venv/bin/python", "abc123"))
+    assert cmd[:2] == ["ssh", "-T"]
+    assert cmd[cmd.index("-p") + 1] == "2222" and cmd[cmd.index("-i") + 1] == "/keys/id"
+    assert "ConnectTimeout=8" in cmd and "BatchMode=yes" in cmd
+    assert cmd[-2] == "node1"
+    assert "RING_" not in cmd[-1] and "/venv/bin/python" in cmd[-1] and "abc123" in cmd[-1]
 
 
 def test_slots_give_the_number_of_workers_without_np():

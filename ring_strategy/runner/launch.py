@@ -1,67 +1,79 @@
-"""``ringrun``: start N worker processes of one job on this host.
+"""``ringrun``: start the N worker processes of one job, on this host or many.
 
 Usage::
 
     ringrun -np 2 python train.py --epochs 3
     ringrun -np 4 -H localhost:4 --start-timeout 120 python train.py
+    ringrun -np 8 -H host1:4,host2:4 python train.py
+    ringrun -np 8 --hostfile hosts.txt --ssh-port 2222 --output-filename logs python train.py
+    ringrun --check-build
 
-ringrun makes a fresh job secret and job id, serves the rendezvous store on
-loopback, and starts the workers, each in its own process group, with its
-place in the job in ``RING_*`` environment variables (the secret travels only
-in the environment, never on a command line). Every line a worker prints is
-prefixed with ``[rank]``. When a worker fails, the others are terminated
-(SIGTERM, then SIGKILL after a grace period) and ringrun exits with the failing
-worker's code (128 + N for a signal N). SIGINT or SIGTERM to ringrun terminate
-all workers the same way, and ringrun exits with 130 or 143.
+ringrun makes a fresh job secret and job id, serves the rendezvous store, and
+starts the workers, each in its own process group, with its place in the job
+in ``RING_*`` environment variables (the secret travels only in environments
+and over ssh's stdin, never on a command line). Ranks fill the hosts in the
+order given. Workers on this host are started directly, those on other hosts
+over one ssh session per host; workers on one host talk through shared
+memory, across hosts over TCP. A job on this host alone listens on loopback
+only. Every line a worker prints is prefixed with ``[rank]``. When a worker
+fails, the others are terminated (SIGTERM, then SIGKILL after a grace period)
+and ringrun exits with the failing worker's code (128 + N for a signal N).
+SIGINT or SIGTERM to ringrun terminate all workers the same way, and ringrun
+exits with 130 or 143.
 """
 
 from __future__ import annotations
 
 import argparse
-import glob
 import os
-import queue
-import secrets
-import signal
-import socket
-import subprocess
+import shlex
 import sys
-import threading
-import time
-from typing import IO, Dict, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence
 
-from ring_strategy.runner.hosts import is_local_host, parse_hosts
-from ring_strategy.runner.store import StoreServer
+from ring_strategy.runner.hosts import HostSlots, assign_ranks, is_this_host, parse_hostfile, parse_hosts
+from ring_strategy.runner.job import SHM_PATTERN as _SHM_PATTERN  # noqa: F401 (the Ray executor's)
+from ring_strategy.runner.job import Job, JobPlan
+from ring_strategy.runner.remote import SshSettings
+from ring_strategy.runner.worker_env import worker_environment
 
 __all__ = ["build_parser", "main", "worker_environment"]
 
 DEFAULT_START_TIMEOUT_SECONDS = 60.0
 DEFAULT_GRACE_SECONDS = 5.0
-# Longest line piece forwarded at once; longer lines are split.
-_MAX_LINE_BYTES = 64 * 1024
-# The engine names its shared-memory segments /dev/shm/ring.<job_id>[-suffix].<rank>
-_SHM_PATTERN = "/dev/shm/ring.{job_id}*"
 
 
 def build_parser() -> argparse.ArgumentParser:
     """Returns the argument parser of ``ringrun``."""
     parser = argparse.ArgumentParser(
         prog="ringrun",
-        usage="%(prog)s -np N [-H localhost:N] [--start-timeout S] [--grace-period S] [-v] COMMAND...",
+        usage="%(prog)s [-np N] [-H HOST:SLOTS,... | --hostfile FILE] [options] COMMAND...\n"
+              "       %(prog)s --check-build",
         description="Run a ring data-parallel job: N copies of COMMAND, one per rank.",
-        epilog="Example: ringrun -np 2 python train.py",
+        epilog="Examples: ringrun -np 2 python train.py; "
+               "ringrun -np 4 -H host1:2,host2:2 python train.py. "
+               "RING_SSH_ARGS adds arguments to every ssh command line "
+               "(e.g. '-o UserKnownHostsFile=/dev/null').",
+    )
+    parser.add_argument(
+        "-cb", "--check-build", action="store_true",
+        help="show the version, the frameworks, transports and GPU operations available, and exit",
     )
     parser.add_argument(
         "-np", "--num-proc", dest="np", type=int, metavar="N",
-        help="number of worker processes (default: the slots given by -H)",
+        help="number of worker processes (default: the slots given by -H or --hostfile)",
     )
-    parser.add_argument(
+    hosts = parser.add_mutually_exclusive_group()
+    hosts.add_argument(
         "-H", "--hosts", metavar="HOST:SLOTS",
-        help="hosts and their slots, e.g. localhost:4 (only this host is supported yet)",
+        help="hosts and their slots, e.g. localhost:4 or host1:2,host2:2 (default: localhost:N)",
+    )
+    hosts.add_argument(
+        "-hostfile", "--hostfile", metavar="FILE",
+        help="a file with one host a line, as 'host slots=N' (or host:N)",
     )
     parser.add_argument(
         "--start-timeout", type=float, metavar="S", default=None,
-        help="seconds the workers may take to find each other at init "
+        help="seconds the workers may take to start and find each other "
         f"(default: RING_START_TIMEOUT or {DEFAULT_START_TIMEOUT_SECONDS:g}); "
         "passed to them as RING_START_TIMEOUT",
     )
@@ -70,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds between SIGTERM and SIGKILL when workers are stopped "
         f"(default: {DEFAULT_GRACE_SECONDS:g})",
     )
+    _add_multi_host_options(parser)
     parser.add_argument(
         "--timeline-filename", metavar="PATH",
         help="rank 0 writes a Chrome trace of every tensor's phases to PATH (sets RING_TIMELINE)",
@@ -88,270 +101,113 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def worker_environment(
-    base: Dict[str, str],
-    *,
-    rank: int,
-    size: int,
-    rendezvous_address: str,
-    secret: bytes,
-    job_id: str,
-    start_timeout: float,
-    hostname: str,
-) -> Dict[str, str]:
-    """Builds the environment of one worker on a single-host job.
-
-    Args:
-        base: The environment to start from (ringrun's own).
-        rank: The worker's rank.
-        size: The number of workers.
-        rendezvous_address: ``host:port`` of the rendezvous store.
-        secret: The job secret.
-        job_id: The job id.
-        start_timeout: Seconds the workers may take to find each other.
-        hostname: This host's name.
-
-    Returns:
-        A new environment mapping.
-    """
-    env = dict(base)
-    env.update(
-        RING_RANK=str(rank),
-        RING_SIZE=str(size),
-        RING_LOCAL_RANK=str(rank),
-        RING_LOCAL_SIZE=str(size),
-        RING_CROSS_RANK="0",
-        RING_CROSS_SIZE="1",
-        RING_RENDEZVOUS_ADDR=rendezvous_address,
-        RING_SECRET=secret.hex(),
-        RING_JOB_ID=job_id,
-        RING_HOSTNAME=hostname,
-        RING_START_TIMEOUT=f"{start_timeout:g}",
-        # Prompt, whole lines from Python workers (and any Python they start).
-        PYTHONUNBUFFERED="1",
+def _add_multi_host_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-p", "--ssh-port", type=int, metavar="PORT",
+        help="ssh port of the remote hosts (default: ssh's own, usually 22)",
     )
-    return env
+    parser.add_argument(
+        "-i", "--ssh-identity-file", metavar="FILE",
+        help="private key ssh authenticates with on the remote hosts",
+    )
+    parser.add_argument(
+        "--network-interface", metavar="IFACE",
+        help="on a multi-host job, the interface (e.g. eth0) whose IPv4 address every host "
+        "uses for the rendezvous and its peers (default: the route between the hosts)",
+    )
+    parser.add_argument(
+        "--output-filename", metavar="DIR",
+        help="also write each rank's output to DIR/rank.N/stdout and DIR/rank.N/stderr "
+        "(N padded with zeros)",
+    )
 
 
-def _exit_code(returncode: int) -> int:
-    return 128 - returncode if returncode < 0 else returncode
-
-
-def _describe(returncode: int) -> str:
-    if returncode < 0:
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = f"signal {-returncode}"
-        return f"was killed by {name} (exit code {128 - returncode})"
-    return f"exited with code {returncode}"
-
-
-class _Output:
-    """Forwards workers' output line by line, each line prefixed by its rank."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._threads: List[threading.Thread] = []
-
-    def forward(self, src: IO[bytes], dst: IO[bytes], rank: int) -> None:
-        thread = threading.Thread(
-            target=self._pump, args=(src, dst, f"[{rank}] ".encode()),
-            name=f"ringrun-out-{rank}", daemon=True,
-        )
-        thread.start()
-        self._threads.append(thread)
-
-    def _pump(self, src: IO[bytes], dst: IO[bytes], prefix: bytes) -> None:
-        try:
-            while True:
-                line = src.readline(_MAX_LINE_BYTES)
-                if not line:
-                    return
-                if not line.endswith(b"\n"):
-                    line += b"\n"
-                with self._lock:
-                    try:
-                        dst.write(prefix + line)
-                        dst.flush()
-                    except (OSError, ValueError):
-                        pass  # our stdout is gone; keep draining so workers never block
-        finally:
-            src.close()
-
-    def join(self, timeout: float) -> None:
-        """Waits for the output to drain; a grandchild may hold a pipe open."""
-        deadline = time.monotonic() + timeout
-        for thread in self._threads:
-            thread.join(max(0.0, deadline - time.monotonic()))
-
-
-class _TextAsBinary:
-    """Writes bytes to a text stream that has no binary buffer (e.g. a StringIO)."""
-
-    def __init__(self, stream: IO[str]) -> None:
-        self._stream = stream
-
-    def write(self, data: bytes) -> None:
-        self._stream.write(data.decode("utf-8", "replace"))
-
-    def flush(self) -> None:
-        self._stream.flush()
-
-
-def _binary(stream: IO[str]) -> IO[bytes]:
-    buffer = getattr(stream, "buffer", None)
-    return buffer if buffer is not None else _TextAsBinary(stream)  # type: ignore[return-value]
-
-
-def _log(message: str) -> None:
+def _hosts(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Optional[List[HostSlots]]:
+    """The hosts of ``-H`` or ``--hostfile``, or None when neither was given."""
     try:
-        sys.stderr.write(f"ringrun: {message}\n")
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        pass
+        if args.hosts is not None:
+            return parse_hosts(args.hosts)
+        if args.hostfile is not None:
+            return parse_hostfile(args.hostfile)
+    except ValueError as e:
+        parser.error(f"{'-H' if args.hosts is not None else '--hostfile'}: {e}")
+    except OSError as e:
+        parser.error(f"--hostfile: cannot read {args.hostfile!r}: {e.strerror or e}")
+    return None
 
 
-class _Job:
-    """Runs the workers of one job and decides ringrun's exit code."""
-
-    def __init__(self, command: List[str], np: int, start_timeout: float,
-                 grace: float, verbose: bool) -> None:
-        self.command = command
-        self.np = np
-        self.start_timeout = start_timeout
-        self.grace = grace
-        self.verbose = verbose
-        self.secret = secrets.token_bytes(32)
-        self.job_id = secrets.token_hex(8)
-        self.procs: Dict[int, subprocess.Popen] = {}
-        self.events: "queue.SimpleQueue[Tuple[str, int, int]]" = queue.SimpleQueue()
-        self.output = _Output()
-
-    def run(self) -> int:
-        store = StoreServer(self.secret, host="127.0.0.1")
-        old_handlers = {}
+def _start_timeout(parser: argparse.ArgumentParser, given: Optional[float]) -> float:
+    start_timeout = given
+    if start_timeout is None:
+        raw = os.environ.get("RING_START_TIMEOUT", os.environ.get("HOROVOD_START_TIMEOUT"))
         try:
-            store.start()
-            if threading.current_thread() is threading.main_thread():
-                for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-                    old_handlers[sig] = signal.signal(sig, self._on_signal)
-            if self.verbose:
-                _log(f"job {self.job_id}: {self.np} workers, rendezvous at {store.address}")
-            code = self._start_all(store.address)
-            if code is None:
-                code = self._supervise()
-            return code
-        finally:
-            self._kill_all(signal.SIGKILL, only_live=True)
-            self.output.join(timeout=2.0)
-            for sig, handler in old_handlers.items():
-                signal.signal(sig, handler)
-            store.stop()
-            self._remove_shm()
+            start_timeout = float(raw) if raw else DEFAULT_START_TIMEOUT_SECONDS
+        except ValueError:
+            parser.error(f"RING_START_TIMEOUT should be a number of seconds. Got: {raw!r}")
+    if start_timeout <= 0:
+        parser.error(f"--start-timeout should be positive. Got: {start_timeout:g}")
+    return start_timeout
 
-    def _on_signal(self, signum: int, frame: object) -> None:
-        self.events.put(("signal", signum, 0))
 
-    def _start_all(self, address: str) -> Optional[int]:
-        hostname = socket.gethostname()
-        for rank in range(self.np):
-            env = worker_environment(
-                dict(os.environ), rank=rank, size=self.np, rendezvous_address=address,
-                secret=self.secret, job_id=self.job_id, start_timeout=self.start_timeout,
-                hostname=hostname,
-            )
-            try:
-                proc = subprocess.Popen(
-                    self.command, env=env, stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                    start_new_session=True,  # own process group: killpg reaches the tree
-                )
-            except OSError as e:
-                _log(f"cannot start {self.command[0]!r} for rank {rank}: {e.strerror or e}")
-                self._stop_workers()
-                return 127 if isinstance(e, FileNotFoundError) else 126
-            self.procs[rank] = proc
-            assert proc.stdout is not None and proc.stderr is not None
-            self.output.forward(proc.stdout, _binary(sys.stdout), rank)
-            self.output.forward(proc.stderr, _binary(sys.stderr), rank)
-            threading.Thread(
-                target=self._wait, args=(rank, proc), name=f"ringrun-wait-{rank}", daemon=True
-            ).start()
-        return None
+def _ssh_settings(parser: argparse.ArgumentParser, args: argparse.Namespace, start_timeout: float) -> SshSettings:
+    if args.ssh_port is not None and not 0 < args.ssh_port < 65536:
+        parser.error(f"--ssh-port should be in [1, 65535]. Got: {args.ssh_port}")
+    identity = args.ssh_identity_file
+    if identity is not None:
+        identity = os.path.abspath(os.path.expanduser(identity))
+        if not os.path.isfile(identity):
+            parser.error(f"--ssh-identity-file: no such file: {args.ssh_identity_file!r}")
+    raw = os.environ.get("RING_SSH_ARGS", "")
+    try:
+        extra = tuple(shlex.split(raw))
+    except ValueError as e:
+        parser.error(f"RING_SSH_ARGS should be ssh arguments as a shell would split them. Got: {raw!r} ({e})")
+    return SshSettings(port=args.ssh_port, identity_file=identity, connect_timeout=start_timeout,
+                       extra_args=extra)
 
-    def _wait(self, rank: int, proc: subprocess.Popen) -> None:
-        self.events.put(("exit", rank, proc.wait()))
 
-    def _supervise(self) -> int:
-        """Collects worker exits and signals until every worker has exited."""
-        running = set(self.procs)
-        code: Optional[int] = None
-        kill_at: Optional[float] = None
-        while running:
-            timeout = 0.5 if kill_at is None else max(0.0, min(0.5, kill_at - time.monotonic()))
-            try:
-                kind, a, b = self.events.get(timeout=timeout)
-            except queue.Empty:
-                if kill_at is not None and time.monotonic() >= kill_at:
-                    if self.verbose:
-                        _log("grace period over: sending SIGKILL")
-                    self._kill_all(signal.SIGKILL, only_live=True)
-                    kill_at = None
-                continue
-            if kind == "exit":
-                rank, returncode = a, b
-                running.discard(rank)
-                if returncode != 0 and code is None:
-                    code = _exit_code(returncode)
-                    _log(f"rank {rank} {_describe(returncode)}; "
-                         + ("terminating the other workers" if running else "job failed"))
-                    if running:
-                        self._kill_all(signal.SIGTERM)
-                        kill_at = time.monotonic() + self.grace
-            elif kind == "signal":
-                signum = a
-                if code is None:
-                    code = 128 + signum
-                    _log(f"received {signal.Signals(signum).name}; terminating the workers")
-                    self._kill_all(signal.SIGTERM)
-                    kill_at = time.monotonic() + self.grace
-                else:  # a second signal: no more patience
-                    self._kill_all(signal.SIGKILL)
-                    kill_at = None
-        if code is not None:
-            # Reap what the workers may have left behind in their groups.
-            self._kill_all(signal.SIGKILL)
-        return 0 if code is None else code
+def _check_interface(parser: argparse.ArgumentParser, name: Optional[str], remote: bool) -> None:
+    """Fails early when this host, which serves the store, lacks the interface."""
+    if name is None or not remote:
+        return
+    from ring_strategy.runner.bootstrap import interface_address
 
-    def _stop_workers(self) -> None:
-        """Stops already started workers (used when a later one fails to start)."""
-        self._kill_all(signal.SIGTERM)
-        deadline = time.monotonic() + self.grace
-        for proc in self.procs.values():
-            try:
-                proc.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
-        self._kill_all(signal.SIGKILL)
-        for proc in self.procs.values():
-            proc.wait()
+    try:
+        interface_address(name)
+    except OSError as e:
+        parser.error(f"--network-interface: {e.strerror or e}")
 
-    def _kill_all(self, sig: int, only_live: bool = False) -> None:
-        for proc in self.procs.values():
-            if only_live and proc.poll() is not None:
-                continue
-            try:
-                os.killpg(proc.pid, sig)  # the group id is the worker's pid
-            except (ProcessLookupError, PermissionError):
-                pass
 
-    def _remove_shm(self) -> None:
-        for path in glob.glob(_SHM_PATTERN.format(job_id=self.job_id)):
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
+def _plan(parser: argparse.ArgumentParser, args: argparse.Namespace, command: List[str]) -> JobPlan:
+    """Checks the options and places the ranks on the hosts."""
+    hosts = _hosts(parser, args)
+    np_ = args.np
+    if np_ is None and hosts is not None:
+        np_ = sum(h.slots for h in hosts)
+    if np_ is None:
+        parser.error("the number of workers is required: -np N")
+    if np_ < 1:
+        parser.error(f"-np should be a positive integer. Got: {np_}")
+    if hosts is None:
+        hosts = [HostSlots("localhost", np_)]
+    try:
+        placed = assign_ranks(hosts, np_)
+    except ValueError as e:
+        where = f"-H {args.hosts!r}" if args.hosts is not None else f"--hostfile {args.hostfile!r}"
+        parser.error(f"{e} ({where})")
+    start_timeout = _start_timeout(parser, args.start_timeout)
+    if args.grace_period < 0:
+        parser.error(f"--grace-period should not be negative. Got: {args.grace_period:g}")
+    local = [is_this_host(h.hostname) for h in placed]
+    _check_interface(parser, args.network_interface, remote=not all(local))
+    output_dir = args.output_filename
+    if output_dir is not None:
+        output_dir = os.path.abspath(output_dir)
+    return JobPlan(
+        command=command, hosts=placed, local=local, size=np_, start_timeout=start_timeout,
+        grace=args.grace_period, verbose=args.verbose, output_dir=output_dir,
+        ssh=_ssh_settings(parser, args, start_timeout), interface=args.network_interface,
+    )
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -367,54 +223,27 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.check_build:
+        from ring_strategy.runner.check_build import print_check_build
+
+        return print_check_build()
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
     if not command:
         parser.error("missing the command to run, e.g. ringrun -np 2 python train.py")
-
-    np_ = args.np
-    if args.hosts is not None:
-        try:
-            hosts = parse_hosts(args.hosts)
-        except ValueError as e:
-            parser.error(f"-H: {e}")
-        remote = [h.hostname for h in hosts if not is_local_host(h.hostname)]
-        if remote or len(hosts) > 1:
-            parser.error(
-                f"-H {args.hosts!r}: multi-host jobs are not supported yet; "
-                "ringrun runs all workers on this host (use -H localhost:N)"
-            )
-        slots = hosts[0].slots
-        if np_ is None:
-            np_ = slots
-        elif np_ > slots:
-            parser.error(f"-np {np_} is more than the {slots} slots given by -H {args.hosts!r}")
-    if np_ is None:
-        parser.error("the number of workers is required: -np N")
-    if np_ < 1:
-        parser.error(f"-np should be a positive integer. Got: {np_}")
-
-    start_timeout = args.start_timeout
-    if start_timeout is None:
-        raw = os.environ.get("RING_START_TIMEOUT", os.environ.get("HOROVOD_START_TIMEOUT"))
-        try:
-            start_timeout = float(raw) if raw else DEFAULT_START_TIMEOUT_SECONDS
-        except ValueError:
-            parser.error(f"RING_START_TIMEOUT should be a number of seconds. Got: {raw!r}")
-    if start_timeout <= 0:
-        parser.error(f"--start-timeout should be positive. Got: {start_timeout:g}")
-    if args.grace_period < 0:
-        parser.error(f"--grace-period should not be negative. Got: {args.grace_period:g}")
-
+    plan = _plan(parser, args, command)
     if args.timeline_filename:
         # The workers inherit ringrun's environment; an absolute path keeps
         # the file where the user asked whatever directory rank 0 runs in.
         os.environ["RING_TIMELINE"] = os.path.abspath(args.timeline_filename)
     if args.timeline_mark_cycles:
         os.environ["RING_TIMELINE_MARK_CYCLES"] = "1"
-    job = _Job(command, np_, start_timeout, args.grace_period, args.verbose)
-    return job.run()
+    try:
+        os.makedirs(plan.output_dir or ".", exist_ok=True)
+    except OSError as e:
+        parser.error(f"--output-filename: cannot create {args.output_filename!r}: {e.strerror or e}")
+    return Job(plan).run()
 
 
 if __name__ == "__main__":

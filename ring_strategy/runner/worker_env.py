@@ -1,0 +1,100 @@
+"""The environment ringrun gives each worker.
+
+A worker learns its place in the job from ``RING_*`` variables, read by
+:class:`ring_strategy.environments.RingrunEnvironment`. Workers on other hosts
+also get ringrun's own environment, less the variables that describe only the
+host ringrun runs on (:func:`forwarded_environment`), on top of their login
+environment.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Mapping, Optional
+
+__all__ = ["forwarded_environment", "worker_environment"]
+
+# Variables that describe ringrun's host or login session, not the job: a
+# remote worker keeps its own host's values.
+_HOST_ONLY = frozenset({
+    "_", "DBUS_SESSION_BUS_ADDRESS", "DISPLAY", "HOME", "HOSTNAME", "LOGNAME", "LS_COLORS",
+    "MAIL", "OLDPWD", "PS1", "PWD", "RING_ADVERTISE_HOST", "SHELL", "SHLVL", "TERM", "TMPDIR",
+    "USER", "XAUTHORITY",
+})
+_HOST_ONLY_PREFIXES = ("BASH_FUNC_", "SSH_", "XDG_")
+
+
+def worker_environment(
+    base: Mapping[str, str],
+    *,
+    rank: int,
+    size: int,
+    rendezvous_address: str,
+    secret: bytes,
+    job_id: str,
+    start_timeout: float,
+    hostname: str,
+    local_rank: Optional[int] = None,
+    local_size: Optional[int] = None,
+    cross_rank: int = 0,
+    cross_size: int = 1,
+) -> Dict[str, str]:
+    """Builds the environment of one worker.
+
+    Without the placement arguments the job runs on one host: the local rank
+    and size are the global ones.
+
+    Args:
+        base: The environment to start from (ringrun's own, for a local worker).
+        rank: The worker's rank.
+        size: The number of workers.
+        rendezvous_address: ``host:port`` of the rendezvous store.
+        secret: The job secret.
+        job_id: The job id.
+        start_timeout: Seconds the workers may take to find each other.
+        hostname: The name of the worker's host; workers with equal names talk
+            through shared memory, the others over TCP.
+        local_rank: The worker's rank on its host (default: ``rank``).
+        local_size: The number of workers on its host (default: ``size``).
+        cross_rank: The index of its host among the job's hosts.
+        cross_size: The number of hosts.
+
+    Returns:
+        A new environment mapping.
+    """
+    env = dict(base)
+    env.update(
+        RING_RANK=str(rank),
+        RING_SIZE=str(size),
+        RING_LOCAL_RANK=str(rank if local_rank is None else local_rank),
+        RING_LOCAL_SIZE=str(size if local_size is None else local_size),
+        RING_CROSS_RANK=str(cross_rank),
+        RING_CROSS_SIZE=str(cross_size),
+        RING_RENDEZVOUS_ADDR=rendezvous_address,
+        RING_SECRET=secret.hex(),
+        RING_JOB_ID=job_id,
+        RING_HOSTNAME=hostname,
+        RING_START_TIMEOUT=f"{start_timeout:g}",
+        # Prompt, whole lines from Python workers (and any Python they start).
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
+def forwarded_environment(environ: Mapping[str, str]) -> Dict[str, str]:
+    """Returns the variables of ringrun's environment that remote workers get too.
+
+    Everything but what describes ringrun's own host or session (``HOME``,
+    ``HOSTNAME``, ``PWD``, ``SSH_*``, ``TMPDIR``, ``RING_ADVERTISE_HOST``, ...),
+    as ``horovodrun`` forwards its environment. ``PATH`` and ``PYTHONPATH`` are
+    forwarded: the hosts of a job are expected to share their software layout.
+
+    Args:
+        environ: ringrun's environment.
+
+    Returns:
+        A new mapping.
+    """
+    return {
+        k: v for k, v in environ.items()
+        if k not in _HOST_ONLY and not k.startswith(_HOST_ONLY_PREFIXES)
+    }
