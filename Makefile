@@ -4,7 +4,7 @@
 #   make venv         .venv with torch (CPU, first) and the build tools
 #   make build        (re)build ring_strategy._native in place, install `ringrun`
 #   make native-test  C++ unit tests (build/native/ring_native_tests)
-#   make sysdeps      system packages the tests use (Open MPI's mpirun), as root only
+#   make sysdeps      system packages the tests use (mpirun, ip/tc, ssh, sshd), as root only
 #   make test         venv + build + native-test + sysdeps + pytest
 #   make demo         PyTorch Lightning, Trainer(strategy="ring") on two workers:
 #                     the script starts its second worker itself
@@ -81,21 +81,26 @@ build: $(VENV)/.editable-stamp $(PY_BUILD)/build.ninja
 	cmake --build $(PY_BUILD)
 
 # ---------------------------------------------------------------- tests
-# tests/cluster runs real mpirun jobs. As root, a missing mpirun is installed
-# (Debian's openmpi-bin); otherwise, or when apt cannot reach its mirrors, this
-# only says so: the mpirun tests then skip (not root) or fail (root).
+# tests/cluster runs real mpirun jobs; tests/multihost builds hosts from network
+# namespaces (iproute2) with an sshd each (OpenSSH). As root, what is missing is
+# installed from Debian; otherwise, or when apt cannot reach its mirrors, this
+# only says so: those tests then skip (not root) or fail (root).
+SYSDEPS := mpirun:openmpi-bin ip:iproute2 tc:iproute2 ssh:openssh-client /usr/sbin/sshd:openssh-server
 sysdeps:
-	@if command -v mpirun >/dev/null 2>&1; then :; \
+	@missing=""; for dep in $(SYSDEPS); do \
+	  command -v "$${dep%%:*}" >/dev/null 2>&1 || case " $$missing " in *" $${dep#*:} "*) ;; *) missing="$$missing $${dep#*:}";; esac; \
+	done; missing="$${missing# }"; \
+	if [ -z "$$missing" ]; then :; \
 	elif [ "$$(id -u)" != 0 ]; then \
-	  echo "sysdeps: mpirun is missing and installing openmpi-bin needs root; the mpirun tests will be skipped"; \
+	  echo "sysdeps: missing $$missing; installing needs root: the tests that need them will be skipped"; \
 	elif ! command -v apt-get >/dev/null 2>&1; then \
-	  echo "sysdeps: mpirun is missing and there is no apt-get: install Open MPI for the mpirun tests"; \
+	  echo "sysdeps: missing $$missing and there is no apt-get: install them for the mpirun and multi-host tests"; \
 	else \
-	  echo "sysdeps: installing openmpi-bin"; \
+	  echo "sysdeps: installing $$missing"; \
 	  export DEBIAN_FRONTEND=noninteractive; \
-	  { apt-get install -y -qq openmpi-bin >/dev/null 2>&1 || \
-	    { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq openmpi-bin >/dev/null 2>&1; }; } || \
-	  echo "sysdeps: could not install openmpi-bin (no network?); the mpirun tests will fail until mpirun is installed"; \
+	  { apt-get install -y -qq $$missing >/dev/null 2>&1 || \
+	    { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq $$missing >/dev/null 2>&1; }; } || \
+	  echo "sysdeps: could not install $$missing (no network?); the tests that need them will fail"; \
 	fi
 
 native-test:

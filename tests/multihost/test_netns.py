@@ -1,0 +1,210 @@
+"""ringrun across hosts: network namespaces joined by a bridge, each with its own
+sshd, stand in for machines. ringrun runs in one of them and starts the
+workers of the others over ssh, as on a cluster; ranks on one host talk through
+shared memory, across hosts over TCP.
+
+Marked ``netns``; skipped unless root with iproute2 and OpenSSH (``make sysdeps``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from .jobs import REPO_ROOT, ringrun_in, start_ringrun_in
+from .netns import Cluster
+
+pytestmark = pytest.mark.netns
+
+PY = __import__("sys").executable
+GRID = REPO_ROOT / "tests" / "workers" / "grid.py"
+LINE_RATE_GBPS = 0.125  # 1 Gbit/s in GB/s, the unit of the benchmark's busbw
+
+
+def _script(code: str) -> list:
+    return [PY, "-c", textwrap.dedent(code)]
+
+
+def _by_rank(text: str) -> dict:
+    lines: dict = {}
+    for line in text.splitlines():
+        m = re.match(r"^\[(\d+)\] (.*)$", line)
+        if m:
+            lines.setdefault(int(m.group(1)), []).append(m.group(2))
+    return lines
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def _wait_gone(pids, timeout: float = 10.0) -> list:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not all(_gone(p) for p in pids):
+        time.sleep(0.05)
+    return [p for p in pids if not _gone(p)]
+
+
+_ENVIRONMENT_WORKER = """
+    import json, os
+    secret = os.environ["RING_SECRET"]
+    leaks = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):  # ssh and sshd included: one process table
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except OSError:
+            continue
+        if secret.encode() in cmdline or bytes.fromhex(secret) in cmdline:
+            leaks.append(pid)
+    keys = ["RING_RANK", "RING_SIZE", "RING_LOCAL_RANK", "RING_LOCAL_SIZE", "RING_CROSS_RANK",
+            "RING_CROSS_SIZE", "RING_HOSTNAME", "RING_RENDEZVOUS_ADDR", "RING_ADVERTISE_HOST", "RING_JOB_ID"]
+    info = {k: os.environ.get(k) for k in keys}
+    info.update(cwd=os.getcwd(), leaks=leaks, secret_length=len(secret))
+    print(json.dumps(info))
+"""
+
+
+def test_layout_environment_logs_and_secret(cluster: Cluster, tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    result = ringrun_in(cluster, 0, [
+        "-H", cluster.hosts([2, 2]), "--network-interface", "eth0", "--output-filename", str(logs),
+        *_script(_ENVIRONMENT_WORKER),
+    ], timeout=60)
+    assert result.returncode == 0, result.stderr
+    infos = {rank: json.loads(lines[0]) for rank, lines in _by_rank(result.stdout).items()}
+    assert sorted(infos) == [0, 1, 2, 3]
+    store = infos[0]["RING_RENDEZVOUS_ADDR"]
+    assert re.fullmatch(r"10\.99\.0\.10:\d+", store)
+    for rank, info in infos.items():
+        host = rank // 2
+        assert info["RING_SIZE"] == "4"
+        assert (info["RING_LOCAL_RANK"], info["RING_LOCAL_SIZE"]) == (str(rank % 2), "2")
+        assert (info["RING_CROSS_RANK"], info["RING_CROSS_SIZE"]) == (str(host), "2")
+        assert info["RING_HOSTNAME"] == cluster.addresses[host]  # distinct per host: TCP between hosts
+        assert info["RING_ADVERTISE_HOST"] == cluster.addresses[host]  # eth0's address there
+        assert info["RING_RENDEZVOUS_ADDR"] == store
+        assert info["RING_JOB_ID"] == infos[0]["RING_JOB_ID"]
+        assert info["cwd"] == str(REPO_ROOT)
+        assert info["leaks"] == [] and info["secret_length"] == 64
+    for rank in range(4):
+        written = (logs / f"rank.{rank}" / "stdout").read_text()
+        assert json.loads(written)["RING_RANK"] == str(rank)
+        assert (logs / f"rank.{rank}" / "stderr").read_text() == ""
+
+
+@pytest.mark.parametrize("hierarchical", ["0", "1"])
+def test_every_op_across_two_hosts(cluster: Cluster, hierarchical: str) -> None:
+    result = ringrun_in(cluster, 0, ["-H", cluster.hosts([2, 2]), PY, str(GRID)],
+                        env={"RING_HIERARCHICAL_ALLREDUCE": hierarchical}, timeout=150)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
+    assert result.stdout.count("all checks passed") == 4, result.stdout[-3000:]
+
+
+def test_every_rank_remote_on_uneven_hosts(cluster: Cluster) -> None:
+    # ringrun on the third host, which runs no worker: all three ranks are remote.
+    result = ringrun_in(cluster, 2, ["-H", cluster.hosts([2, 1]), *_script("""
+        import numpy as np, ring_strategy as rs
+        rs.init()
+        total = rs.allreduce(np.full(5, rs.rank() + 1, np.float64), op=rs.Sum)
+        ranks = rs.allgather(np.array([rs.rank()], np.int32))
+        print(total.tolist(), ranks.tolist(), rs.local_rank(), rs.local_size(), rs.cross_rank(), rs.cross_size())
+    """)], timeout=60)
+    assert result.returncode == 0, result.stderr
+    lines = _by_rank(result.stdout)
+    expected = {0: "0 2 0 2", 1: "1 2 0 2", 2: "0 1 1 2"}
+    for rank, layout in expected.items():
+        assert lines[rank] == [f"[6.0, 6.0, 6.0, 6.0, 6.0] [0, 1, 2] {layout}"]
+
+
+_SLEEPER = """
+    import os, subprocess, sys, time
+    rank = int(os.environ["RING_RANK"])
+    child = subprocess.Popen(["sleep", "60"])  # a grandchild in the worker's group
+    print(os.getpid(), child.pid, flush=True)
+    if rank == int(sys.argv[1]):
+        time.sleep(1.5)
+        sys.exit(3)
+    time.sleep(60)
+"""
+
+
+def _pids(stdout: str) -> list:
+    return [int(p) for lines in _by_rank(stdout).values() for p in lines[0].split()]
+
+
+def test_failing_remote_rank_stops_every_worker(cluster: Cluster) -> None:
+    result = ringrun_in(cluster, 0, ["-H", cluster.hosts([1, 2]), *_script(_SLEEPER), "2"], timeout=60)
+    assert result.returncode == 3, result.stderr
+    assert "rank 2 exited with code 3" in result.stderr
+    pids = _pids(result.stdout)
+    assert len(pids) == 6
+    assert _wait_gone(pids) == []
+
+
+def test_interrupt_stops_remote_workers(cluster: Cluster) -> None:
+    proc = start_ringrun_in(cluster, 0, ["-H", cluster.hosts([1, 2]), *_script(_SLEEPER), "-1"])
+    try:
+        lines = []
+        assert proc.stdout is not None
+        while len(lines) < 3:
+            line = proc.stdout.readline()
+            assert line, proc.communicate(timeout=10)
+            lines.append(line)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    pids = _pids("".join(lines))
+    assert len(pids) == 6
+    assert _wait_gone(pids) == []
+
+
+def test_unreachable_host_fails_clearly(cluster: Cluster) -> None:
+    start = time.monotonic()
+    result = ringrun_in(cluster, 0, ["-H", "10.99.0.10:1,10.99.0.99:1", "--start-timeout", "3",
+                                     PY, "-c", "pass"], timeout=60)
+    assert result.returncode != 0
+    assert "host 10.99.0.99" in result.stderr
+    assert time.monotonic() - start < 30
+
+
+def test_wrong_key_fails_clearly(cluster: Cluster, tmp_path: Path) -> None:
+    other = tmp_path / "other_key"
+    cluster.run_in(0, ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)])
+    result = ringrun_in(cluster, 0, ["-H", cluster.hosts([0, 1]), "-i", str(other), PY, "-c", "pass"],
+                        timeout=60)
+    assert result.returncode == 255
+    assert "host 10.99.0.11" in result.stderr and "Permission denied" in result.stderr
+
+
+def test_allreduce_bandwidth_on_a_1gbit_link(cluster: Cluster, tmp_path: Path,
+                                             capsys: pytest.CaptureFixture) -> None:
+    report = tmp_path / "bench.json"
+    cluster.shape("1gbit")
+    try:
+        result = ringrun_in(cluster, 0, [
+            "-H", cluster.hosts([1, 1]), PY, "-m", "ring_strategy.bench", "--ops", "allreduce",
+            "--sizes", "64M", "--iters", "5", "--warmup", "2", "--json", str(report),
+        ], timeout=150)
+    finally:
+        cluster.unshape()
+    assert result.returncode == 0, result.stderr
+    (row,) = json.loads(report.read_text())
+    busbw = row["busbw_gbps"]
+    with capsys.disabled():
+        print(f"\n[netns] allreduce 64 MiB, 2 hosts x 1 rank, link shaped to 1 Gbit/s: "
+              f"busbw {busbw:.4f} GB/s = {100 * busbw / LINE_RATE_GBPS:.1f}% of line rate (target >= 90%)")
+    assert row["op"] == "allreduce" and row["ranks"] == 2 and busbw > 0
