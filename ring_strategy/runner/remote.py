@@ -242,22 +242,19 @@ class RemoteWorkers:
     def _report(self, line: bytes) -> None:
         kind, _, rest = line.partition(b" ")
         rank_text, _, payload = rest.partition(b" ")
-        rank = int(rank_text) if rank_text.lstrip(b"-").isdigit() else -1
-        if kind == b"o":
-            self.output.write(rank, "stdout", payload)
-        elif kind == b"e":
-            self.output.write(rank, "stderr", payload)
-        elif kind == b"s":
+        rank = int(rank_text) if rank_text.isdigit() else -1
+        if kind in (b"o", b"e") and rank in self.ranks:
+            self.output.write(rank, "stdout" if kind == b"o" else "stderr", payload)
+        elif kind == b"s" and rank in self.ranks:
             self._started.add(rank)
             if self.verbose:
                 _log(f"host {self.host}: rank {rank} started (pid {payload.decode()})")
-        elif kind == b"x":
+        elif kind == b"x" and rank in self.ranks and payload.lstrip(b"-").isdigit():
             self._reported.add(rank)
             self.events.put(("exit", rank, int(payload)))
-        elif kind == b"f":
-            _log(f"host {self.host}: rank {rank}: {payload.decode('utf-8', 'replace')}")
-        elif kind == b"w":
-            _log(f"host {self.host}: {payload.decode('utf-8', 'replace')}")
+        elif kind in (b"f", b"w"):
+            where = f"rank {rank}: " if kind == b"f" else ""
+            _log(f"host {self.host}: {where}{payload.decode('utf-8', 'replace')}")
         else:  # not the bootstrap speaking (a login banner, say): show it
             _log(f"host {self.host}: {line.decode('utf-8', 'replace')}")
 
