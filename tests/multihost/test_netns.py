@@ -172,6 +172,30 @@ def test_interrupt_stops_remote_workers(cluster: Cluster) -> None:
     assert _wait_gone(pids) == []
 
 
+def test_killed_ringrun_leaves_no_remote_worker(cluster: Cluster) -> None:
+    # ringrun on the third host, every worker remote: closing the sessions must stop them all.
+    proc = start_ringrun_in(cluster, 2, ["--grace-period", "1", "-H", cluster.hosts([1, 2]),
+                                         *_script(_SLEEPER), "-1"])
+    try:
+        assert proc.stdout is not None
+        lines = [proc.stdout.readline() for _ in range(3)]
+        assert all(lines), proc.communicate(timeout=10)
+        proc.kill()
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    pids = _pids("".join(lines))
+    assert len(pids) == 6
+    assert _wait_gone(pids, timeout=15) == []
+
+
+def test_missing_program_on_a_remote_host(cluster: Cluster) -> None:
+    result = ringrun_in(cluster, 2, ["-H", cluster.hosts([1, 1]), "/nonexistent/program"], timeout=60)
+    assert result.returncode == 127
+    assert "host 10.99.0.10: rank 0: cannot start '/nonexistent/program'" in result.stderr
+
+
 def test_unreachable_host_fails_clearly(cluster: Cluster) -> None:
     start = time.monotonic()
     result = ringrun_in(cluster, 0, ["-H", "10.99.0.10:1,10.99.0.99:1", "--start-timeout", "3",
