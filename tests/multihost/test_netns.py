@@ -56,7 +56,29 @@ def _wait_gone(pids, timeout: float = 10.0) -> list:
 
 
 _ENVIRONMENT_WORKER = """
-    import json, os
+    import json, os, socket, struct
+    import numpy as np, ring_strategy as rs
+
+    def tcp_peers():
+        \"\"\"Addresses of this process's established TCP connections.\"\"\"
+        inodes = set()
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                target = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+        peers = set()
+        with open("/proc/self/net/tcp") as f:
+            for row in list(f)[1:]:
+                fields = row.split()
+                if fields[3] == "01" and fields[9] in inodes:
+                    peers.add(socket.inet_ntoa(struct.pack("<I", int(fields[2].split(":")[0], 16))))
+        return sorted(peers)
+
+    rs.init()
+    total = rs.allreduce(np.full(3, rs.rank() + 1, np.float32), op=rs.Sum)
     secret = os.environ["RING_SECRET"]
     leaks = []
     for pid in filter(str.isdigit, os.listdir("/proc")):  # ssh and sshd included: one process table
@@ -70,12 +92,14 @@ _ENVIRONMENT_WORKER = """
     keys = ["RING_RANK", "RING_SIZE", "RING_LOCAL_RANK", "RING_LOCAL_SIZE", "RING_CROSS_RANK",
             "RING_CROSS_SIZE", "RING_HOSTNAME", "RING_RENDEZVOUS_ADDR", "RING_ADVERTISE_HOST", "RING_JOB_ID"]
     info = {k: os.environ.get(k) for k in keys}
-    info.update(cwd=os.getcwd(), leaks=leaks, secret_length=len(secret))
+    info.update(cwd=os.getcwd(), leaks=leaks, secret_length=len(secret), total=total.tolist(),
+                tcp_peers=tcp_peers())
+    rs.shutdown()
     print(json.dumps(info))
 """
 
 
-def test_layout_environment_logs_and_secret(cluster: Cluster, tmp_path: Path) -> None:
+def test_layout_transports_logs_and_secret(cluster: Cluster, tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     result = ringrun_in(cluster, 0, [
         "-H", cluster.hosts([2, 2]), "--network-interface", "eth0", "--output-filename", str(logs),
@@ -97,6 +121,9 @@ def test_layout_environment_logs_and_secret(cluster: Cluster, tmp_path: Path) ->
         assert info["RING_JOB_ID"] == infos[0]["RING_JOB_ID"]
         assert info["cwd"] == str(REPO_ROOT)
         assert info["leaks"] == [] and info["secret_length"] == 64
+        assert info["total"] == [10.0, 10.0, 10.0]
+        # TCP to the other host only: the rank on the same host is reached through shared memory.
+        assert info["tcp_peers"] == [cluster.addresses[1 - host]]
     for rank in range(4):
         written = (logs / f"rank.{rank}" / "stdout").read_text()
         assert json.loads(written)["RING_RANK"] == str(rank)
