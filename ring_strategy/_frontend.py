@@ -39,8 +39,13 @@ def auto_name(label: str, name: Optional[str]) -> str:
     return f"{label}.noname.{next(counter)}"
 
 
+_VALID_OPS = frozenset(REDUCE_OPS.values())
+
+
 def check_op(op: Any) -> int:
-    if op not in REDUCE_OPS.values() or isinstance(op, bool):
+    if op.__class__ is int and op in _VALID_OPS:  # the common case, first
+        return op
+    if op not in _VALID_OPS or isinstance(op, bool):
         raise BadArgumentError(f"op should be one of Sum, Average, Min, Max, Product. Got: {op!r}")
     return int(op)
 
@@ -68,7 +73,8 @@ def enqueue(
     engine's background thread (lower latency for synchronous calls)."""
     return _runtime().enqueue(
         kind, name, input, output, dtype_code, check_op(op), int(root), float(prescale), float(postscale),
-        [int(d) for d in shape], [int(s) for s in splits], wake,
+        shape if shape.__class__ is tuple else [int(d) for d in shape],
+        splits if splits == () else [int(s) for s in splits], wake,
     )
 
 
@@ -80,6 +86,4 @@ def wait(handle_id: int) -> Tuple[Optional[Any], list, list]:
     """Blocks (GIL released) until done; returns (engine-allocated output as a
     flat uint8 numpy array or None, output shape, received splits) or raises
     the operation's error."""
-    rt = _runtime()
-    rt.wait(handle_id)
-    return rt.release(handle_id)
+    return _runtime().wait_release(handle_id)

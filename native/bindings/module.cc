@@ -189,6 +189,16 @@ NB_MODULE(_native, m) {
       .def("poll", &ring::Runtime::poll, "handle"_a)
       .def("wait", &ring::Runtime::wait, "handle"_a, "timeout"_a = -1.0, nb::call_guard<nb::gil_scoped_release>())
       .def("release", &release, "handle"_a)
+      .def(
+          "wait_release",
+          [](ring::Runtime& rt, int64_t handle) {
+            {
+              nb::gil_scoped_release unlocked;
+              rt.wait(handle);
+            }
+            return release(rt, handle);
+          },
+          "handle"_a)
       .def("shutdown", &ring::Runtime::shutdown, nb::call_guard<nb::gil_scoped_release>())
       .def("start_timeline", &ring::Runtime::start_timeline, "path"_a, "mark_cycles"_a = false)
       .def("stop_timeline", &ring::Runtime::stop_timeline)

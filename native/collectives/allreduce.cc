@@ -30,6 +30,12 @@
 #include "reduce/reduce.h"
 
 namespace ring {
+namespace {
+
+// Two ranks and at least this much data: pair_allreduce (allreduce_pair.cc).
+constexpr size_t kPairMinBytes = 1 << 20;
+
+}  // namespace
 
 void ring_allreduce(Mesh& mesh, void* buf, const std::vector<size_t>& chunk_counts, DataType dtype,
                     ReduceOp op) {
@@ -42,9 +48,11 @@ void ring_allreduce(Mesh& mesh, const void* src, void* dst, const std::vector<si
   if (static_cast<int>(chunk_counts.size()) != n)
     throw_error(ErrorKind::BadArgument, "allreduce: " + std::to_string(chunk_counts.size()) +
                                             " chunk counts for " + std::to_string(n) + " ranks");
+  const size_t esize = dtype_size(dtype);
+  if (n == 2 && (chunk_counts[0] + chunk_counts[1]) * esize >= kPairMinBytes)
+    return pair_allreduce(mesh, src, dst, chunk_counts, dtype, op, post_factor);
   // Only the complete chunk is scaled, by its owner; the allgather copies it.
   ring_reducescatter(mesh, src, dst, chunk_counts, dtype, op, post_factor);
-  const size_t esize = dtype_size(dtype);
   std::vector<size_t> chunk_bytes(n);
   for (int c = 0; c < n; ++c) chunk_bytes[c] = chunk_counts[c] * esize;
   if (n > 1) ring_allgather(mesh, dst, chunk_bytes);

@@ -34,6 +34,12 @@ void ring_allreduce(Mesh& mesh, const void* src, void* dst, const std::vector<si
 // ranks; other chunks hold partial results.
 void ring_reducescatter(Mesh& mesh, void* buf, const std::vector<size_t>& chunk_counts, DataType dtype,
                         ReduceOp op);
+// The same result as the out-of-place ring_allreduce for exactly two ranks,
+// block by block so each completed block is sent back while in cache, and
+// received results are written with streaming stores. allreduce_pair.cc.
+void pair_allreduce(Mesh& mesh, const void* src, void* dst, const std::vector<size_t>& chunk_counts, DataType dtype,
+                    ReduceOp op, double post_factor);
+
 // Out of place: reads `src`; the reduced chunks land in `dst` (chunk rank()
 // complete and multiplied by `factor`, the partial ones that passed through
 // this rank hold partial results, the one this rank only sent is untouched).

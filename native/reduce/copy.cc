@@ -1,0 +1,44 @@
+#include "reduce/copy.h"
+
+#include <cstdint>
+#include <cstring>
+
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
+
+namespace ring {
+
+void stream_copy(void* dst, const void* src, size_t len) {
+#if defined(__x86_64__)
+  constexpr size_t kMinStreamBytes = 16 << 10;
+  if (len < kMinStreamBytes) {
+    std::memcpy(dst, src, len);
+    return;
+  }
+  auto* d = static_cast<uint8_t*>(dst);
+  const auto* s = static_cast<const uint8_t*>(src);
+  size_t head = (16 - reinterpret_cast<uintptr_t>(d) % 16) % 16;  // up to the first aligned byte
+  std::memcpy(d, s, head);
+  d += head;
+  s += head;
+  len -= head;
+  size_t i = 0;
+  for (; i + 64 <= len; i += 64) {
+    __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
+    __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 16));
+    __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 32));
+    __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 48));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i), a);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 16), b);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 32), c);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 48), e);
+  }
+  std::memcpy(d + i, s + i, len - i);
+  _mm_sfence();
+#else
+  std::memcpy(dst, src, len);
+#endif
+}
+
+}  // namespace ring
