@@ -12,7 +12,7 @@ namespace {
 const std::vector<ConfigEntry> kTable = {
     {"RING_FUSION_THRESHOLD", "HOROVOD_FUSION_THRESHOLD", "67108864",
      "bytes: allreduces are fused into one buffer up to this size"},
-    {"RING_CYCLE_TIME", "HOROVOD_CYCLE_TIME", "1", "milliseconds: longest wait of the idle background thread"},
+    {"RING_CYCLE_TIME", "HOROVOD_CYCLE_TIME", "1", "milliseconds: longest time rank 0 gathers a batch of tensors while they are still arriving"},
     {"RING_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY", "1024", "tensor names kept in the response cache"},
     {"RING_TIMEOUT_SECONDS", "HOROVOD_GLOO_TIMEOUT_SECONDS", "30",
      "seconds without progress in a transfer before it fails"},
