@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import signal
+import subprocess
 import textwrap
 import time
 from pathlib import Path
@@ -156,64 +157,66 @@ def test_every_rank_remote_on_uneven_hosts(cluster: Cluster) -> None:
 
 _SLEEPER = """
     import os, subprocess, sys, time
-    rank = int(os.environ["RING_RANK"])
+    rank, size = int(os.environ["RING_RANK"]), int(os.environ["RING_SIZE"])
+    directory, failing = sys.argv[1], int(sys.argv[2])
     child = subprocess.Popen(["sleep", "60"])  # a grandchild in the worker's group
-    print(os.getpid(), child.pid, flush=True)
-    if rank == int(sys.argv[1]):
-        time.sleep(1.5)
+    path = os.path.join(directory, f"pids{rank}")  # the hosts share this filesystem
+    with open(path + ".tmp", "w") as f:
+        f.write(f"{os.getpid()} {child.pid}")
+    os.rename(path + ".tmp", path)
+    if rank == failing:
+        while not all(os.path.exists(os.path.join(directory, f"pids{r}")) for r in range(size)):
+            time.sleep(0.02)
         sys.exit(3)
     time.sleep(60)
 """
 
 
-def _pids(stdout: str) -> list:
-    return [int(p) for lines in _by_rank(stdout).values() for p in lines[0].split()]
+def _sleepers(directory: Path, failing: int = -1) -> list:
+    return [*_script(_SLEEPER), str(directory), str(failing)]
 
 
-def test_failing_remote_rank_stops_every_worker(cluster: Cluster) -> None:
-    result = ringrun_in(cluster, 0, ["-H", cluster.hosts([1, 2]), *_script(_SLEEPER), "2"], timeout=60)
+def _wait_for_pids(directory: Path, size: int, proc: subprocess.Popen) -> list:
+    """The pids of every worker and its grandchild, once all have written them."""
+    deadline = time.monotonic() + 30
+    while not all((directory / f"pids{r}").exists() for r in range(size)):
+        assert proc.poll() is None, proc.communicate(timeout=10)
+        assert time.monotonic() < deadline, "the workers did not start"
+        time.sleep(0.05)
+    return [int(p) for r in range(size) for p in (directory / f"pids{r}").read_text().split()]
+
+
+def test_failing_remote_rank_stops_every_worker(cluster: Cluster, tmp_path: Path) -> None:
+    result = ringrun_in(cluster, 0, ["-H", cluster.hosts([1, 2]), *_sleepers(tmp_path, failing=2)], timeout=60)
     assert result.returncode == 3, result.stderr
     assert "rank 2 exited with code 3" in result.stderr
-    pids = _pids(result.stdout)
-    assert len(pids) == 6
+    pids = [int(p) for r in range(3) for p in (tmp_path / f"pids{r}").read_text().split()]
     assert _wait_gone(pids) == []
 
 
-def test_interrupt_stops_remote_workers(cluster: Cluster) -> None:
-    proc = start_ringrun_in(cluster, 0, ["-H", cluster.hosts([1, 2]), *_script(_SLEEPER), "-1"])
+def test_interrupt_stops_remote_workers(cluster: Cluster, tmp_path: Path) -> None:
+    proc = start_ringrun_in(cluster, 0, ["-H", cluster.hosts([1, 2]), *_sleepers(tmp_path)])
     try:
-        lines = []
-        assert proc.stdout is not None
-        while len(lines) < 3:
-            line = proc.stdout.readline()
-            assert line, proc.communicate(timeout=10)
-            lines.append(line)
+        pids = _wait_for_pids(tmp_path, 3, proc)
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
+        _, err = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130, err
-    pids = _pids("".join(lines))
-    assert len(pids) == 6
     assert _wait_gone(pids) == []
 
 
-def test_killed_ringrun_leaves_no_remote_worker(cluster: Cluster) -> None:
+def test_killed_ringrun_leaves_no_remote_worker(cluster: Cluster, tmp_path: Path) -> None:
     # ringrun on the third host, every worker remote: closing the sessions must stop them all.
-    proc = start_ringrun_in(cluster, 2, ["--grace-period", "1", "-H", cluster.hosts([1, 2]),
-                                         *_script(_SLEEPER), "-1"])
+    proc = start_ringrun_in(cluster, 2, ["--grace-period", "1", "-H", cluster.hosts([1, 2]), *_sleepers(tmp_path)])
     try:
-        assert proc.stdout is not None
-        lines = [proc.stdout.readline() for _ in range(3)]
-        assert all(lines), proc.communicate(timeout=10)
+        pids = _wait_for_pids(tmp_path, 3, proc)
         proc.kill()
-        proc.wait(10)
+        proc.communicate(timeout=10)
     finally:
         if proc.poll() is None:
             proc.kill()
-    pids = _pids("".join(lines))
-    assert len(pids) == 6
     assert _wait_gone(pids, timeout=15) == []
 
 
