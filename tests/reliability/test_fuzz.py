@@ -221,8 +221,7 @@ def test_endpoints(data: bytes) -> None:
     check_endpoint(data)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("kind, strategy, check", [
+LONG_CASES = [
     ("any request_list", st.binary(max_size=1024), lambda d: check_any_bytes("request_list", d)),
     ("any response_list", st.binary(max_size=1024), lambda d: check_any_bytes("response_list", d)),
     ("any handshake", st.binary(max_size=256), lambda d: check_any_bytes("handshake", d)),
@@ -233,7 +232,11 @@ def test_endpoints(data: bytes) -> None:
     ("broken response_list", broken(response_lists()), lambda d: check_any_bytes("response_list", d)),
     ("handshake", handshakes(), check_handshake),
     ("endpoint", endpoints(), check_endpoint),
-])
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind, strategy, check", LONG_CASES, ids=[c[0].replace(" ", "-") for c in LONG_CASES])
 def test_engine_parsers_long(kind: str, strategy: st.SearchStrategy, check: Callable[[bytes], None]) -> None:
     """10,000 examples of each engine property."""
     LONG(given(strategy)(check))()

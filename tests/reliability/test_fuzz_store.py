@@ -196,7 +196,7 @@ def _framed(request: bytes) -> bytes:
 @pytest.mark.parametrize("name, strategy, check", [
     ("frame reader", _frame_bytes(), check_frame_reader),
     ("request parser", _requests(), check_request_parser),
-])
+], ids=["frame-reader", "request-parser"])
 def test_store_parsers_long(name: str, strategy: st.SearchStrategy, check: Callable[[bytes], None]) -> None:
     """10,000 examples of each store property."""
     LONG(given(strategy)(check))()
