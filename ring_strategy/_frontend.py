@@ -6,6 +6,7 @@ contiguous CPU array works: numpy, torch, TensorFlow, JAX.
 from __future__ import annotations
 
 import itertools
+import numbers
 from typing import Any, Optional, Sequence, Tuple
 
 from ring_strategy import _native
@@ -50,6 +51,15 @@ def check_op(op: Any) -> int:
     return int(op)
 
 
+def check_root(root: Any) -> int:
+    """``root`` as an int if it is a whole number that fits the engine, else BadArgumentError."""
+    if root.__class__ is int and -(2**31) <= root < 2**31:
+        return root
+    if isinstance(root, bool) or not isinstance(root, numbers.Integral) or not -(2**31) <= int(root) < 2**31:
+        raise BadArgumentError(f"root_rank should be the integer rank of a process in the job. Got: {root!r}")
+    return int(root)
+
+
 def enqueue(
     kind: int,
     name: str,
@@ -72,10 +82,15 @@ def enqueue(
     waiting thread then makes the progress itself, without waking the
     engine's background thread (lower latency for synchronous calls)."""
     return _runtime().enqueue(
-        kind, name, input, output, dtype_code, check_op(op), int(root), float(prescale), float(postscale),
+        kind, name, input, output, dtype_code, check_op(op), check_root(root), float(prescale), float(postscale),
         shape if shape.__class__ is tuple else [int(d) for d in shape],
         splits if splits == () else [int(s) for s in splits], wake,
     )
+
+
+def release(handle_id: int) -> Tuple[Optional[Any], list, list]:
+    """Forgets a finished handle; returns its result or raises its error."""
+    return _runtime().release(handle_id)
 
 
 def poll(handle_id: int) -> bool:

@@ -9,13 +9,13 @@ immediately; :func:`synchronize` waits for it and returns the result,
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
 from ring_strategy import _frontend, _native
 from ring_strategy.basics import rank, size
-from ring_strategy.exceptions import BadArgumentError
+from ring_strategy.exceptions import BadArgumentError, RingError
 
 Sum = _native.REDUCE_OPS["Sum"]
 Average = _native.REDUCE_OPS["Average"]
@@ -29,18 +29,44 @@ _DTYPE_CODES = {
 _BFLOAT16 = _native.DTYPES["bfloat16"]
 
 
-class Handle:
-    """An operation in flight. Keeps its arrays alive until synchronized."""
+# The arrays of every operation in flight, by handle id: the engine reads
+# and writes them until the operation is done, even if its Handle is dropped.
+_in_flight: Dict[int, tuple] = {}
+# Ids of dropped Handles whose operations may still run; swept on later submits.
+_abandoned: List[int] = []
 
-    __slots__ = ("_id", "_arrays", "_finish")
+
+class Handle:
+    """An operation in flight. Its arrays stay alive until it is synchronized
+    (or, if the Handle is dropped first, until the engine is done with them)."""
+
+    __slots__ = ("_id", "_finish", "_done")
 
     def __init__(self, handle_id: int, arrays: tuple, finish: Callable[[Any], Any]):
         self._id = handle_id
-        self._arrays = arrays
         self._finish = finish
+        self._done = False
+        _in_flight[handle_id] = arrays
+
+    def __del__(self) -> None:
+        if not self._done and _abandoned is not None:  # None while the interpreter exits
+            _abandoned.append(self._id)
 
     def __repr__(self) -> str:
         return f"Handle({self._id})"
+
+
+def _sweep_abandoned() -> None:
+    """Releases dropped operations the engine has finished, with their arrays."""
+    for handle_id in list(_abandoned):
+        try:
+            if not _frontend.poll(handle_id):
+                continue
+            _frontend.release(handle_id)
+        except RingError:
+            pass  # failed, or the job ended: nothing of it is in use any more
+        _abandoned.remove(handle_id)
+        _in_flight.pop(handle_id, None)
 
 
 def _as_array(x: Any) -> np.ndarray:
@@ -87,6 +113,8 @@ def _submit(
     splits: Sequence[int] = (),
     wake: bool = True,
 ) -> Handle:
+    if _abandoned:
+        _sweep_abandoned()
     code = _dtype_code(arr)
     h = _frontend.enqueue(
         kind, _frontend.auto_name(label, name), _raw(arr, code), None if out is None else _raw(out, code), code,
@@ -107,7 +135,11 @@ def synchronize(handle: Handle) -> Any:
     """Waits for an operation and returns its result (raises its error)."""
     if not isinstance(handle, Handle):
         raise BadArgumentError(f"synchronize() expects a Handle. Got: {handle!r}")
-    return handle._finish(_frontend.wait(handle._id))
+    try:
+        return handle._finish(_frontend.wait(handle._id))
+    finally:
+        handle._done = True
+        _in_flight.pop(handle._id, None)
 
 
 def poll(handle: Handle) -> bool:

@@ -317,10 +317,15 @@ ResponseList Coordinator::take() {
   return list;
 }
 
+std::string Coordinator::rank_name(int rank) const {
+  return rank < static_cast<int>(rank_names_.size()) ? rank_names_[rank] : "rank " + std::to_string(rank);
+}
+
 void Coordinator::fail_unfinished(ResponseList& list) {
   list.shutdown = true;
-  list.shutdown_reason = stall_reason_.empty() ? "rank " + std::to_string(shutdown_rank_) + " called shutdown()"
-                                               : stall_reason_;
+  list.shutdown_reason = stall_reason_.empty() ? rank_name(shutdown_rank_) + " called shutdown()" : stall_reason_;
+  if (stall_reason_.empty()) list.shutdown_rank = shutdown_rank_;
+  else list.shutdown_kind = static_cast<int32_t>(ErrorKind::Timeout);
   for (const std::string& name : arrival_) {
     const Pending& p = table_.at(name);
     std::vector<std::string> missing;
@@ -331,9 +336,11 @@ void Coordinator::fail_unfinished(ResponseList& list) {
     Response r;
     r.kind = ResponseKind::Error;
     r.names.push_back(name);
-    r.error_kind = static_cast<int32_t>(stall_reason_.empty() ? ErrorKind::Shutdown : ErrorKind::Timeout);
+    // A rank that leaves while others wait for it is a lost peer to them.
+    r.error_kind = static_cast<int32_t>(stall_reason_.empty() ? ErrorKind::PeerFailure : ErrorKind::Timeout);
     r.error = stall_reason_.empty()
-                  ? "tensor '" + name + "' was never submitted by rank(s) " + ranks + " before " + list.shutdown_reason
+                  ? "lost " + rank_name(shutdown_rank_) + ": it left the job (shutdown) while tensor '" + name +
+                        "' was never submitted by rank(s) " + ranks
                   : stall_reason_;
     list.responses.push_back(std::move(r));
   }

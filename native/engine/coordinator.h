@@ -52,6 +52,8 @@ class Coordinator {
   // Negotiation events go to `timeline` (null: none).
   void set_timeline(Timeline* timeline) { timeline_ = timeline; }
   void set_fusion_threshold(size_t bytes) { fusion_threshold_ = bytes; }
+  // How errors name each rank, e.g. "rank 1 (host-a, pid 4242)".
+  void set_rank_names(std::vector<std::string> names) { rank_names_ = std::move(names); }
 
   using Clock = std::chrono::steady_clock;
   struct Stall {
@@ -106,6 +108,8 @@ class Coordinator {
   int shutdown_rank_ = -1;
   std::string stall_reason_;  // set by fail_stalled
   Timeline* timeline_ = nullptr;
+  std::vector<std::string> rank_names_;
+  std::string rank_name(int rank) const;
   std::vector<bool> joined_;
   int join_count_ = 0;
   int last_joined_ = -1;

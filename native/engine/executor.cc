@@ -81,6 +81,17 @@ Entry Executor::stand_in(const Response& r, size_t i) {
 }
 
 void Executor::run(const Response& r, std::unordered_map<std::string, Entry>& pending) {
+  try {
+    run_response(r, pending);
+  } catch (const RingError& e) {
+    if (r.kind == ResponseKind::Error || r.names.empty()) throw;
+    std::string what = std::string(e.what()) + "; during " + op_type_name(r.op) + " of tensor '" + r.names[0] + "'";
+    if (r.names.size() > 1) what += " and " + std::to_string(r.names.size() - 1) + " more fused with it";
+    throw RingError(e.kind(), what);
+  }
+}
+
+void Executor::run_response(const Response& r, std::unordered_map<std::string, Entry>& pending) {
   std::vector<Entry> entries;
   stand_ins_.clear();
   for (size_t i = 0; i < r.names.size(); ++i) {

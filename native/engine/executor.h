@@ -47,6 +47,7 @@ class Executor {
   void set_timeline(Timeline* timeline) { timeline_ = timeline; }
 
  private:
+  void run_response(const Response& r, std::unordered_map<std::string, Entry>& pending);
   // Entries' outputs are set; several entries are fused.
   void allreduce(std::vector<Entry>& entries);
   // The allreduce of `src` into `dst` (chunk layout `chunks` for the flat

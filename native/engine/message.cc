@@ -63,6 +63,9 @@ Request Request::decode(ByteReader& r) {
 std::vector<uint8_t> RequestList::encode() const {
   ByteWriter w;
   w.u8(shutdown ? 1 : 0);
+  w.u8(abort ? 1 : 0);
+  w.u8(static_cast<uint8_t>(abort_kind));
+  w.str(abort_reason);
   w.bytes(cache_bits);
   w.u32(static_cast<uint32_t>(requests.size()));
   for (const auto& q : requests) q.encode(w);
@@ -73,6 +76,10 @@ RequestList RequestList::decode(const std::vector<uint8_t>& bytes) {
   ByteReader r(bytes);
   RequestList list;
   list.shutdown = r.u8() != 0;
+  list.abort = r.u8() != 0;
+  list.abort_kind = r.u8();
+  if (list.abort_kind > 5) throw_error(ErrorKind::Internal, "malformed control message: bad error kind");
+  list.abort_reason = r.str();
   list.cache_bits = r.bytes();
   uint32_t n = r.count(1 << 20, 30);
   for (uint32_t i = 0; i < n; ++i) list.requests.push_back(Request::decode(r));

@@ -43,6 +43,11 @@ struct Request {
 
 struct RequestList {
   bool shutdown = false;
+  // A worker that failed (lost a peer, timed out) tells rank 0 why before
+  // it leaves, so every rank reports the cause rather than its side effects.
+  bool abort = false;
+  int32_t abort_kind = 0;  // ErrorKind
+  std::string abort_reason;
   std::vector<uint8_t> cache_bits;  // bit i set: cached entry i is ready here
   std::vector<Request> requests;    // tensors not (or no longer) cached
 
@@ -79,6 +84,8 @@ struct CachePut {
 
 struct ResponseList {
   bool shutdown = false;
+  int32_t shutdown_kind = 5;  // ErrorKind of the end: Shutdown, or the failure that ended the job
+  int32_t shutdown_rank = -1;  // the rank whose shutdown() ended the job, if one did
   std::string shutdown_reason;
   std::vector<CachePut> cache_puts;  // applied before `responses` are read
   std::vector<Response> responses;

@@ -7,6 +7,8 @@ template <class IdOf>
 std::vector<uint8_t> ResponseList::encode(IdOf id_of) const {
   ByteWriter w;
   w.u8(shutdown ? 1 : 0);
+  w.u8(static_cast<uint8_t>(shutdown_kind));
+  w.i64(shutdown_rank);
   w.str(shutdown_reason);
   w.u32(static_cast<uint32_t>(cache_puts.size()));
   for (const auto& p : cache_puts) {
@@ -47,6 +49,11 @@ ResponseList ResponseList::decode(const std::vector<uint8_t>& bytes, NameOf name
   ByteReader r(bytes);
   ResponseList list;
   list.shutdown = r.u8() != 0;
+  list.shutdown_kind = r.u8();
+  if (list.shutdown_kind > 5) throw_error(ErrorKind::Internal, "malformed control message: bad error kind");
+  int64_t who = r.i64();
+  if (who < -1 || who > (1 << 30)) throw_error(ErrorKind::Internal, "malformed control message: bad rank");
+  list.shutdown_rank = static_cast<int32_t>(who);
   list.shutdown_reason = r.str();
   uint32_t nputs = r.count(1 << 20, 5);
   for (uint32_t i = 0; i < nputs; ++i) {

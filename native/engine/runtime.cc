@@ -183,7 +183,9 @@ int64_t Runtime::enqueue(EnqueueArgs args) {
   if (args.req.op == OpType::Allgather || args.req.op == OpType::Alltoall) args.output = nullptr;
   std::lock_guard<std::mutex> lock(state_mu_);
   if (state_ == State::Created) throw_error(ErrorKind::Shutdown, "ring is not initialized: call init() first");
-  if (state_ == State::Stopped) throw RingError(stop_kind_, stop_reason_);
+  if (state_ == State::Stopped)
+    throw RingError(stop_kind_, stop_reason_ + " (" + op_type_name(args.req.op) + " of tensor '" + args.req.name +
+                                    "' not started)");
   Entry e;
   e.req = std::move(args.req);
   e.input = args.input;

@@ -137,7 +137,18 @@ class Runtime {
   // progress comes quickly; returns when it is done or when waiting longer
   // is better left to the background thread.
   void drive(int64_t handle);
-  void end(ErrorKind kind, const std::string& reason);
+  // Ends the job on this rank. A failure (not a shutdown) is first matched
+  // against a peer's note of an earlier failure (its root cause wins), gets
+  // this rank's unfinished tensors named, and is passed on to the peers
+  // that can still hear it, unless it came from one (`from_peer`).
+  void end(ErrorKind kind, const std::string& reason, bool from_peer = false);
+  // A failure note waiting on the control mesh from a peer, if any.
+  bool peer_note(ErrorKind* kind, std::string* reason);
+  void tell_peers(ErrorKind kind, const std::string& reason);
+  std::string unfinished_names();
+  // Ends the job as a shutdown ResponseList says (the end of the job for
+  // every rank; to ranks other than the one that left, a lost peer).
+  void end_by_list(const ResponseList& list);
   std::string cached_name(const ResponseList& list, uint32_t id) const;
   // Moves fresh queue entries into pending_; returns them.
   std::vector<Entry> take_fresh();

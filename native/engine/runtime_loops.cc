@@ -110,10 +110,85 @@ bool Runtime::step() {
   return true;
 }
 
-void Runtime::end(ErrorKind kind, const std::string& reason) {
+void Runtime::end(ErrorKind kind, const std::string& reason, bool from_peer) {
   loop_.finished = true;
-  stop(kind, reason);
+  std::string why = reason;
+  if (kind != ErrorKind::Shutdown && !from_peer) {
+    if (!peer_note(&kind, &why)) why += unfinished_names();
+    tell_peers(kind, why);
+  }
+  stop(kind, why);
   queue_.notify();  // the background thread closes the meshes
+}
+
+bool Runtime::peer_note(ErrorKind* kind, std::string* reason) {
+  auto no_names = [](const ResponseList&, uint32_t) -> std::string { return ""; };
+  for (int peer = 0; peer < opts_.size; ++peer) {
+    if (peer == opts_.rank || (opts_.rank != 0 && peer != 0)) continue;
+    try {
+      while (control_->readable(peer)) {
+        std::vector<uint8_t> msg = control_->recv_msg(peer, kMaxControlMessage);
+        if (opts_.rank == 0) {
+          RequestList note = RequestList::decode(msg);
+          if (!note.abort) continue;
+          *kind = static_cast<ErrorKind>(note.abort_kind);
+          *reason = note.abort_reason;
+        } else {
+          ResponseList note = ResponseList::decode(msg, no_names);
+          if (!note.shutdown || note.shutdown_kind == static_cast<int32_t>(ErrorKind::Shutdown)) continue;
+          *kind = static_cast<ErrorKind>(note.shutdown_kind);
+          *reason = note.shutdown_reason;
+        }
+        return true;
+      }
+    } catch (const std::exception&) {
+      // That peer is gone or sent something unreadable: no note from it.
+    }
+  }
+  return false;
+}
+
+void Runtime::tell_peers(ErrorKind kind, const std::string& reason) {
+  constexpr double kPatienceSeconds = 0.05;
+  if (opts_.rank != 0) {
+    RequestList note;
+    note.abort = true;
+    note.abort_kind = static_cast<int32_t>(kind);
+    note.abort_reason = reason;
+    control_->post_msg(0, note.encode(), kPatienceSeconds);
+    return;
+  }
+  ResponseList note;
+  note.shutdown = true;
+  note.shutdown_kind = static_cast<int32_t>(kind);
+  note.shutdown_reason = reason;
+  std::vector<uint8_t> msg = note.encode([](const std::string&) -> int64_t { return -1; });
+  for (int w = 1; w < opts_.size; ++w) control_->post_msg(w, msg, kPatienceSeconds);
+}
+
+std::string Runtime::unfinished_names() {
+  constexpr size_t kNamed = 5;
+  size_t total = 0;
+  std::vector<std::string> names = queue_.names_in_flight(kNamed, &total);
+  if (names.empty()) return "";
+  std::string text = "; unfinished on rank " + std::to_string(opts_.rank) + ": ";
+  for (size_t i = 0; i < names.size(); ++i) text += (i ? ", '" : "'") + names[i] + "'";
+  if (total > names.size()) text += " and " + std::to_string(total - names.size()) + " more";
+  return text;
+}
+
+void Runtime::end_by_list(const ResponseList& list) {
+  if (list.shutdown_kind != static_cast<int32_t>(ErrorKind::Shutdown)) {
+    end(static_cast<ErrorKind>(list.shutdown_kind), list.shutdown_reason, true);
+  } else if (list.shutdown_rank >= 0 && list.shutdown_rank != opts_.rank) {
+    // Another rank left: to this one it is a lost peer.
+    end(ErrorKind::PeerFailure,
+        "lost " + control_->peer_name(list.shutdown_rank) + ": it left the job (called shutdown())" +
+            unfinished_names(),
+        true);
+  } else {
+    end(ErrorKind::Shutdown, "ring has been shut down (" + list.shutdown_reason + ")");
+  }
 }
 
 std::vector<Entry> Runtime::take_fresh() {
@@ -182,7 +257,7 @@ bool Runtime::worker_step() {
     execute(list);
     progress = true;
     if (list.shutdown) {
-      end(ErrorKind::Shutdown, "ring has been shut down (" + list.shutdown_reason + ")");
+      end_by_list(list);
       return true;
     }
   }
@@ -271,6 +346,9 @@ bool Runtime::coordinator_step() {
   if (!s.coord) {
     s.coord = std::make_unique<Coordinator>(n, &cache_, config_.fusion_threshold_bytes);
     s.coord->set_timeline(&timeline_);
+    std::vector<std::string> names;
+    for (int r = 0; r < n; ++r) names.push_back(control_->peer_name(r));
+    s.coord->set_rank_names(std::move(names));
     s.cycle_time_ms = config_.cycle_time_ms;
     if (config_.autotune)
       s.tuner = std::make_unique<Autotuner>(TuneParams{config_.fusion_threshold_bytes, config_.cycle_time_ms},
@@ -291,7 +369,12 @@ bool Runtime::coordinator_step() {
   }
   for (int w = 1; w < n; ++w) {
     if (!control_->readable(w)) continue;
-    coord.add(w, RequestList::decode(control_->recv_msg(w, kMaxControlMessage)));
+    RequestList requests = RequestList::decode(control_->recv_msg(w, kMaxControlMessage));
+    if (requests.abort) {  // a worker failed: its cause ends the job everywhere
+      end(static_cast<ErrorKind>(requests.abort_kind), requests.abort_reason);
+      return true;
+    }
+    coord.add(w, requests);
     ++s.received[w];
     progress = true;
   }
@@ -320,7 +403,7 @@ bool Runtime::coordinator_step() {
     execute(list);
     timeline_.maybe_flush();
     if (list.shutdown) {
-      end(ErrorKind::Shutdown, "ring has been shut down (" + list.shutdown_reason + ")");
+      end_by_list(list);
       return true;
     }
     progress = true;

@@ -1,5 +1,6 @@
 #include "engine/tensor_queue.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "common/error.h"
@@ -37,6 +38,15 @@ std::vector<Entry> TensorQueue::take_all() {
   out.swap(entries_);
   count_.store(0, std::memory_order_release);
   return out;
+}
+
+std::vector<std::string> TensorQueue::names_in_flight(size_t max, size_t* total) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> names(in_flight_.begin(), in_flight_.end());
+  std::sort(names.begin(), names.end());
+  *total = names.size();
+  if (names.size() > max) names.resize(max);
+  return names;
 }
 
 void TensorQueue::release_name(const std::string& name) {

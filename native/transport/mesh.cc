@@ -5,6 +5,7 @@
 
 #include <poll.h>
 
+#include <algorithm>
 #include <cstring>
 #include <sstream>
 
@@ -210,6 +211,26 @@ void Mesh::send_msg(int to, const std::vector<uint8_t>& msg) {
   little_endian_u64(msg.size(), header);
   send(to, header, 8);
   if (!msg.empty()) send(to, msg.data(), msg.size());
+}
+
+bool Mesh::post_msg(int to, const std::vector<uint8_t>& msg, double patience_s) {
+  if (to < 0 || to >= size_ || !channels_[to]) return false;
+  std::vector<uint8_t> frame(8 + msg.size());
+  little_endian_u64(msg.size(), frame.data());
+  std::copy(msg.begin(), msg.end(), frame.begin() + 8);
+  Backoff backoff;
+  size_t sent = 0;
+  try {
+    while (sent < frame.size() && backoff.idle_seconds() < patience_s) {
+      size_t n = channels_[to]->try_write(frame.data() + sent, frame.size() - sent);
+      sent += n;
+      if (n) backoff.reset();
+      else backoff.wait();
+    }
+  } catch (const std::exception&) {
+    return false;
+  }
+  return sent == frame.size();
 }
 
 std::vector<uint8_t> Mesh::recv_msg(int from, size_t max_len) {

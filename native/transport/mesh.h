@@ -66,6 +66,10 @@ class Mesh {
   // recv_msg throws RingError(Internal) when the announced length exceeds
   // max_len, before allocating.
   void send_msg(int to, const std::vector<uint8_t>& msg);
+  // Best effort, for a last word before leaving: sends `msg` like send_msg
+  // if the peer takes it within `patience_s`; never throws. False when it
+  // did not go out whole.
+  bool post_msg(int to, const std::vector<uint8_t>& msg, double patience_s);
   std::vector<uint8_t> recv_msg(int from, size_t max_len);
 
   // Non-blocking: true when bytes from `from` are waiting to be received.
