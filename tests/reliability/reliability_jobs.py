@@ -17,13 +17,13 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 WORKERS = Path(__file__).resolve().parent / "workers"
 _JOB_LINE = re.compile(r"^ringrun: job ([0-9a-f]+):", re.M)
 _CAUGHT = re.compile(r"^\[(\d+)\] rank (\d+) caught (\w+) at ([\d.]+): (.*)$", re.M)
-_VICTIM = re.compile(r"^\[(\d+)\] victim (\d+) pid (\d+) failing at ([\d.]+)$", re.M)
+_VICTIM = re.compile(r"^\[(\d+)\] victim (\d+) pid (\d+) failing at ([\d.]+)(?: in flight (True|False))?$", re.M)
 
 
 @dataclass
@@ -53,9 +53,12 @@ class JobResult:
         }
 
     def victim(self) -> Optional[Dict[str, float]]:
-        """The ``victim R pid P failing at T`` line as {rank, pid, at}, if printed."""
+        """The ``victim R pid P failing at T [in flight B]`` line as {rank,
+        pid, at, in_flight}, if printed."""
         m = _VICTIM.search(self.output)
-        return None if m is None else {"rank": int(m[2]), "pid": int(m[3]), "at": float(m[4])}
+        if m is None:
+            return None
+        return {"rank": int(m[2]), "pid": int(m[3]), "at": float(m[4]), "in_flight": m[5] == "True"}
 
     def tail(self, n: int = 6000) -> str:
         """The end of the output, for assertion messages."""
@@ -135,7 +138,7 @@ def finish(proc: subprocess.Popen, tag: str, timeout: float) -> JobResult:
 
 
 def start_job(np_: int, worker_args: Sequence[str], env: Optional[Dict[str, str]] = None,
-              grace: float = 5.0) -> "tuple[subprocess.Popen, str]":
+              grace: float = 5.0) -> Tuple[subprocess.Popen, str]:
     """Starts ``ringrun -np N python WORKER_ARGS... TAG``; returns the process and TAG."""
     tag = new_tag()
     proc = subprocess.Popen(

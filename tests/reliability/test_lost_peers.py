@@ -17,7 +17,7 @@ import socket
 from typing import Dict, Tuple
 
 import pytest
-from reliability_jobs import WORKERS, JobResult, run_job
+from reliability_jobs import WORKERS, Caught, JobResult, run_job
 
 WORKER = WORKERS / "lost_peer.py"
 TENSOR = "lost.peer.grad"
@@ -31,27 +31,6 @@ DEAD_MODES = ["sigkill", "sigkill-idle", "exit", "raise"]
 _jobs: Dict[Tuple[str, str], JobResult] = {}
 
 
-def _gap(reason: str) -> pytest.MarkDecorator:
-    """Marks a check the engine does not meet yet (strict: passing turns it red)."""
-    return pytest.mark.xfail(strict=True, reason=reason)
-
-
-NO_TENSOR = _gap("the engine's peer-failure and timeout messages do not name the tensor in flight")
-WRONG_RANK = _gap(
-    "while waiting in negotiation, rank 2 reports rank 0 (the coordinator, alive, which aborted) as lost, not rank 1"
-)
-# Not strict: a race. In about a third of the runs one survivor blames the
-# rank that aborted first ("lost rank 2 (host, pid N): connection closed by
-# peer") instead of the rank that died.
-CASCADE = pytest.mark.xfail(
-    strict=False, reason="a survivor sometimes names a rank that aborted after the loss instead of the lost rank"
-)
-SHUTDOWN_NOT_PEER = _gap(
-    "a rank whose script raised shuts down in its exit handler; the others get "
-    "ShutdownError 'ring has been shut down (rank 1 called shutdown())' without host, pid or tensor"
-)
-
-
 def _job(mode: str, transport: str) -> JobResult:
     """The job in which rank VICTIM fails by ``mode`` on ``transport`` (run once)."""
     key = (mode, transport)
@@ -63,7 +42,7 @@ def _job(mode: str, transport: str) -> JobResult:
     return _jobs[key]
 
 
-def _survivor_errors(job: JobResult) -> Dict[int, "object"]:
+def _survivor_errors(job: JobResult) -> Dict[int, Caught]:
     """Every survivor's caught error; fails when one has none."""
     caught = job.caught()
     missing = sorted(set(range(NP)) - {VICTIM} - set(caught))
@@ -79,10 +58,12 @@ def _lost_rank_name(job: JobResult) -> str:
     return f"rank {VICTIM} ({socket.gethostname()}, pid {victim['pid']})"
 
 
-def _modes(*marked: Tuple[str, pytest.MarkDecorator]) -> list:
-    """DEAD_MODES as parameters, with the given marks on some of them."""
-    marks = dict(marked)
-    return [pytest.param(m, marks=[marks[m]] if m in marks else []) for m in DEAD_MODES]
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("mode", [m for m in DEAD_MODES if m != "sigkill-idle"] + ["stop"])
+def test_victim_fails_mid_transfer(mode: str, transport: str) -> None:
+    """The premise of these modes: the victim's allreduce was still running."""
+    victim = _job(mode, transport).victim()
+    assert victim is not None and victim["in_flight"], victim
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
@@ -97,7 +78,7 @@ def test_every_survivor_raises_within_deadline(mode: str, transport: str) -> Non
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-@pytest.mark.parametrize("mode", _modes(("raise", SHUTDOWN_NOT_PEER)))
+@pytest.mark.parametrize("mode", DEAD_MODES)
 def test_error_is_peer_failure(mode: str, transport: str) -> None:
     job = _job(mode, transport)
     for rank, err in _survivor_errors(job).items():
@@ -105,9 +86,7 @@ def test_error_is_peer_failure(mode: str, transport: str) -> None:
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-@pytest.mark.parametrize(
-    "mode", _modes(("sigkill", CASCADE), ("exit", CASCADE), ("sigkill-idle", WRONG_RANK), ("raise", SHUTDOWN_NOT_PEER))
-)
+@pytest.mark.parametrize("mode", DEAD_MODES)
 def test_error_names_lost_rank_host_and_pid(mode: str, transport: str) -> None:
     job = _job(mode, transport)
     name = _lost_rank_name(job)
@@ -115,12 +94,21 @@ def test_error_names_lost_rank_host_and_pid(mode: str, transport: str) -> None:
         assert name in err.message, f"rank {rank} does not name {name!r}: {err.message}"
 
 
-@pytest.mark.parametrize("transport", TRANSPORTS)
-@pytest.mark.parametrize("mode", _modes(*[(m, NO_TENSOR) for m in DEAD_MODES]))
+# A race in the engine: in about one run in four, rank 2 (not the
+# coordinator) reports "lost rank 1 (host, pid N): connection closed by
+# peer" without the tensor it was waiting for.
+IDLE_TCP_RACE = pytest.mark.xfail(strict=False, reason="over TCP, a rank waiting in negotiation sometimes "
+                                                       "does not name the tensor")
+
+
+@pytest.mark.parametrize("mode, transport", [
+    pytest.param(m, t, marks=[IDLE_TCP_RACE] if (m, t) == ("sigkill-idle", "tcp") else [])
+    for m in DEAD_MODES for t in TRANSPORTS
+])
 def test_error_names_tensor(mode: str, transport: str) -> None:
     job = _job(mode, transport)
     for rank, err in _survivor_errors(job).items():
-        assert repr(TENSOR) in err.message or TENSOR in err.message, f"rank {rank}: {err.message}"
+        assert repr(TENSOR) in err.message, f"rank {rank}: {err.message}"
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
@@ -153,9 +141,8 @@ def test_silent_peer_times_out(transport: str) -> None:
         assert STOP_TIMEOUT_SECONDS - 0.5 <= took < STOP_TIMEOUT_SECONDS + 7, f"rank {rank} took {took:.1f} s"
 
 
-@NO_TENSOR
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_silent_peer_timeout_names_tensor(transport: str) -> None:
     job = _job("stop", transport)
     for rank, err in _survivor_errors(job).items():
-        assert TENSOR in err.message, f"rank {rank}: {err.message}"
+        assert repr(TENSOR) in err.message, f"rank {rank}: {err.message}"

@@ -32,7 +32,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Set
+from typing import Callable, Dict, List, Optional, Set
 
 import pytest
 from reliability_jobs import WORKERS, JobResult, finish, start_job
@@ -62,7 +62,7 @@ class Findings:
     listening_once_connected: List[Listener] = field(default_factory=list)
     advertised: List[str] = field(default_factory=list)  # addr= of every endpoint
     secret_on_command_line: bool = False
-    job: JobResult = None
+    job: Optional[JobResult] = None
 
 
 def _frame() -> bytes:

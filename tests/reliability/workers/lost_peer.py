@@ -14,7 +14,7 @@ MODE says how rank VICTIM fails:
   can only time out (``RING_TIMEOUT_SECONDS``).
 
 Before failing the victim prints ``victim <rank> pid <pid> failing at <unix
-time>``. The other ranks ignore SIGTERM, so that what they print comes from
+time> in flight <True|False>`` (whether its allreduce is still running). The other ranks ignore SIGTERM, so that what they print comes from
 the engine and not from the launcher stopping them; each prints ``rank <r>
 caught <ExceptionClass> at <unix time>: <message>`` and exits 0 (1 in mode
 ``stop``, so that the launcher then kills the stopped victim). TAG is unused;
@@ -39,10 +39,12 @@ WARMUP_STEPS = 3
 
 def fail(mode: str) -> None:
     """Makes this rank fail the way ``mode`` says."""
+    handle = None
     if mode != "sigkill-idle":
         handle = rs.allreduce_async(np.ones(ELEMENTS, np.float32), name=TENSOR)
         time.sleep(0.05)  # negotiated by now; the transfer is under way
-    print(f"victim {rs.rank()} pid {os.getpid()} failing at {time.time():.3f}", flush=True)
+    in_flight = handle is not None and not rs.poll(handle)
+    print(f"victim {rs.rank()} pid {os.getpid()} failing at {time.time():.3f} in flight {in_flight}", flush=True)
     if mode in ("sigkill", "sigkill-idle"):
         os.kill(os.getpid(), signal.SIGKILL)
     elif mode == "stop":
