@@ -31,6 +31,7 @@ LONG = settings(max_examples=10_000, deadline=timedelta(seconds=2), database=Non
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 KINDS = ["request_list", "response_list", "handshake", "endpoint"]
 OP_TYPES = 7
+ERROR_KINDS = 6  # Internal .. Shutdown (native/common/error.h)
 DTYPES = sorted(_native.DTYPES.values())
 REDUCE_OPS = sorted(_native.REDUCE_OPS.values())
 
@@ -74,7 +75,9 @@ def requests(draw: Callable) -> bytes:
 def request_lists(draw: Callable) -> bytes:
     """A valid encoded RequestList."""
     reqs = draw(st.lists(requests(), max_size=4))
-    return _u8(draw(st.integers(0, 255))) + _str(draw(st.binary(max_size=16))) + _u32(len(reqs)) + b"".join(reqs)
+    flags = _u8(draw(st.integers(0, 255))) + _u8(draw(st.integers(0, 255)))  # shutdown, abort
+    header = flags + _u8(draw(st.integers(0, ERROR_KINDS - 1))) + _str(draw(st.binary(max_size=16)))  # kind, reason
+    return header + _str(draw(st.binary(max_size=16))) + _u32(len(reqs)) + b"".join(reqs)
 
 
 @st.composite
@@ -93,7 +96,9 @@ def response_lists(draw: Callable) -> bytes:
     """A valid encoded ResponseList."""
     puts = draw(st.lists(st.tuples(_names, st.integers(0, 2 ** 32 - 1)), max_size=3))
     resps = draw(st.lists(responses(), max_size=3))
-    return (_u8(draw(st.integers(0, 255))) + _str(draw(st.binary(max_size=16))) + _u32(len(puts))
+    header = (_u8(draw(st.integers(0, 255))) + _u8(draw(st.integers(0, ERROR_KINDS - 1)))
+              + struct.pack("<q", draw(st.integers(-1, 2 ** 30))))  # shutdown, its kind, the rank that ended it
+    return (header + _str(draw(st.binary(max_size=16))) + _u32(len(puts))
             + b"".join(_str(n) + _u32(i) for n, i in puts) + _u32(len(resps)) + b"".join(resps)
             + struct.pack("<q", draw(_i64)))
 
@@ -247,14 +252,16 @@ def test_claimed_lengths_are_not_allocated() -> None:
     are there before anything is allocated: peak memory stays put."""
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     huge = _u32(2 ** 32 - 1)
-    frames = {
-        "request_list": [b"\0" + huge, b"\0" + _u32(0) + huge, b"\0" + _u32(0) + _u32(1) + huge],
-        "response_list": [b"\0" + huge, b"\0" + _u32(0) + huge, b"\0" + _u32(0) + _u32(0) + huge],
+    no_abort, no_end = b"\0\0\0", b"\0\0" + struct.pack("<q", -1)
+    frames = {  # each length in turn: the first string, then the counts that follow
+        "request_list": [no_abort + huge, no_abort + _u32(0) + huge, no_abort + _u32(0) + _u32(0) + huge],
+        "response_list": [no_end + huge, no_end + _u32(0) + huge, no_end + _u32(0) + _u32(0) + huge],
     }
     for kind, cases in frames.items():
         for data in cases:
             for pad in (b"", b"\0" * 4096):
-                assert _parse_cleanly(kind, data + pad) is not None, (kind, data)
+                err = _parse_cleanly(kind, data + pad)
+                assert err is not None and "out of range" in str(err), (kind, data, err)
     grown_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
     assert grown_mib < 32, f"peak memory grew by {grown_mib:.0f} MiB"
 

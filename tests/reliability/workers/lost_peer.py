@@ -14,11 +14,12 @@ MODE says how rank VICTIM fails:
   can only time out (``RING_TIMEOUT_SECONDS``).
 
 Before failing the victim prints ``victim <rank> pid <pid> failing at <unix
-time> in flight <True|False>`` (whether its allreduce is still running). The other ranks ignore SIGTERM, so that what they print comes from
-the engine and not from the launcher stopping them; each prints ``rank <r>
+time> in flight <True|False>`` (whether its allreduce is still running).
+The other ranks ignore SIGTERM, so that what they print comes from the
+engine and not from the launcher stopping them; each prints ``rank <r>
 caught <ExceptionClass> at <unix time>: <message>`` and exits 0 (1 in mode
-``stop``, so that the launcher then kills the stopped victim). TAG is unused;
-tests pass a unique one to find leftover processes.
+``stop``, so that the launcher then kills the stopped victim). TAG is
+unused; tests pass a unique one to find leftover processes.
 """
 
 from __future__ import annotations
