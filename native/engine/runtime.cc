@@ -201,13 +201,13 @@ int64_t Runtime::enqueue(EnqueueArgs args) {
   return h;
 }
 
-void Runtime::stop(ErrorKind kind, const std::string& reason) {
+void Runtime::stop(ErrorKind kind, const std::string& reason, bool quiet) {
   std::lock_guard<std::mutex> lock(state_mu_);
   if (state_ == State::Stopped) return;
   state_ = State::Stopped;
   stop_kind_ = kind;
   stop_reason_ = reason;
-  log_line(kind == ErrorKind::Shutdown ? LogLevel::Debug : LogLevel::Error, "stopped: " + reason);
+  log_line(kind == ErrorKind::Shutdown || quiet ? LogLevel::Debug : LogLevel::Error, "stopped: " + reason);
   for (auto& [name, e] : pending_) queue_.release_name(name);
   pending_.clear();
   for (auto& e : queue_.take_all()) queue_.release_name(e.req.name);

@@ -141,7 +141,7 @@ class Runtime {
   // against a peer's note of an earlier failure (its root cause wins), gets
   // this rank's unfinished tensors named, and is passed on to the peers
   // that can still hear it, unless it came from one (`from_peer`).
-  void end(ErrorKind kind, const std::string& reason, bool from_peer = false);
+  void end(ErrorKind kind, const std::string& reason, bool from_peer = false, bool quiet = false);
   // A failure note waiting on the control mesh from a peer, if any.
   bool peer_note(ErrorKind* kind, std::string* reason);
   void tell_peers(ErrorKind kind, const std::string& reason);
@@ -154,7 +154,9 @@ class Runtime {
   std::vector<Entry> take_fresh();
   RequestList request_list(std::vector<Entry>& unsent);
   void execute(const ResponseList& list);
-  void stop(ErrorKind kind, const std::string& reason);
+  // Fails every unfinished operation; logs an error unless `quiet` (or a
+  // plain shutdown).
+  void stop(ErrorKind kind, const std::string& reason, bool quiet = false);
 
   RuntimeOptions opts_;
   Config config_;

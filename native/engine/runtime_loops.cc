@@ -110,14 +110,14 @@ bool Runtime::step() {
   return true;
 }
 
-void Runtime::end(ErrorKind kind, const std::string& reason, bool from_peer) {
+void Runtime::end(ErrorKind kind, const std::string& reason, bool from_peer, bool quiet) {
   loop_.finished = true;
   std::string why = reason;
   if (kind != ErrorKind::Shutdown && !from_peer) {
     if (!peer_note(&kind, &why)) why += unfinished_names();
     tell_peers(kind, why);
   }
-  stop(kind, why);
+  stop(kind, why, quiet);
   queue_.notify();  // the background thread closes the meshes
 }
 
@@ -181,11 +181,12 @@ void Runtime::end_by_list(const ResponseList& list) {
   if (list.shutdown_kind != static_cast<int32_t>(ErrorKind::Shutdown)) {
     end(static_cast<ErrorKind>(list.shutdown_kind), list.shutdown_reason, true);
   } else if (list.shutdown_rank >= 0 && list.shutdown_rank != opts_.rank) {
-    // Another rank left: to this one it is a lost peer.
+    // Another rank left: to this one it is a lost peer (an error worth
+    // logging only if this rank still had work in flight).
+    std::string unfinished = unfinished_names();
     end(ErrorKind::PeerFailure,
-        "lost " + control_->peer_name(list.shutdown_rank) + ": it left the job (called shutdown())" +
-            unfinished_names(),
-        true);
+        "lost " + control_->peer_name(list.shutdown_rank) + ": it left the job (called shutdown())" + unfinished,
+        true, unfinished.empty());
   } else {
     end(ErrorKind::Shutdown, "ring has been shut down (" + list.shutdown_reason + ")");
   }

@@ -18,7 +18,8 @@ void stream_copy(void* dst, const void* src, size_t len) {
   }
   auto* d = static_cast<uint8_t*>(dst);
   const auto* s = static_cast<const uint8_t*>(src);
-  size_t head = (16 - reinterpret_cast<uintptr_t>(d) % 16) % 16;  // up to the first aligned byte
+  // Whole cache lines only: a partly written line costs a read of the rest.
+  size_t head = (64 - reinterpret_cast<uintptr_t>(d) % 64) % 64;
   std::memcpy(d, s, head);
   d += head;
   s += head;

@@ -41,6 +41,11 @@ class Channel {
   // Closes the channel in both directions: the peer reads what was already
   // sent, then gets PeerFailure; its writes fail too. Idempotent, never throws.
   virtual void close() = 0;
+
+  // Bytes of the stream so far in each direction, kept by the Mesh (which
+  // aligns large messages on it; see Mesh::sendrecv_sink).
+  uint64_t stream_out = 0;
+  uint64_t stream_in = 0;
 };
 
 }  // namespace ring

@@ -99,6 +99,14 @@ void Mesh::sendrecv_sink(int to, const void* sbuf, size_t slen, int from, size_t
   }
   if (granule == 0 || granule > 16) throw_error(ErrorKind::Internal, "Mesh: granule must be 1..16");
 
+  // Alignment padding, counted as part of the message on both sides.
+  auto pad_for = [](uint64_t position, size_t len) -> size_t {
+    return len >= kAlignFrom ? static_cast<size_t>((kAlignBytes - position % kAlignBytes) % kAlignBytes) : 0;
+  };
+  static const uint8_t kZeros[kAlignBytes] = {};
+  const size_t spad = slen ? pad_for(channels_[to]->stream_out, slen) : 0;
+  const size_t rpad = rlen ? pad_for(channels_[from]->stream_in, rlen) : 0;
+  size_t spad_done = 0, rpad_done = 0;
   const uint8_t* sp = static_cast<const uint8_t*>(sbuf);
   size_t sent = 0, received = 0;
   uint8_t carry[16];
@@ -107,16 +115,32 @@ void Mesh::sendrecv_sink(int to, const void* sbuf, size_t slen, int from, size_t
   double last_liveness = 0.0;
   int current_peer = -1;  // for naming a peer in errors raised by a channel
   try {
-    while (sent < slen || received < rlen) {
+    while (sent < slen || received < rlen || spad_done < spad || rpad_done < rpad) {
       if (aborted()) throw_error(ErrorKind::PeerFailure, abort_reason());
       bool progress = false;
-      if (sent < slen) {
+      if (spad_done < spad) {
+        current_peer = to;
+        size_t n = channels_[to]->try_write(kZeros, spad - spad_done);
+        spad_done += n;
+        channels_[to]->stream_out += n;
+        progress = n > 0;
+      } else if (sent < slen) {
         current_peer = to;
         size_t n = channels_[to]->try_write(sp + sent, slen - sent);
         sent += n;
+        channels_[to]->stream_out += n;
         progress = n > 0;
       }
-      if (received < rlen) {
+      if (rpad_done < rpad) {
+        current_peer = from;
+        auto span = channels_[from]->peek(rpad - rpad_done);
+        if (span.second > 0) {
+          channels_[from]->consume(span.second);
+          channels_[from]->stream_in += span.second;
+          rpad_done += span.second;
+          progress = true;
+        }
+      } else if (received < rlen) {
         current_peer = from;
         Channel& ch = *channels_[from];
         auto span = ch.peek(rlen - received - carry_len);
@@ -148,6 +172,7 @@ void Mesh::sendrecv_sink(int to, const void* sbuf, size_t slen, int from, size_t
             carry_len += avail;
           }
           ch.consume(span.second);
+          ch.stream_in += span.second;
         }
       }
       current_peer = -1;
@@ -170,8 +195,8 @@ void Mesh::sendrecv_sink(int to, const void* sbuf, size_t slen, int from, size_t
           throw_error(ErrorKind::Timeout, os.str());
         }
       }
-      int fd_out = sent < slen ? channels_[to]->fd() : -2;
-      int fd_in = received < rlen ? channels_[from]->fd() : -2;
+      int fd_out = sent < slen || spad_done < spad ? channels_[to]->fd() : -2;
+      int fd_in = received < rlen || rpad_done < rpad ? channels_[from]->fd() : -2;
       if (fd_out != -1 && fd_in != -1 && backoff.idle_seconds() > 20e-6) {
         // Only sockets involved and the short spin is over: let the kernel wake us.
         pollfd fds[2];
@@ -224,6 +249,7 @@ bool Mesh::post_msg(int to, const std::vector<uint8_t>& msg, double patience_s) 
     while (sent < frame.size() && backoff.idle_seconds() < patience_s) {
       size_t n = channels_[to]->try_write(frame.data() + sent, frame.size() - sent);
       sent += n;
+      channels_[to]->stream_out += n;
       if (n) backoff.reset();
       else backoff.wait();
     }

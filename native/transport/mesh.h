@@ -52,6 +52,13 @@ class Mesh {
   // until both are done. `to` and `from` may be the same rank.
   void sendrecv(int to, const void* sbuf, size_t slen, int from, void* rbuf, size_t rlen);
 
+  // Messages of at least kAlignBytes start at a multiple of kAlignBytes of
+  // their stream (the sender pads with zeros, the receiver skips them: both
+  // know the stream position), so that bulk data sits on cache-line
+  // boundaries in shared memory whatever small messages went before.
+  static constexpr size_t kAlignBytes = 64;
+  static constexpr size_t kAlignFrom = 4096;
+
   // Like sendrecv, but hands the received bytes to `sink` instead of copying
   // them: pieces arrive in order and every piece's length is a multiple of
   // `granule` (only the last may be shorter, when rlen is not a multiple).
