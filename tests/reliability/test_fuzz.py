@@ -241,6 +241,7 @@ LONG_CASES = [
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # 10,000 cases take minutes on a busy machine
 @pytest.mark.parametrize("kind, strategy, check", LONG_CASES, ids=[c[0].replace(" ", "-") for c in LONG_CASES])
 def test_engine_parsers_long(kind: str, strategy: st.SearchStrategy, check: Callable[[bytes], None]) -> None:
     """10,000 examples of each engine property."""

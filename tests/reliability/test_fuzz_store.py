@@ -193,6 +193,7 @@ def _framed(request: bytes) -> bytes:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # 10,000 cases take minutes on a busy machine
 @pytest.mark.parametrize("name, strategy, check", [
     ("frame reader", _frame_bytes(), check_frame_reader),
     ("request parser", _requests(), check_request_parser),
@@ -203,6 +204,7 @@ def test_store_parsers_long(name: str, strategy: st.SearchStrategy, check: Calla
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # 10,000 cases take minutes on a busy machine
 def test_live_server_long(live_server: StoreServer) -> None:
     """2,000 raw connections to a running server."""
     strategy = st.one_of(_frame_bytes(), _requests().map(_framed))
