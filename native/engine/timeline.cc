@@ -66,6 +66,7 @@ void Timeline::start(const std::string& path, bool mark_cycles) {
   if (!file_)
     throw_error(ErrorKind::BadArgument, "cannot write the timeline to '" + path + "': " + std::strerror(errno));
   rows_.clear();
+  buf_.reserve(kFlushBytes + 4096);  // appends never move the buffer
   buf_ = "[\n";
   t0_ = last_write_ = std::chrono::steady_clock::now();
   long long epoch_us = std::chrono::duration_cast<std::chrono::microseconds>(
