@@ -163,8 +163,10 @@ def _serve_rendezvous(env: ClusterEnvironment) -> "Optional[StoreServer]":
 
 
 def shutdown() -> None:
-    """Leaves the job. Ends it on every rank: their later operations raise
-    ``ShutdownError``. Safe to call more than once."""
+    """Leaves the job, and so ends it on every rank. Here later operations
+    raise ``ShutdownError``; on the other ranks, operations still in flight
+    and later ones raise ``PeerFailureError`` naming this rank (it left).
+    Safe to call more than once."""
     with _lock:
         rt, _state.runtime = _state.runtime, None
         _state.env = None

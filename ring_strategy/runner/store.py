@@ -68,6 +68,7 @@ _TIMED_OUT = b"\x01"
 _FAILED = b"\x02"
 _LEN = struct.Struct(">I")
 _F64 = struct.Struct(">d")
+_MAX_WAIT_SECONDS = 86400.0
 _I64 = struct.Struct(">q")
 
 
@@ -275,6 +276,10 @@ class StoreServer:
             return _OK
         if op == _OP_GET:
             (wait,) = _F64.unpack(arg)
+            # NaN, inf or 1e300 would overflow the condition's timeout; a job
+            # waits minutes at a rendezvous, never more than a day.
+            if not wait <= _MAX_WAIT_SECONDS:  # also NaN
+                raise _ProtocolError(f"get: a wait of {wait!r} s is more than {_MAX_WAIT_SECONDS:g} s")
             deadline = time.monotonic() + max(0.0, wait)
             with self._cond:
                 while key not in self._data:
