@@ -113,9 +113,10 @@ bool Runtime::step() {
 void Runtime::end(ErrorKind kind, const std::string& reason, bool from_peer, bool quiet) {
   loop_.finished = true;
   std::string why = reason;
-  if (kind != ErrorKind::Shutdown && !from_peer) {
-    if (!peer_note(&kind, &why)) why += unfinished_names();
-    tell_peers(kind, why);
+  if (kind != ErrorKind::Shutdown) {
+    if (!from_peer) peer_note(&kind, &why);
+    why += unfinished_names();  // what this rank loses, whoever saw the cause
+    if (!from_peer) tell_peers(kind, why);
   }
   stop(kind, why, quiet);
   queue_.notify();  // the background thread closes the meshes
@@ -183,10 +184,8 @@ void Runtime::end_by_list(const ResponseList& list) {
   } else if (list.shutdown_rank >= 0 && list.shutdown_rank != opts_.rank) {
     // Another rank left: to this one it is a lost peer (an error worth
     // logging only if this rank still had work in flight).
-    std::string unfinished = unfinished_names();
-    end(ErrorKind::PeerFailure,
-        "lost " + control_->peer_name(list.shutdown_rank) + ": it left the job (called shutdown())" + unfinished,
-        true, unfinished.empty());
+    end(ErrorKind::PeerFailure, "lost " + control_->peer_name(list.shutdown_rank) + ": it left the job (called shutdown())",
+        true, unfinished_names().empty());
   } else {
     end(ErrorKind::Shutdown, "ring has been shut down (" + list.shutdown_reason + ")");
   }

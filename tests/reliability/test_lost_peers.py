@@ -94,17 +94,7 @@ def test_error_names_lost_rank_host_and_pid(mode: str, transport: str) -> None:
         assert name in err.message, f"rank {rank} does not name {name!r}: {err.message}"
 
 
-# A race in the engine: in about one run in four, rank 2 (not the
-# coordinator) reports "lost rank 1 (host, pid N): connection closed by
-# peer" without the tensor it was waiting for.
-IDLE_TCP_RACE = pytest.mark.xfail(strict=False, reason="over TCP, a rank waiting in negotiation sometimes "
-                                                       "does not name the tensor")
-
-
-@pytest.mark.parametrize("mode, transport", [
-    pytest.param(m, t, marks=[IDLE_TCP_RACE] if (m, t) == ("sigkill-idle", "tcp") else [])
-    for m in DEAD_MODES for t in TRANSPORTS
-])
+@pytest.mark.parametrize("mode, transport", [(m, t) for m in DEAD_MODES for t in TRANSPORTS])
 def test_error_names_tensor(mode: str, transport: str) -> None:
     job = _job(mode, transport)
     for rank, err in _survivor_errors(job).items():
