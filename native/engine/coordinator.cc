@@ -339,7 +339,7 @@ void Coordinator::fail_unfinished(ResponseList& list) {
     // A rank that leaves while others wait for it is a lost peer to them.
     r.error_kind = static_cast<int32_t>(stall_reason_.empty() ? ErrorKind::PeerFailure : ErrorKind::Timeout);
     r.error = stall_reason_.empty()
-                  ? "lost " + rank_name(shutdown_rank_) + ": it left the job (shutdown) while tensor '" + name +
+                  ? "lost " + rank_name(shutdown_rank_) + ": it left the job (called shutdown()) while tensor '" + name +
                         "' was never submitted by rank(s) " + ranks
                   : stall_reason_;
     list.responses.push_back(std::move(r));

@@ -59,8 +59,7 @@ void Executor::phase_end(const std::vector<Entry>& entries) {
 void Executor::finish(Entry& e, OpResult res) {
   if (timeline_ && timeline_->active()) timeline_->end_op(e.req.name, e.req);
   if (e.handle == 0) return;  // a joined rank's stand-in
-  queue_->release_name(e.req.name);
-  handles_->complete(e.handle, std::move(res));
+  handles_->complete(e.handle, std::move(res));  // the name stays taken until released
 }
 
 Entry Executor::stand_in(const Response& r, size_t i) {
@@ -111,7 +110,6 @@ void Executor::run_response(const Response& r, std::unordered_map<std::string, E
   if (r.kind != ResponseKind::Error) phase_begin(entries, op_phase(r.op));
   if (r.kind == ResponseKind::Error) {
     for (auto& e : entries) {
-      queue_->release_name(e.req.name);
       handles_->fail(e.handle, static_cast<ErrorKind>(r.error_kind), r.error);
     }
     return;

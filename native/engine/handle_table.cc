@@ -4,10 +4,12 @@
 
 namespace ring {
 
-int64_t HandleTable::create() {
+int64_t HandleTable::create(const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
   int64_t h = next_++;
-  states_.emplace(h, State{});
+  State s;
+  s.name = name;
+  states_.emplace(h, std::move(s));
   return h;
 }
 
@@ -73,12 +75,13 @@ bool HandleTable::wait(int64_t handle, double timeout_s) {
   return cv_.wait_for(lock, std::chrono::duration<double>(timeout_s), done);
 }
 
-OpResult HandleTable::release(int64_t handle) {
+OpResult HandleTable::release(int64_t handle, std::string* name) {
   std::lock_guard<std::mutex> lock(mu_);
   State& s = find(handle);
   if (!s.done) throw_error(ErrorKind::BadArgument, "handle " + std::to_string(handle) + " is not finished");
   State copy = std::move(s);
   states_.erase(handle);
+  if (name) *name = copy.name;
   if (copy.failed) throw RingError(copy.kind, copy.message);
   return std::move(copy.result);
 }

@@ -26,7 +26,8 @@ struct OpResult {
 
 class HandleTable {
  public:
-  int64_t create();
+  // `name`: the tensor's name, reserved until the handle is released.
+  int64_t create(const std::string& name = "");
   void complete(int64_t handle, OpResult result);
   void fail(int64_t handle, ErrorKind kind, const std::string& message);
   // Fails every unfinished handle (lost peer, shutdown).
@@ -38,7 +39,8 @@ class HandleTable {
   // on timeout.
   bool wait(int64_t handle, double timeout_s = -1.0);
   // Removes a finished handle: returns its result or throws its error.
-  OpResult release(int64_t handle);
+  // Sets *name to the handle's tensor name (before throwing, too).
+  OpResult release(int64_t handle, std::string* name = nullptr);
   // Forgets a handle whatever its state (an enqueue that was rejected).
   void discard(int64_t handle);
 
@@ -49,6 +51,7 @@ class HandleTable {
     ErrorKind kind = ErrorKind::Internal;
     std::string message;
     OpResult result;
+    std::string name;
   };
   State& find(int64_t handle);
 

@@ -190,7 +190,7 @@ int64_t Runtime::enqueue(EnqueueArgs args) {
   e.req = std::move(args.req);
   e.input = args.input;
   e.output = args.output;
-  e.handle = handles_.create();
+  e.handle = handles_.create(e.req.name);
   int64_t h = e.handle;
   try {
     queue_.push(std::move(e), args.wake);
@@ -199,6 +199,18 @@ int64_t Runtime::enqueue(EnqueueArgs args) {
     throw;
   }
   return h;
+}
+
+OpResult Runtime::release(int64_t handle) {
+  std::string name;
+  try {
+    OpResult res = handles_.release(handle, &name);
+    queue_.release_name(name);
+    return res;
+  } catch (const RingError&) {
+    if (!name.empty()) queue_.release_name(name);
+    throw;
+  }
 }
 
 void Runtime::stop(ErrorKind kind, const std::string& reason, bool quiet) {

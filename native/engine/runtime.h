@@ -84,7 +84,8 @@ class Runtime {
   // Blocks until the operation finished (true) or timeout_s passed (false;
   // < 0: no limit). Makes progress itself while it can.
   bool wait(int64_t handle, double timeout_s = -1.0);
-  OpResult release(int64_t handle) { return handles_.release(handle); }
+  // Returns the result (or throws the error) and frees the tensor's name.
+  OpResult release(int64_t handle);
 
   // The timeline (engine/timeline.h) is written by rank 0; on other ranks
   // these do nothing. start_timeline replaces a timeline being written.

@@ -52,15 +52,16 @@ def phases(events: List[dict]) -> Dict[str, List[Tuple[str, float, float]]]:
     """Pairs B/E events: tensor name -> [(phase, start_us, end_us), ...] in
     the order the phases opened (nested phases included)."""
     names = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"}
-    open_: Dict[int, List[Tuple[str, float]]] = {}
-    out: Dict[str, List[Tuple[str, float, float]]] = {}
-    for e in events:
+    open_: Dict[int, List[Tuple[str, float, int]]] = {}
+    found: Dict[str, List[Tuple[float, int, Tuple[str, float, float]]]] = {}
+    for seq, e in enumerate(events):
         ph, pid = e.get("ph"), e.get("pid")
         if ph == "B":
-            open_.setdefault(pid, []).append((e["name"], e["ts"]))
+            open_.setdefault(pid, []).append((e["name"], e["ts"], seq))
         elif ph == "E" and open_.get(pid):
-            name, start = open_[pid].pop()
-            out.setdefault(names.get(pid, str(pid)), []).append((name, start, e["ts"]))
-    for spans in out.values():
-        spans.sort(key=lambda s: s[1])
+            name, start, opened = open_[pid].pop()
+            found.setdefault(names.get(pid, str(pid)), []).append((start, opened, (name, start, e["ts"])))
+    out: Dict[str, List[Tuple[str, float, float]]] = {}
+    for tensor, spans in found.items():
+        out[tensor] = [span for _, _, span in sorted(spans)]  # by start, then by the order they opened
     return out

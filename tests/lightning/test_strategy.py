@@ -187,6 +187,6 @@ def test_one_rank_failing_ends_the_self_launched_job(tmp_path):
     # Both ranks write to the same stderr, so another process's bytes can land
     # inside the line; only whitespace may come between the two parts.
     assert re.search(r"ValueError\s*:\s*rank 1 fails on purpose", out), out[-8000:]
-    # rank 0's next collective fails, naming rank 1 (the wording depends on where rank 0 was)
-    assert re.search(r"ShutdownError: .*rank 1 called shutdown\(\)", out), out[-8000:]
+    # rank 0's next collective fails: rank 1 left, a lost peer to rank 0
+    assert re.search(r"PeerFailureError\W*: lost rank 1 \(.*pid \d+\): it left the job", out), out[-8000:]
     assert "ring_strategy.lightning: rank 1 exited with code 1" in out, out[-8000:]

@@ -31,6 +31,7 @@ def test_ringrun_timeline_filename_writes_every_phase(tmp_path):
                   "MEMCPY_OUT_FUSION_BUFFER"]:
         assert phase in grad, grad
     assert [p for p, _, _ in spans["env.bcast"]][:3] == ["NEGOTIATE_BROADCAST", "BROADCAST", "CHAIN_BROADCAST"]
+
     assert "RING_ALLGATHER" in [p for p, _, _ in spans["env.gather"]]
     pid = next(e["pid"] for e in events if e.get("args", {}).get("name") == "env.grad.0")
     ticks = {e["name"] for e in events if e.get("pid") == pid and e.get("ph") == "X"}
