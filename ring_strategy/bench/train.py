@@ -41,6 +41,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
+from ring_strategy.bench.options import _non_negative, _positive  # the CLI's argument checks
+
 __all__ = ["build_parser", "build_model", "main"]
 
 Step = Callable[[], None]
@@ -66,24 +68,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--threads", type=_positive, default=1, help="torch threads per rank (default: 1)")
     parser.add_argument("--json", type=Path, default=None, metavar="FILE", help="also write the results as JSON")
     return parser
-
-
-def _int_at_least(text: str, minimum: int) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = minimum - 1
-    if value < minimum:
-        raise argparse.ArgumentTypeError(f"should be an integer of at least {minimum}. Got: {text!r}")
-    return value
-
-
-def _positive(text: str) -> int:
-    return _int_at_least(text, 1)
-
-
-def _non_negative(text: str) -> int:
-    return _int_at_least(text, 0)
 
 
 def build_model(args: argparse.Namespace) -> Any:
