@@ -29,7 +29,7 @@ size_t slice_offset(size_t count, int n, int c);
 
 class Executor {
  public:
-  Executor(Mesh* mesh, HandleTable* handles, TensorQueue* queue) : mesh_(mesh), handles_(handles), queue_(queue) {}
+  Executor(Mesh* mesh, HandleTable* handles) : mesh_(mesh), handles_(handles) {}
 
   // Executes `r` for the entries named in it (taken out of `pending`) and
   // finishes their handles. Throws RingError only for transport failures.
@@ -73,7 +73,6 @@ class Executor {
 
   Mesh* mesh_;
   HandleTable* handles_;
-  TensorQueue* queue_;
   std::vector<uint8_t> fusion_;
   bool joined_ = false;
   std::vector<std::vector<uint8_t>> stand_ins_;  // zero buffers of a joined rank

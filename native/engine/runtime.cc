@@ -74,7 +74,7 @@ void Runtime::start() {
   control_builder_.reset();
   data_->set_timeout(config_.timeout_seconds);
   control_->set_timeout(config_.timeout_seconds);
-  executor_ = std::make_unique<Executor>(data_.get(), &handles_, &queue_);
+  executor_ = std::make_unique<Executor>(data_.get(), &handles_);
   setup_hierarchy();
   if (opts_.rank == 0) {
     executor_->set_timeline(&timeline_);
