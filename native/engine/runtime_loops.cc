@@ -169,9 +169,14 @@ void Runtime::tell_peers(ErrorKind kind, const std::string& reason) {
 
 std::string Runtime::unfinished_names() {
   constexpr size_t kNamed = 5;
-  size_t total = 0;
-  std::vector<std::string> names = queue_.names_in_flight(kNamed, &total);
+  // Queued or executing; a finished operation whose handle is not yet
+  // released lost nothing.
+  std::vector<std::string> names = queue_.queued_names();
+  for (const auto& [name, e] : pending_) names.push_back(name);
   if (names.empty()) return "";
+  std::sort(names.begin(), names.end());
+  const size_t total = names.size();
+  if (total > kNamed) names.resize(kNamed);
   std::string text = "; unfinished on rank " + std::to_string(opts_.rank) + ": ";
   for (size_t i = 0; i < names.size(); ++i) text += (i ? ", '" : "'") + names[i] + "'";
   if (total > names.size()) text += " and " + std::to_string(total - names.size()) + " more";

@@ -1,6 +1,5 @@
 #include "engine/tensor_queue.h"
 
-#include <algorithm>
 #include <chrono>
 
 #include "common/error.h"
@@ -40,12 +39,11 @@ std::vector<Entry> TensorQueue::take_all() {
   return out;
 }
 
-std::vector<std::string> TensorQueue::names_in_flight(size_t max, size_t* total) {
+std::vector<std::string> TensorQueue::queued_names() {
   std::lock_guard<std::mutex> lock(mu_);
-  std::vector<std::string> names(in_flight_.begin(), in_flight_.end());
-  std::sort(names.begin(), names.end());
-  *total = names.size();
-  if (names.size() > max) names.resize(max);
+  std::vector<std::string> names;
+  names.reserve(entries_.size());
+  for (const Entry& e : entries_) names.push_back(e.req.name);
   return names;
 }
 

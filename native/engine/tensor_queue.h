@@ -29,8 +29,8 @@ class TensorQueue {
   // wake: notify a thread blocked in wait_new().
   void push(Entry entry, bool wake = true);
   std::vector<Entry> take_all();
-  // Names queued or executing, sorted; at most `max` of them, and the total.
-  std::vector<std::string> names_in_flight(size_t max, size_t* total);
+  // Names of the entries not yet taken by the background thread.
+  std::vector<std::string> queued_names();
   // Called when an entry's handle finished.
   void release_name(const std::string& name);
   // Cheap check for the background thread's wait loop.

@@ -95,6 +95,7 @@ _ENVIRONMENT_WORKER = """
     info = {k: os.environ.get(k) for k in keys}
     info.update(cwd=os.getcwd(), leaks=leaks, secret_length=len(secret), total=total.tolist(),
                 tcp_peers=tcp_peers())
+    rs.barrier()  # no rank closes its connections before every rank has listed them
     rs.shutdown()
     print(json.dumps(info))
 """
