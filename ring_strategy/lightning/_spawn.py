@@ -136,10 +136,15 @@ def start_workers(size: int, command: Optional[Sequence[str]] = None, start_time
         hostname = socket.gethostname()
 
         def env_of(rank: int) -> dict:
-            return worker_environment(
+            env = worker_environment(
                 dict(os.environ), rank=rank, size=size, rendezvous_address=server.address,
                 secret=secret, job_id=job_id, start_timeout=start_timeout, hostname=hostname,
             )
+            # Every rank writes straight to this console: Python's own line
+            # buffering keeps each line whole, unbuffered writes would not.
+            if "PYTHONUNBUFFERED" not in os.environ:
+                env.pop("PYTHONUNBUFFERED", None)
+            return env
 
         procs: List[subprocess.Popen] = []
         try:
@@ -152,7 +157,6 @@ def start_workers(size: int, command: Optional[Sequence[str]] = None, start_time
             server.stop()
             raise
         own = env_of(0)
-        own.pop("PYTHONUNBUFFERED", None)
         os.environ.update({k: v for k, v in own.items() if k.startswith("RING_")})
         _job = _Job(server, job_id, procs)
         atexit.register(_job.finish)
