@@ -104,6 +104,7 @@ void Coordinator::join(int rank) {
 }
 
 void Coordinator::add(int rank, const RequestList& list) {
+  const long long ts = timeline_ ? timeline_->now() : -1;  // one time stamp for the list
   for (size_t byte = 0; byte < list.cache_bits.size(); ++byte) {
     if (!list.cache_bits[byte]) continue;
     for (int bit = 0; bit < 8; ++bit) {
@@ -113,31 +114,31 @@ void Coordinator::add(int rank, const RequestList& list) {
       if (!sig)
         throw_error(ErrorKind::Internal,
                     "rank " + std::to_string(rank) + " sent response-cache bit " + std::to_string(id) + " it never cached");
-      add_request(rank, *sig);
+      add_request(rank, *sig, ts);
     }
   }
   for (const auto& req : list.requests) {
     int64_t id = cache_->id_of(req.name);
     if (id >= 0) cache_->set_signature(static_cast<uint32_t>(id), rank, req);
-    add_request(rank, req);
+    add_request(rank, req, ts);
   }
   if (list.shutdown) request_shutdown(rank);
 }
 
-void Coordinator::add_request(int rank, const Request& req) {
+void Coordinator::add_request(int rank, const Request& req, long long timeline_us) {
   if (req.op == OpType::Join) {
     join_name_ = req.name;
     join(rank);
     return;
   }
   auto it = table_.find(req.name);
-  if (it == table_.end()) {
+  const bool first = it == table_.end();
+  if (first) {
     it = table_.emplace(req.name, Pending{}).first;
     it->second.by_rank.resize(world_size_);
     arrival_.push_back(req.name);
-    if (timeline_) timeline_->negotiate_start(req.name, req.op);
   }
-  if (timeline_) timeline_->rank_ready(req.name, rank);
+  if (timeline_) timeline_->rank_ready(req.name, &it->second.timeline_row, req.op, rank, first, timeline_us);
   Pending& p = it->second;
   if (p.by_rank[rank])
     throw_error(ErrorKind::Internal, "rank " + std::to_string(rank) + " submitted '" + req.name + "' twice");
@@ -264,10 +265,11 @@ ResponseList Coordinator::take() {
   // Allreduces fuse when dtype, op and scale factors agree.
   using Key = std::tuple<int, int, double, double>;
   std::map<Key, std::pair<size_t, size_t>> open;  // key -> (index in responses, bytes)
+  const long long ts = timeline_ ? timeline_->now() : -1;
   for (const std::string& name : ready_) {
     auto node = table_.extract(name);
     Pending& p = node.mapped();
-    if (timeline_) timeline_->negotiate_end(name, p.first().op);
+    if (timeline_) timeline_->negotiate_end(name, &p.timeline_row, ts);
     std::string err = validate(name, p);
     if (!err.empty()) {
       Response r;
@@ -291,14 +293,19 @@ ResponseList Coordinator::take() {
       Key key{static_cast<int>(q.dtype), static_cast<int>(q.reduce_op), q.prescale, q.postscale};
       auto it = open.find(key);
       if (it != open.end() && it->second.second + bytes <= fusion_threshold_) {
-        list.responses[it->second.first].names.push_back(name);
-        list.responses[it->second.first].sizes.push_back(q.num_elements());
+        Response& fused = list.responses[it->second.first];
+        fused.names.push_back(name);
+        fused.sizes.push_back(q.num_elements());
+        fused.timeline_rows.push_back(p.timeline_row.id);
+        if (fused.timeline_file != p.timeline_row.file) fused.timeline_file = 0;  // rows of two files
         it->second.second += bytes;
         continue;
       }
       open[key] = {list.responses.size(), bytes};
     }
     list.responses.push_back(execute_response(name, p));
+    list.responses.back().timeline_rows.push_back(p.timeline_row.id);
+    list.responses.back().timeline_file = p.timeline_row.file;
   }
   ready_.clear();
   ready_bytes_ = 0;

@@ -47,7 +47,8 @@ class Coordinator {
   // requests as that rank's new signatures. Throws RingError(Internal) for a
   // bit that names no cached tensor.
   void add(int rank, const RequestList& list);
-  void add_request(int rank, const Request& req);
+  // timeline_us: when it arrived, on the timeline's clock (-1: now).
+  void add_request(int rank, const Request& req, long long timeline_us = -1);
   void request_shutdown(int rank);
   // Negotiation events go to `timeline` (null: none).
   void set_timeline(Timeline* timeline) { timeline_ = timeline; }
@@ -86,6 +87,7 @@ class Coordinator {
     std::vector<std::optional<Request>> by_rank;
     int count = 0;
     Clock::time_point since = Clock::now();  // first submission
+    Timeline::Row timeline_row;
     const Request& first() const;  // the lowest submitted rank's request
   };
   void join(int rank);

@@ -42,24 +42,35 @@ uint8_t* Executor::output_for(Entry& e, size_t bytes, OpResult& res) {
   return res.data->data();
 }
 
-void Executor::phase_begin(const std::vector<Entry>& entries, const char* phase) {
+void Executor::timeline_open(const std::vector<Entry>& entries, const Response& r) {
+  timeline_rows_.clear();
   if (!timeline_ || !timeline_->active()) return;
   timeline_names_.clear();
   for (const auto& e : entries) timeline_names_.push_back(&e.req.name);
-  timeline_->begin(timeline_names_, phase);
+  timeline_->rows(timeline_names_, r.timeline_rows, r.timeline_file, &timeline_rows_);
+  if (!timeline_rows_.empty()) timeline_->begin(timeline_rows_, op_phase(r.op));
 }
 
-void Executor::phase_end(const std::vector<Entry>& entries) {
-  if (!timeline_ || !timeline_->active()) return;
-  timeline_names_.clear();
-  for (const auto& e : entries) timeline_names_.push_back(&e.req.name);
-  timeline_->end(timeline_names_);
+void Executor::phase_begin(const char* phase) {
+  if (timeline_rows_.empty()) return;
+  phase_ = phase;
+  phase_began_ = timeline_->now();
 }
 
-void Executor::finish(Entry& e, OpResult res) {
-  if (timeline_ && timeline_->active()) timeline_->end_op(e.req.name, e.req);
-  if (e.handle == 0) return;  // a joined rank's stand-in
-  handles_->complete(e.handle, std::move(res));  // the name stays taken until released
+void Executor::phase_end() {
+  if (!timeline_rows_.empty()) timeline_->span(timeline_rows_, phase_, phase_began_);
+}
+
+void Executor::finish_all(std::vector<Entry>& entries, std::vector<OpResult>& results) {
+  if (!timeline_rows_.empty()) {
+    timeline_requests_.clear();
+    for (const auto& e : entries) timeline_requests_.push_back(&e.req);
+    timeline_->end_ops(timeline_rows_, timeline_requests_);
+  }
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (entries[i].handle == 0) continue;  // a joined rank's stand-in
+    handles_->complete(entries[i].handle, std::move(results[i]));  // the name stays taken until released
+  }
 }
 
 Entry Executor::stand_in(const Response& r, size_t i) {
@@ -107,13 +118,13 @@ void Executor::run_response(const Response& r, std::unordered_map<std::string, E
     entries.push_back(std::move(it->second));
     pending.erase(it);
   }
-  if (r.kind != ResponseKind::Error) phase_begin(entries, op_phase(r.op));
   if (r.kind == ResponseKind::Error) {
     for (auto& e : entries) {
       handles_->fail(e.handle, static_cast<ErrorKind>(r.error_kind), r.error);
     }
     return;
   }
+  timeline_open(entries, r);
   switch (r.op) {
     case OpType::Allreduce: {
       std::vector<OpResult> results(entries.size());
@@ -124,7 +135,7 @@ void Executor::run_response(const Response& r, std::unordered_map<std::string, E
         results[i].shape = e.req.shape;
       }
       allreduce(entries);
-      for (size_t i = 0; i < entries.size(); ++i) finish(entries[i], std::move(results[i]));
+      finish_all(entries, results);
       return;
     }
     case OpType::Allgather: return collective(entries, [&] { return allgather(entries[0], r.sizes); });
@@ -137,10 +148,10 @@ void Executor::run_response(const Response& r, std::unordered_map<std::string, E
         return OpResult{};
       });
     case OpType::Join: {
-      OpResult res;
-      res.received_splits = {r.sizes.empty() ? -1 : r.sizes[0]};
+      std::vector<OpResult> results(1);
+      results[0].received_splits = {r.sizes.empty() ? -1 : r.sizes[0]};
       joined_ = false;
-      finish(entries[0], std::move(res));
+      finish_all(entries, results);
       return;
     }
   }
@@ -150,21 +161,22 @@ void Executor::reduce(const std::vector<Entry>& entries, const void* src, void* 
                       const std::vector<size_t>& chunks, double post) {
   const Request& q = entries[0].req;
   if (local_ && cross_) {
-    phase_begin(entries, "HIERARCHICAL_ALLREDUCE");
+    phase_begin("HIERARCHICAL_ALLREDUCE");
     hierarchical_allreduce(*local_, *cross_, src, dst, chunks, q.dtype, q.reduce_op, post);
   } else {
-    phase_begin(entries, "RING_ALLREDUCE");
+    phase_begin("RING_ALLREDUCE");
     ring_allreduce(*mesh_, src, dst, chunks, q.dtype, q.reduce_op, post);
   }
-  phase_end(entries);
+  phase_end();
 }
 
 template <class Run>
 void Executor::collective(std::vector<Entry>& entries, Run run) {
-  phase_begin(entries, collective_phase(entries[0].req.op));
-  OpResult res = run();
-  phase_end(entries);
-  finish(entries[0], std::move(res));
+  phase_begin(collective_phase(entries[0].req.op));
+  std::vector<OpResult> results(1);
+  results[0] = run();
+  phase_end();
+  finish_all(entries, results);
 }
 
 void Executor::allreduce(std::vector<Entry>& entries) {
@@ -187,7 +199,7 @@ void Executor::allreduce(std::vector<Entry>& entries) {
     reduce(entries, src, e.output, even_chunks(total, n), post);
     return;
   }
-  phase_begin(entries, "MEMCPY_IN_FUSION_BUFFER");
+  phase_begin("MEMCPY_IN_FUSION_BUFFER");
   size_t total = 0;
   for (auto& e : entries) total += static_cast<size_t>(e.req.num_elements());
   uint8_t* work = fusion(total * esize);
@@ -203,9 +215,9 @@ void Executor::allreduce(std::vector<Entry>& entries) {
     }
   }
   if (q.prescale != 1.0) scale_buffer(work, total, q.dtype, q.prescale);
-  phase_end(entries);
+  phase_end();
   reduce(entries, work, work, chunks, post);
-  phase_begin(entries, "MEMCPY_OUT_FUSION_BUFFER");
+  phase_begin("MEMCPY_OUT_FUSION_BUFFER");
   pos = 0;
   for (int c = 0; c < n; ++c) {
     for (auto& e : entries) {
@@ -215,7 +227,7 @@ void Executor::allreduce(std::vector<Entry>& entries) {
       pos += len;
     }
   }
-  phase_end(entries);
+  phase_end();
 }
 
 OpResult Executor::allgather(Entry& e, const std::vector<int64_t>& first_dims) {

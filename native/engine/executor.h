@@ -64,10 +64,15 @@ class Executor {
   // Output memory for `e`: the caller's, or a new engine-owned buffer.
   uint8_t* output_for(Entry& e, size_t bytes, OpResult& res);
   uint8_t* fusion(size_t bytes);
-  void finish(Entry& e, OpResult res);
-  // Timeline phase `phase` opens / closes on every entry's row.
-  void phase_begin(const std::vector<Entry>& entries, const char* phase);
-  void phase_end(const std::vector<Entry>& entries);
+  // Closes the entries' operations in the timeline and completes their
+  // handles with results[i].
+  void finish_all(std::vector<Entry>& entries, std::vector<OpResult>& results);
+  // Opens the operation on the timeline rows of the response's entries
+  // (none when the timeline is off); phase_begin / phase_end then time an
+  // inner phase (they do not nest) on all of them, finish_all closes it.
+  void timeline_open(const std::vector<Entry>& entries, const Response& r);
+  void phase_begin(const char* phase);
+  void phase_end();
   // A zero-filled entry standing in for `name` (position i of response r).
   Entry stand_in(const Response& r, size_t i);
 
@@ -78,7 +83,11 @@ class Executor {
   std::vector<std::vector<uint8_t>> stand_ins_;  // zero buffers of a joined rank
   Timeline* timeline_ = nullptr;
   std::unique_ptr<Mesh> local_, cross_;  // hierarchical allreduce
-  std::vector<const std::string*> timeline_names_;  // scratch for phase_begin/end
+  std::vector<int> timeline_rows_;  // of the response running now
+  const char* phase_ = "";          // its inner phase, since phase_began_
+  long long phase_began_ = -1;
+  std::vector<const std::string*> timeline_names_;  // scratch
+  std::vector<const Request*> timeline_requests_;   // scratch
 };
 
 }  // namespace ring

@@ -75,6 +75,10 @@ struct Response {
   double postscale = 1.0;
   int32_t error_kind = 0;
   std::string error;
+  // Rank 0 only, never sent: each name's row in the timeline file numbered
+  // timeline_file, as the negotiation found them (saves a lookup each).
+  std::vector<int32_t> timeline_rows;
+  uint64_t timeline_file = 0;
 };
 
 struct CachePut {

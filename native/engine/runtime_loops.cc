@@ -365,7 +365,8 @@ bool Runtime::coordinator_step() {
   Coordinator& coord = *s.coord;
   bool progress = false;
   if (queue_.has_new()) {
-    for (auto& e : take_fresh()) coord.add_request(0, e.req);
+    const long long ts = timeline_.now();
+    for (auto& e : take_fresh()) coord.add_request(0, e.req, ts);
     progress = true;
   }
   if (shutdown_requested_.load() && !s.shutdown_noted) {
@@ -406,7 +407,6 @@ bool Runtime::coordinator_step() {
       control_->send_msg(w, list.encode(id_of));
     }
     execute(list);
-    timeline_.maybe_flush();
     if (list.shutdown) {
       end_by_list(list);
       return true;

@@ -33,7 +33,7 @@ def _color(phase: str) -> str:
 def _ticks(events: List[dict]) -> Dict[int, List[Tuple[float, str]]]:
     ticks: Dict[int, List[Tuple[float, str]]] = {}
     for e in events:
-        if e.get("ph") == "X" and e.get("dur") == 0:
+        if e.get("ph") == "i" and e.get("s") != "g":  # a rank's readiness (not a cycle mark)
             ticks.setdefault(e["pid"], []).append((e["ts"], e["name"]))
     return ticks
 

@@ -49,8 +49,9 @@ def close(path: PathLike) -> int:
 
 
 def phases(events: List[dict]) -> Dict[str, List[Tuple[str, float, float]]]:
-    """Pairs B/E events: tensor name -> [(phase, start_us, end_us), ...] in
-    the order the phases opened (nested phases included)."""
+    """Pairs B/E events and takes complete (X) events: tensor name ->
+    [(phase, start_us, end_us), ...] in the order the phases opened (nested
+    phases included)."""
     names = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"}
     open_: Dict[int, List[Tuple[str, float, int]]] = {}
     found: Dict[str, List[Tuple[float, int, Tuple[str, float, float]]]] = {}
@@ -58,6 +59,9 @@ def phases(events: List[dict]) -> Dict[str, List[Tuple[str, float, float]]]:
         ph, pid = e.get("ph"), e.get("pid")
         if ph == "B":
             open_.setdefault(pid, []).append((e["name"], e["ts"], seq))
+        elif ph == "X":
+            span = (e["name"], e["ts"], e["ts"] + e.get("dur", 0))
+            found.setdefault(names.get(pid, str(pid)), []).append((e["ts"], seq, span))
         elif ph == "E" and open_.get(pid):
             name, start, opened = open_[pid].pop()
             found.setdefault(names.get(pid, str(pid)), []).append((start, opened, (name, start, e["ts"])))

@@ -34,7 +34,7 @@ def test_ringrun_timeline_filename_writes_every_phase(tmp_path):
 
     assert "RING_ALLGATHER" in [p for p, _, _ in spans["env.gather"]]
     pid = next(e["pid"] for e in events if e.get("args", {}).get("name") == "env.grad.0")
-    ticks = {e["name"] for e in events if e.get("pid") == pid and e.get("ph") == "X"}
+    ticks = {e["name"] for e in events if e.get("pid") == pid and e.get("ph") == "i"}
     assert ticks == {"0", "1"}  # each rank's readiness inside the negotiation
     closing = [e for e in events if e.get("pid") == pid and e.get("ph") == "E" and e.get("name") == "ALLREDUCE"]
     assert closing and closing[0]["args"] == {"dtype": "float32", "shape": "[3, 4]"}

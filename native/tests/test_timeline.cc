@@ -1,0 +1,79 @@
+// The timeline: the text each kind of recorded event becomes, and a file
+// written through Timeline that is valid, complete and in order.
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "engine/timeline.h"
+#include "engine/timeline_format.h"
+#include "tests/harness.h"
+
+using ring::OpType;
+using ring::TimelineBatch;
+using ring::TimelineEvent;
+
+TEST(timeline_events_format_as_compact_chrome_trace_lines) {
+  TimelineBatch b;
+  b.names.push_back("grad \"w\"\n");
+  b.events.push_back(TimelineEvent{0, nullptr, 3, 0, 'M'});
+  b.events.push_back(TimelineEvent{15, "NEGOTIATE_ALLREDUCE", 3, 0, 'B'});
+  b.events.push_back(TimelineEvent{15, nullptr, 3, 1, 'I'});
+  b.events.push_back(TimelineEvent{20, nullptr, 3, 0, 'E'});
+  b.events.push_back(TimelineEvent{21, "RING_ALLREDUCE", 3, 7, 'S'});
+  b.dims = {static_cast<int64_t>(ring::DataType::Float32), 2, 3, 4};
+  b.events.push_back(TimelineEvent{30, "ALLREDUCE", 3, 0, 'e'});
+  b.events.push_back(TimelineEvent{31, "CYCLE_START", 0, 0, 'C'});
+  std::string text;
+  ring::format_timeline_batch(b, &text);
+  CHECK_EQ(text, std::string(
+      "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":3,\"args\":{\"name\":\"grad \\\"w\\\"\\u000a\"}},\n"
+      "{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":3,\"args\":{\"sort_index\":3}},\n"
+      "{\"ph\":\"B\",\"name\":\"NEGOTIATE_ALLREDUCE\",\"ts\":15,\"pid\":3},\n"
+      "{\"ph\":\"i\",\"name\":\"1\",\"ts\":15,\"pid\":3},\n"
+      "{\"ph\":\"E\",\"ts\":20,\"pid\":3},\n"
+      "{\"ph\":\"X\",\"name\":\"RING_ALLREDUCE\",\"ts\":21,\"dur\":7,\"pid\":3},\n"
+      "{\"ph\":\"E\",\"name\":\"ALLREDUCE\",\"ts\":30,\"pid\":3,\"args\":{\"dtype\":\"float32\",\"shape\":\"[3, 4]\"}},\n"
+      "{\"ph\":\"i\",\"name\":\"CYCLE_START\",\"ts\":31,\"pid\":0,\"s\":\"g\"},\n"));
+}
+
+TEST(timeline_file_holds_every_recorded_event_and_closes) {
+  const std::string path = "/tmp/ring_native_timeline_" + std::to_string(::getpid()) + ".json";
+  ring::Timeline tl;
+  tl.start(path, true);
+  ring::Request q;
+  q.name = "a";
+  q.op = OpType::Allreduce;
+  q.shape = {2};
+  ring::Timeline::Row cache;
+  constexpr int kSteps = 10000;  // 80,000 events: more than one batch, the writer wakes early
+  for (int step = 0; step < kSteps; ++step) {
+    tl.rank_ready(q.name, &cache, q.op, 0, true);
+    tl.rank_ready(q.name, &cache, q.op, 1, false);
+    tl.negotiate_end(q.name, &cache);
+    std::vector<int> rows;
+    std::vector<const std::string*> names{&q.name};
+    tl.rows(names, {}, 0, &rows);
+    tl.begin(rows, "ALLREDUCE");
+    tl.span(rows, "RING_ALLREDUCE", tl.now());
+    tl.end_ops(rows, {&q});
+    tl.cycle_start();
+  }
+  tl.stop();
+  std::ifstream in(path);
+  std::stringstream all;
+  all << in.rdbuf();
+  const std::string text = all.str();
+  std::remove(path.c_str());
+  CHECK(text.rfind("[\n", 0) == 0);
+  CHECK(text.size() > 4 && text.compare(text.size() - 4, 4, "{}]\n") == 0);
+  size_t lines = 0, ends = 0;
+  for (size_t pos = 0; (pos = text.find('\n', pos)) != std::string::npos; ++pos) ++lines;
+  for (size_t pos = 0; (pos = text.find("\"name\":\"ALLREDUCE\",\"ts\"", pos)) != std::string::npos; ++pos) ++ends;
+  // "[", 2 + 2 row lines, 8 events per step, "{}]"
+  CHECK_EQ(lines, static_cast<size_t>(1 + 4 + 8 * kSteps + 1));
+  CHECK_EQ(ends, static_cast<size_t>(2 * kSteps));  // each step's ALLREDUCE begins and ends
+}
