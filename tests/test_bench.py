@@ -293,3 +293,21 @@ def test_train_bad_option_exits_2(capsys):
         main(["--compare", "nccl"])
     assert exc.value.code == 2
     assert "--compare: invalid choice: 'nccl'" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- bench.timeline_overhead
+
+
+def test_timeline_overhead_prints_both_step_times_and_the_overhead(run_output):
+    args = [sys.executable, "-m", "ring_strategy.bench.timeline_overhead", "--num-tensors", "8",
+            "--tensor-bytes", "1024", "--steps", "2", "--rounds", "3"]
+    output = run_output(2, args, timeout=120)
+    assert output.startswith("[ringrun exit code 0]"), output[-4000:]
+    lines = rank0_lines(output)
+    assert lines[0] == "# 2 rank(s), 8 x 1024 B allreduces per step, 3 pairs of rounds of 2 steps", lines
+    off = re.match(r"timeline off: ([\d.]+) ms/step", lines[1])
+    on = re.match(r"timeline on:  ([\d.]+) ms/step \((\d+) KiB written per step\)", lines[2])
+    assert off and on and float(off.group(1)) > 0 and float(on.group(1)) > 0, lines
+    assert re.match(r"overhead: [+-][\d.]+% \(median over the pairs of on / off; quartiles [+-][\d.]+% and "
+                    r"[+-][\d.]+%\)$", lines[3]), lines
+    assert not re.search(r"^\[1\] ", output, re.M)

@@ -2,9 +2,10 @@
 
 ``ringrun -np 2 python -m ring_strategy.bench.timeline_overhead`` runs the
 small-tensors step (200 allreduces of 16 KiB, then a wait for all) in
-rounds that alternate between the timeline off and on (``start_timeline``
-/ ``stop_timeline`` between rounds, so both see the same machine), and
-prints the median step time of each and the overhead in percent.
+pairs of rounds, one with the timeline off and one with it on
+(``start_timeline`` / ``stop_timeline`` between rounds, so both see the same
+machine), and prints the median step time of each and the overhead in
+percent: the median over the pairs of the on / off ratio.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import argparse
 import os
 import tempfile
 import time
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -27,25 +28,53 @@ def _step(tensors: List[np.ndarray], names: List[str]) -> None:
         rs.synchronize(h)
 
 
+def _round(tensors: List[np.ndarray], names: List[str], steps: int, path: Optional[str]) -> Tuple[float, int]:
+    """Seconds per step of one round with the timeline written to ``path``
+    (None: off), and the bytes written there (0 on ranks that write none).
+    A round with the timeline counts its start and its stop, which writes
+    out what the round recorded: all it costs is in the time."""
+    rs.barrier()
+    t0 = time.perf_counter()
+    if path is not None:
+        start_timeline(path)
+    for _ in range(steps):
+        _step(tensors, names)
+    if path is not None:
+        stop_timeline()
+    seconds = (time.perf_counter() - t0) / steps
+    written = 0
+    if path is not None and os.path.exists(path):
+        # The next round writes a new file instead of truncating this one
+        # (which costs the file system more than writing it did).
+        written = os.path.getsize(path)
+        os.remove(path)
+    return seconds, written
+
+
 def measure(num_tensors: int, tensor_bytes: int, steps: int, rounds: int, path: str) -> Dict[str, float]:
-    """Median step seconds with the timeline off and on (every rank calls it)."""
+    """Step seconds with the timeline off and on, and their ratio (every
+    rank calls it).
+
+    Rounds come in pairs, off then on or on then off in turn; the ratio is
+    the median over the pairs of on / off, so that a machine whose speed
+    drifts during the run compares each round with its neighbour only. Short
+    rounds and many pairs keep the neighbours close in time.
+    """
     tensors = [np.ones(max(1, tensor_bytes // 4), np.float32) for _ in range(num_tensors)]
     names = [f"timeline_overhead.{i}" for i in range(num_tensors)]
-    times: Dict[str, List[float]] = {"off": [], "on": []}
     for _ in range(3):
         _step(tensors, names)
-    for r in range(2 * rounds):
-        mode = "on" if r % 2 else "off"
-        if mode == "on":
-            start_timeline(path)
-        rs.barrier()
-        for _ in range(steps):
-            t0 = time.perf_counter()
-            _step(tensors, names)
-            times[mode].append(time.perf_counter() - t0)
-        if mode == "on":
-            stop_timeline()
-    return {mode: float(np.median(ts)) for mode, ts in times.items()}
+    off: List[float] = []
+    on: List[float] = []
+    written = 0
+    for pair in range(rounds):
+        for timeline in ((False, True) if pair % 2 == 0 else (True, False)):
+            seconds, size = _round(tensors, names, steps, path if timeline else None)
+            (on if timeline else off).append(seconds)
+            written = max(written, size)
+    q1, ratio, q3 = np.percentile([b / a for a, b in zip(off, on)], [25, 50, 75])
+    return {"off": float(np.median(off)), "on": float(np.median(on)), "ratio": float(ratio),
+            "ratio_q1": float(q1), "ratio_q3": float(q3), "bytes_per_step": written / steps}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -54,20 +83,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--num-tensors", type=int, default=200)
     parser.add_argument("--tensor-bytes", type=int, default=16 << 10)
     parser.add_argument("--steps", type=int, default=20, help="steps per round")
-    parser.add_argument("--rounds", type=int, default=5, help="rounds with the timeline off, and as many on")
+    parser.add_argument("--rounds", type=int, default=150, help="pairs of rounds, one off and one on")
     args = parser.parse_args(argv)
     rs.init()
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "timeline.json")
         result = measure(args.num_tensors, args.tensor_bytes, args.steps, args.rounds, path)
-        size = os.path.getsize(path) if rs.rank() == 0 else 0
     if rs.rank() == 0:
         off, on = result["off"], result["on"]
         print(f"# {rs.size()} rank(s), {args.num_tensors} x {args.tensor_bytes} B allreduces per step, "
-              f"median of {args.steps * args.rounds} steps each")
-        print(f"timeline off: {off * 1e3:.3f} ms/step")
-        print(f"timeline on:  {on * 1e3:.3f} ms/step ({size / args.steps / args.rounds / 1024:.0f} KiB written per step)")
-        print(f"overhead: {100 * (on / off - 1):+.1f}%")
+              f"{args.rounds} pairs of rounds of {args.steps} steps")
+        print(f"timeline off: {off * 1e3:.3f} ms/step (median of the rounds; a round with the timeline "
+              f"includes its start and its stop)")
+        print(f"timeline on:  {on * 1e3:.3f} ms/step ({result['bytes_per_step'] / 1024:.0f} KiB written per step)")
+        print(f"overhead: {100 * (result['ratio'] - 1):+.1f}% (median over the pairs of on / off; "
+              f"quartiles {100 * (result['ratio_q1'] - 1):+.1f}% and {100 * (result['ratio_q3'] - 1):+.1f}%)")
     rs.shutdown()
     return 0
 
