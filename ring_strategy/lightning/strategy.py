@@ -31,6 +31,8 @@ from pytorch_lightning.strategies.parallel import ParallelStrategy
 
 import ring_strategy.torch as _rt
 from ring_strategy.lightning import _spawn
+from ring_strategy.environments import LocalEnvironment, detect_environment
+from ring_strategy.environments import ClusterEnvironment as JobEnvironment
 from ring_strategy.environments.base import override
 from ring_strategy.lightning._grad_sync import GradientSync
 
@@ -38,19 +40,22 @@ __all__ = ["RingEnvironment", "RingStrategy"]
 
 
 
-def _env_int(name: str) -> Optional[int]:
-    raw = os.environ.get(name)
-    return int(raw) if raw is not None and raw.strip() else None
+def _launcher() -> Optional[JobEnvironment]:
+    """The job as the launcher that started this process describes it
+    (ringrun, torchrun, mpirun, Slurm; see ring_strategy.environments), or
+    None without one."""
+    env = detect_environment()
+    return None if isinstance(env, LocalEnvironment) else env
 
 
 class RingEnvironment(ClusterEnvironment):
-    """Lightning's view of a ring job, read from the ``RING_*`` variables.
+    """Lightning's view of a ring job, read from its launcher's variables.
 
-    Under ``ringrun`` (or in a worker that :class:`RingStrategy` started) the
-    variables describe the job and the processes exist already. Before the
-    first process of a self-launched job has started the others, the world size
-    is whatever the strategy sets (``devices * num_nodes``) and this process is
-    rank 0.
+    Under ``ringrun``, ``torchrun``, ``mpirun`` or ``srun`` (or in a worker
+    that :class:`RingStrategy` started) the variables describe the job and
+    the processes exist already. Before the first process of a self-launched
+    job has started the others, the world size is whatever the strategy sets
+    (``devices * num_nodes``) and this process is rank 0.
     """
 
     def __init__(self) -> None:
@@ -61,29 +66,31 @@ class RingEnvironment(ClusterEnvironment):
     @property
     @override
     def creates_processes_externally(self) -> bool:
-        return "RING_RANK" in os.environ
+        return _launcher() is not None
+
+    def _rendezvous(self) -> str:
+        job = _launcher()
+        return (job.rendezvous_address if job is not None else None) or "127.0.0.1:0"
 
     @property
     @override
     def main_address(self) -> str:
-        address = os.environ.get("RING_RENDEZVOUS_ADDR", "127.0.0.1:0")
-        return address.rpartition(":")[0].strip("[]")
+        return self._rendezvous().rpartition(":")[0].strip("[]")
 
     @property
     @override
     def main_port(self) -> int:
-        address = os.environ.get("RING_RENDEZVOUS_ADDR", "127.0.0.1:0")
-        return int(address.rpartition(":")[2])
+        return int(self._rendezvous().rpartition(":")[2])
 
     @staticmethod
     @override
     def detect() -> bool:
-        return "RING_RANK" in os.environ
+        return _launcher() is not None
 
     @override
     def world_size(self) -> int:
-        size = _env_int("RING_SIZE")
-        return self._world_size if size is None else size
+        job = _launcher()
+        return self._world_size if job is None else job.size
 
     @override
     def set_world_size(self, size: int) -> None:
@@ -91,8 +98,8 @@ class RingEnvironment(ClusterEnvironment):
 
     @override
     def global_rank(self) -> int:
-        rank = _env_int("RING_RANK")
-        return self._global_rank if rank is None else rank
+        job = _launcher()
+        return self._global_rank if job is None else job.rank
 
     @override
     def set_global_rank(self, rank: int) -> None:
@@ -100,12 +107,13 @@ class RingEnvironment(ClusterEnvironment):
 
     @override
     def local_rank(self) -> int:
-        rank = _env_int("RING_LOCAL_RANK")
-        return (_env_int("RING_RANK") or 0) if rank is None else rank
+        job = _launcher()
+        return 0 if job is None else job.local_rank
 
     @override
     def node_rank(self) -> int:
-        return _env_int("RING_CROSS_RANK") or 0
+        job = _launcher()
+        return 0 if job is None else job.cross_rank
 
     @override
     def validate_settings(self, num_devices: int, num_nodes: int) -> None:
@@ -119,10 +127,9 @@ class RingEnvironment(ClusterEnvironment):
         """
         if num_devices < 1 or num_nodes < 1:
             raise ValueError(f"RingStrategy: devices and num_nodes should be positive. Got: {num_devices}, {num_nodes}")
-        if "RING_SIZE" in os.environ:
-            size = _env_int("RING_SIZE") or 1
-            local = _env_int("RING_LOCAL_SIZE") or size
-            hosts = _env_int("RING_CROSS_SIZE") or 1
+        job = _launcher()
+        if job is not None:
+            size, local, hosts = job.size, job.local_size, job.cross_size
             if num_devices * num_nodes == 1 or (num_devices == local and num_nodes == hosts):
                 return
             raise ValueError(
@@ -164,7 +171,8 @@ class _RingLauncher(_Launcher):
         if not env.creates_processes_externally and world > 1:
             _spawn.start_workers(world)
         if "OMP_NUM_THREADS" not in os.environ:
-            local = _env_int("RING_LOCAL_SIZE") or 1
+            job = _launcher()
+            local = 1 if job is None else job.local_size
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // local))
         return function(*args, **kwargs)
 

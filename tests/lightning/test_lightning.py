@@ -1,6 +1,6 @@
 """Trainer(strategy="ring") on real workers: self-launched (python script.py
-with devices=2) and under ringrun -np 2, against a one-process reference fit on
-the global batch. Each worker process runs every scenario once (see
+with devices=2), under ringrun -np 2, under torchrun --nproc-per-node 2 and
+under mpirun -np 2, against a one-process reference fit on the global batch. Each worker process runs every scenario once (see
 workers/fit_worker.py); the tests below check what the ranks wrote."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -71,7 +72,29 @@ def under_ringrun(tmp_path_factory) -> Run:
     return Run(_run(cmd, out), out, 2)
 
 
-@pytest.fixture(params=["self_launched", "under_ringrun"])
+@pytest.fixture(scope="module")
+def under_torchrun(tmp_path_factory) -> Run:
+    out = tmp_path_factory.mktemp("torchrun")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+           str(WORKER), "--devices", "2", "--out", str(out)]
+    return Run(_run(cmd, out), out, 2)
+
+
+@pytest.fixture(scope="module")
+def under_mpirun(tmp_path_factory) -> Run:
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        if os.geteuid() == 0:
+            pytest.fail("mpirun is missing: run `make sysdeps` (installs openmpi-bin)", pytrace=False)
+        pytest.skip("mpirun is missing and installing openmpi-bin needs root: apt-get install openmpi-bin")
+    out = tmp_path_factory.mktemp("mpirun")
+    root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
+    cmd = [mpirun, *root, "--oversubscribe", "-np", "2", "-x", "PYTHONPATH",
+           sys.executable, str(WORKER), "--devices", "1", "--out", str(out)]
+    return Run(_run(cmd, out), out, 2)
+
+
+@pytest.fixture(params=["self_launched", "under_ringrun", "under_torchrun", "under_mpirun"])
 def job(request) -> Run:
     return request.getfixturevalue(request.param)
 

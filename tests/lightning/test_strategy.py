@@ -87,7 +87,19 @@ def test_num_nodes_needs_a_launcher():
 
 
 _RINGRUN_4 = {"RING_RANK": "1", "RING_SIZE": "4", "RING_LOCAL_RANK": "1", "RING_LOCAL_SIZE": "4",
-              "RING_CROSS_RANK": "0", "RING_CROSS_SIZE": "1"}
+              "RING_CROSS_RANK": "0", "RING_CROSS_SIZE": "1", "RING_RENDEZVOUS_ADDR": "127.0.0.1:29400",
+              "RING_SECRET": "ab" * 32, "RING_JOB_ID": "test"}
+# Rank 5 of 8 on two hosts of 4, as each launcher describes it.
+_TWO_HOSTS = {
+    "torchrun": {"RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4", "GROUP_RANK": "1",
+                 "GROUP_WORLD_SIZE": "2", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"},
+    # mpirun across hosts needs the rendezvous named (rank 0's host is unknown to the others)
+    "mpirun": {"OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_SIZE": "8", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+               "OMPI_COMM_WORLD_LOCAL_SIZE": "4", "RING_RENDEZVOUS_ADDR": "10.0.0.1:29500"},
+    "srun": {"SLURM_PROCID": "5", "SLURM_STEP_ID": "0", "SLURM_NTASKS": "8", "SLURM_NTASKS_PER_NODE": "4",
+             "SLURM_LOCALID": "1", "SLURM_NODEID": "1", "SLURM_NNODES": "2", "SLURM_TASKS_PER_NODE": "4(x2)",
+             "SLURM_NODELIST": "node[1-2]", "SLURM_JOB_ID": "77"},
+}
 
 
 @pytest.mark.parametrize("devices", [1, 4])
@@ -97,6 +109,18 @@ def test_under_a_launcher_devices_per_host_or_one(devices):
         assert t.world_size == 4 and t.global_rank == 1 and t.local_rank == 1
         assert t.strategy.distributed_sampler_kwargs == {"num_replicas": 4, "rank": 1}
         assert t.strategy.cluster_environment.creates_processes_externally
+
+
+@pytest.mark.parametrize("launcher", sorted(_TWO_HOSTS))
+def test_under_other_launchers_the_trainer_sees_their_job(launcher):
+    with mock.patch.dict(os.environ, _TWO_HOSTS[launcher]):
+        for devices, nodes in [(4, 2), (1, 1)]:  # as with DDP, or one device per process as with Horovod
+            t = _trainer(devices=devices, num_nodes=nodes)
+            assert (t.world_size, t.global_rank, t.local_rank, t.node_rank) == (8, 5, 1, 1), launcher
+            assert t.strategy.distributed_sampler_kwargs == {"num_replicas": 8, "rank": 5}
+            assert t.strategy.cluster_environment.creates_processes_externally
+        with pytest.raises(ValueError, match=r"job of 8 processes \(4 per host on 2 host\(s\)\)"):
+            _trainer(devices=2)
 
 
 def test_under_a_launcher_other_devices_is_an_error():
