@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import abc
+import dataclasses
 import os
 from typing import Callable, Optional, TypeVar
 
 from ring_strategy.environments.network import route_address
 
-__all__ = ["ClusterEnvironment", "override"]
+__all__ = ["ClusterEnvironment", "Layout", "override"]
 
 _F = TypeVar("_F", bound=Callable[..., object])
 
@@ -21,17 +22,58 @@ except ImportError:  # pragma: no cover - older Pythons
         return method
 
 
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """Where one process sits in a job, as a launcher describes it."""
+
+    rank: int
+    size: int
+    local_rank: int
+    local_size: int
+    cross_rank: int
+    cross_size: int
+
+    def check(self, launcher: str) -> None:
+        """Raises ValueError naming the launcher if the numbers disagree."""
+        pairs = [("rank", self.rank, self.size), ("local rank", self.local_rank, self.local_size),
+                 ("host index", self.cross_rank, self.cross_size)]
+        for what, index, count in pairs:
+            if count < 1 or not 0 <= index < count:
+                raise ValueError(f"{launcher} gave an invalid {what}: {index} of {count}")
+        if self.local_size > self.size or self.cross_size > self.size:
+            raise ValueError(
+                f"{launcher} gave {self.local_size} processes per host and {self.cross_size} "
+                f"host(s) for a job of {self.size} processes"
+            )
+
+
 class ClusterEnvironment(abc.ABC):
     """Where this process sits in a job, as told by the launcher that started it.
 
     One subclass per launcher (ringrun, torchrun, mpirun, Slurm, ...) reads that
-    launcher's environment variables. :func:`ring_strategy.environments.detect_environment`
-    picks the first whose :meth:`detect` is true.
+    launcher's environment variables, checks them and hands what it found to
+    this constructor. :func:`ring_strategy.environments.detect_environment`
+    picks the first subclass whose :meth:`detect` is true.
 
     The job is laid out as ``cross_size`` hosts with ``local_size`` workers
     each; ``rank`` numbers all workers, ``local_rank`` the workers on this host,
     ``cross_rank`` the hosts.
+
+    Args:
+        layout: This process's place in the job.
+        rendezvous_address: ``"host:port"`` of the rendezvous store, or None.
+        secret: The job secret, or None.
+        job_id: An id unique to this run of the job.
+        host_id: A name for this host, equal for all processes that share it.
     """
+
+    def __init__(self, layout: Layout, *, rendezvous_address: Optional[str], secret: Optional[bytes],
+                 job_id: str, host_id: str) -> None:
+        self._layout_found = layout
+        self._rendezvous_address = rendezvous_address
+        self._secret = secret
+        self._job_id = job_id
+        self._host_id = host_id
 
     @classmethod
     @abc.abstractmethod
@@ -43,54 +85,54 @@ class ClusterEnvironment(abc.ABC):
         """
 
     @property
-    @abc.abstractmethod
     def rank(self) -> int:
         """The global rank of this process, in ``[0, size)``."""
+        return self._layout_found.rank
 
     @property
-    @abc.abstractmethod
     def size(self) -> int:
         """The number of processes in the job."""
+        return self._layout_found.size
 
     @property
-    @abc.abstractmethod
     def local_rank(self) -> int:
         """The rank of this process among those on its host."""
+        return self._layout_found.local_rank
 
     @property
-    @abc.abstractmethod
     def local_size(self) -> int:
         """The number of processes on this host."""
+        return self._layout_found.local_size
 
     @property
-    @abc.abstractmethod
     def cross_rank(self) -> int:
         """The index of this host among the job's hosts."""
+        return self._layout_found.cross_rank
 
     @property
-    @abc.abstractmethod
     def cross_size(self) -> int:
         """The number of hosts in the job."""
+        return self._layout_found.cross_size
 
     @property
-    @abc.abstractmethod
     def rendezvous_address(self) -> Optional[str]:
         """``"host:port"`` of the rendezvous store, or None when there is none."""
+        return self._rendezvous_address
 
     @property
-    @abc.abstractmethod
     def secret(self) -> Optional[bytes]:
         """The job secret every connection must prove, or None when there is none."""
+        return self._secret
 
     @property
-    @abc.abstractmethod
     def job_id(self) -> str:
         """An id unique to this run of the job (names shared-memory segments)."""
+        return self._job_id
 
     @property
-    @abc.abstractmethod
     def host_id(self) -> str:
         """A name for this host, equal for all processes that share it."""
+        return self._host_id
 
     @property
     def rendezvous_bind_address(self) -> Optional[str]:

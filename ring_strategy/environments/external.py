@@ -22,14 +22,13 @@ variables. How each is chosen:
 from __future__ import annotations
 
 import abc
-import dataclasses
 import hashlib
 import os
 import socket
 import warnings
 from typing import ClassVar, Mapping, Optional
 
-from ring_strategy.environments.base import ClusterEnvironment, override
+from ring_strategy.environments.base import ClusterEnvironment, Layout, override
 from ring_strategy.environments.network import is_local_address, is_loopback, split_address
 from ring_strategy.environments.ringrun import _secret
 
@@ -39,31 +38,6 @@ __all__ = ["ExternalLauncherEnvironment", "Layout", "derived_port", "join_addres
 #: Linux's ephemeral range (32768-60999), so outgoing connections never hold them.
 PORT_BASE = 20000
 PORT_SPAN = 12000
-
-
-@dataclasses.dataclass(frozen=True)
-class Layout:
-    """Where one process sits in a job, as a launcher describes it."""
-
-    rank: int
-    size: int
-    local_rank: int
-    local_size: int
-    cross_rank: int
-    cross_size: int
-
-    def check(self, launcher: str) -> None:
-        """Raises ValueError naming the launcher if the numbers disagree."""
-        pairs = [("rank", self.rank, self.size), ("local rank", self.local_rank, self.local_size),
-                 ("host index", self.cross_rank, self.cross_size)]
-        for what, index, count in pairs:
-            if count < 1 or not 0 <= index < count:
-                raise ValueError(f"{launcher} gave an invalid {what}: {index} of {count}")
-        if self.local_size > self.size or self.cross_size > self.size:
-            raise ValueError(
-                f"{launcher} gave {self.local_size} processes per host and {self.cross_size} "
-                f"host(s) for a job of {self.size} processes"
-            )
 
 
 def read_int(env: Mapping[str, str], *names: str) -> Optional[int]:
@@ -130,14 +104,16 @@ class ExternalLauncherEnvironment(ClusterEnvironment):
         env = os.environ if environ is None else environ
         layout = self._layout(env)
         layout.check(self.launcher)
-        self._l = layout
         key = f"{self.launcher}|{self._job_key(env, layout)}"
-        self._job_id = f"{self.launcher}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
-        self._host_id = self._read_host_id(env)
-        self._address = self._read_address(env, layout, key)
         explicit = _secret(env, "RING_SECRET", required=False)
         self._secret_derived = explicit is None
-        self._secret = explicit or hashlib.sha256(b"ring-derived-secret\0" + key.encode()).digest()
+        super().__init__(
+            layout,
+            rendezvous_address=self._read_address(env, layout, key),
+            secret=explicit or hashlib.sha256(b"ring-derived-secret\0" + key.encode()).digest(),
+            job_id=f"{self.launcher}-{hashlib.sha256(key.encode()).hexdigest()[:16]}",
+            host_id=self._read_host_id(env),
+        )
         if self._secret_derived and layout.cross_size > 1 and layout.rank == 0:
             warnings.warn(
                 f"{self.launcher}: RING_SECRET is not set, so the job secret is derived from the "
@@ -200,65 +176,17 @@ class ExternalLauncherEnvironment(ClusterEnvironment):
             ValueError: On rank 0 of a multi-host job whose rendezvous address
                 names another host.
         """
-        if self._l.rank != 0:
+        if self.rank != 0:
             return None
-        host, port = split_address(self._address)
+        address = self.rendezvous_address
+        assert address is not None  # always set for these launchers
+        host, port = split_address(address)
         if is_loopback(host):
             return join_address(host if host != "localhost" else "127.0.0.1", port)
         if not is_local_address(host):
             raise ValueError(
                 f"{self.launcher}: rank 0 serves the rendezvous store, but the rendezvous address "
-                f"{self._address} names another host than rank 0's ({socket.gethostname()}); "
+                f"{address} names another host than rank 0's ({socket.gethostname()}); "
                 "set RING_RENDEZVOUS_ADDR to rank 0's host and a free port"
             )
         return join_address("::" if ":" in host else "0.0.0.0", port)
-
-    @property
-    @override
-    def rank(self) -> int:
-        return self._l.rank
-
-    @property
-    @override
-    def size(self) -> int:
-        return self._l.size
-
-    @property
-    @override
-    def local_rank(self) -> int:
-        return self._l.local_rank
-
-    @property
-    @override
-    def local_size(self) -> int:
-        return self._l.local_size
-
-    @property
-    @override
-    def cross_rank(self) -> int:
-        return self._l.cross_rank
-
-    @property
-    @override
-    def cross_size(self) -> int:
-        return self._l.cross_size
-
-    @property
-    @override
-    def rendezvous_address(self) -> Optional[str]:
-        return self._address
-
-    @property
-    @override
-    def secret(self) -> Optional[bytes]:
-        return self._secret
-
-    @property
-    @override
-    def job_id(self) -> str:
-        return self._job_id
-
-    @property
-    @override
-    def host_id(self) -> str:
-        return self._host_id

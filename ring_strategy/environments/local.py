@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import secrets
 import socket
-from typing import Optional
 
-from ring_strategy.environments.base import ClusterEnvironment, override
+from ring_strategy.environments.base import ClusterEnvironment, Layout, override
 
 __all__ = ["LocalEnvironment"]
 
@@ -19,60 +18,10 @@ class LocalEnvironment(ClusterEnvironment):
     """
 
     def __init__(self) -> None:
-        self._job_id = secrets.token_hex(8)
-        self._host_id = socket.gethostname()
+        super().__init__(Layout(0, 1, 0, 1, 0, 1), rendezvous_address=None, secret=None,
+                         job_id=secrets.token_hex(8), host_id=socket.gethostname())
 
     @classmethod
     @override
     def detect(cls) -> bool:
         return True
-
-    @property
-    @override
-    def rank(self) -> int:
-        return 0
-
-    @property
-    @override
-    def size(self) -> int:
-        return 1
-
-    @property
-    @override
-    def local_rank(self) -> int:
-        return 0
-
-    @property
-    @override
-    def local_size(self) -> int:
-        return 1
-
-    @property
-    @override
-    def cross_rank(self) -> int:
-        return 0
-
-    @property
-    @override
-    def cross_size(self) -> int:
-        return 1
-
-    @property
-    @override
-    def rendezvous_address(self) -> Optional[str]:
-        return None
-
-    @property
-    @override
-    def secret(self) -> Optional[bytes]:
-        return None
-
-    @property
-    @override
-    def job_id(self) -> str:
-        return self._job_id
-
-    @property
-    @override
-    def host_id(self) -> str:
-        return self._host_id

@@ -8,7 +8,7 @@ import secrets
 import socket
 from typing import Mapping, Optional
 
-from ring_strategy.environments.base import ClusterEnvironment, override
+from ring_strategy.environments.base import ClusterEnvironment, Layout, override
 
 __all__ = ["RingrunEnvironment"]
 
@@ -40,95 +40,38 @@ class RingrunEnvironment(ClusterEnvironment):
 
     def __init__(self, environ: Optional[Mapping[str, str]] = None) -> None:
         env = os.environ if environ is None else environ
-        self._size = _int(env, "RING_SIZE", minimum=1)
-        self._rank = _int(env, "RING_RANK", minimum=0, below=("RING_SIZE", self._size))
-        self._local_size = _int(
-            env, "RING_LOCAL_SIZE", minimum=1, default=self._size,
+        size = _int(env, "RING_SIZE", minimum=1)
+        rank = _int(env, "RING_RANK", minimum=0, below=("RING_SIZE", size))
+        local_size = _int(env, "RING_LOCAL_SIZE", minimum=1, default=size)
+        if local_size > size:
+            raise ValueError(f"RING_LOCAL_SIZE should be at most RING_SIZE={size}. Got: {env.get('RING_LOCAL_SIZE')!r}")
+        local_rank = _int(env, "RING_LOCAL_RANK", minimum=0, default=rank, below=("RING_LOCAL_SIZE", local_size))
+        cross_size = _int(env, "RING_CROSS_SIZE", minimum=1, default=1)
+        cross_rank = _int(env, "RING_CROSS_RANK", minimum=0, default=0, below=("RING_CROSS_SIZE", cross_size))
+        needed = size > 1
+        super().__init__(
+            Layout(rank, size, local_rank, local_size, cross_rank, cross_size),
+            rendezvous_address=_address(env, "RING_RENDEZVOUS_ADDR", required=needed),
+            secret=_secret(env, "RING_SECRET", required=needed),
+            job_id=_job_id(env, required=needed),
+            host_id=env.get("RING_HOSTNAME") or socket.gethostname(),
         )
-        if self._local_size > self._size:
-            raise ValueError(
-                f"RING_LOCAL_SIZE should be at most RING_SIZE={self._size}. "
-                f"Got: {env.get('RING_LOCAL_SIZE')!r}"
-            )
-        self._local_rank = _int(
-            env, "RING_LOCAL_RANK", minimum=0, default=self._rank,
-            below=("RING_LOCAL_SIZE", self._local_size),
-        )
-        self._cross_size = _int(env, "RING_CROSS_SIZE", minimum=1, default=1)
-        self._cross_rank = _int(
-            env, "RING_CROSS_RANK", minimum=0, default=0,
-            below=("RING_CROSS_SIZE", self._cross_size),
-        )
-        needed = self._size > 1
-        self._address = _address(env, "RING_RENDEZVOUS_ADDR", required=needed)
-        self._secret = _secret(env, "RING_SECRET", required=needed)
-        job_id = env.get("RING_JOB_ID")
-        if job_id is None:
-            if needed:
-                raise ValueError("RING_JOB_ID is not set; start the job with ringrun")
-            job_id = secrets.token_hex(8)
-        elif not _JOB_ID.match(job_id):
-            raise ValueError(
-                "RING_JOB_ID should be 1 to 64 letters, digits, '_' or '-'. "
-                f"Got: {job_id!r}"
-            )
-        self._job_id = job_id
-        self._host_id = env.get("RING_HOSTNAME") or socket.gethostname()
 
     @classmethod
     @override
     def detect(cls) -> bool:
         return "RING_RANK" in os.environ or "RING_SIZE" in os.environ
 
-    @property
-    @override
-    def rank(self) -> int:
-        return self._rank
 
-    @property
-    @override
-    def size(self) -> int:
-        return self._size
-
-    @property
-    @override
-    def local_rank(self) -> int:
-        return self._local_rank
-
-    @property
-    @override
-    def local_size(self) -> int:
-        return self._local_size
-
-    @property
-    @override
-    def cross_rank(self) -> int:
-        return self._cross_rank
-
-    @property
-    @override
-    def cross_size(self) -> int:
-        return self._cross_size
-
-    @property
-    @override
-    def rendezvous_address(self) -> Optional[str]:
-        return self._address
-
-    @property
-    @override
-    def secret(self) -> Optional[bytes]:
-        return self._secret
-
-    @property
-    @override
-    def job_id(self) -> str:
-        return self._job_id
-
-    @property
-    @override
-    def host_id(self) -> str:
-        return self._host_id
+def _job_id(env: Mapping[str, str], *, required: bool) -> str:
+    job_id = env.get("RING_JOB_ID")
+    if job_id is None:
+        if required:
+            raise ValueError("RING_JOB_ID is not set; start the job with ringrun")
+        return secrets.token_hex(8)
+    if not _JOB_ID.match(job_id):
+        raise ValueError(f"RING_JOB_ID should be 1 to 64 letters, digits, '_' or '-'. Got: {job_id!r}")
+    return job_id
 
 
 def _int(
