@@ -51,9 +51,23 @@ class _DistributedMixin:
 
     def apply(self, grads, trainable_variables=None):
         grads = list(grads)
-        if grads and size() > 1:
+        if grads and size() > 1 and not self._ring_accumulates():
             grads = self._ring_allreduce(grads)
         return super().apply(grads, trainable_variables)
+
+    def _ring_accumulates(self) -> bool:
+        """With gradient accumulation (backward_passes_per_step > 1) the
+        average is taken where Keras applies the accumulated gradients, just
+        before clipping: once per update instead of once per batch (on the
+        TensorFlow and torch backends; JAX evaluates that branch every step)."""
+        return bool(self.gradient_accumulation_steps) and hasattr(super(), "_clip_gradients")
+
+    def _clip_gradients(self, grads):
+        if self._ring_accumulates() and size() > 1:
+            grads = list(grads)
+            if grads:
+                grads = self._ring_allreduce(grads)
+        return super()._clip_gradients(grads)
 
     def _ring_allreduce(self, grads: List[Any]) -> List[Any]:
         """Averages ``grads`` over every rank in one host call (None stays None)."""
@@ -151,8 +165,10 @@ def DistributedOptimizer(
             ``Compression.bf16``: the precision gradients travel in.
         backward_passes_per_step: number of batches whose gradients are
             accumulated locally (Keras ``gradient_accumulation_steps``) before
-            the variables are updated. Each batch's gradients are still
-            averaged over the ranks as they arrive.
+            the variables are updated. The accumulated gradients are
+            averaged over the ranks once per update on the TensorFlow and
+            torch backends (on JAX, which evaluates both branches of that
+            choice, every batch).
         average_aggregated_gradients: with ``backward_passes_per_step > 1``,
             apply the mean of the accumulated gradients (True) or, as Horovod
             does by default, their sum (False).

@@ -18,7 +18,7 @@ import pytest
 HERE = Path(__file__).parent
 WORKER = HERE / "workers" / "fit_worker.py"
 BACKENDS = ["tensorflow", "jax", "torch"]
-CHECKS = ["config", "fit", "schedule", "save_load", "compression", "sharding", "validation"]
+CHECKS = ["config", "fit", "schedule", "save_load", "compression", "accumulation", "sharding", "validation"]
 _runs: dict = {}
 
 

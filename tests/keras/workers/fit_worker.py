@@ -15,6 +15,8 @@ import numpy as np
 
 import keras
 import keras_callbacks as hvd
+import ring_strategy
+from ring_strategy.timeline import load as load_timeline
 
 GLOBAL_BATCH = 8
 EPOCHS = 4
@@ -150,6 +152,32 @@ def main(out_dir):
     gathered = hvd.allgather(flat[None])
     assert np.array_equal(gathered[0], gathered[-1])
     log("compression ok")
+
+    # backward_passes_per_step=2 equals one process accumulating the global
+    # batch's gradients over 2 batches; on TensorFlow and torch the ranks
+    # communicate once per update (counted in the timeline), on JAX per batch.
+    trace = os.path.join(out_dir, "accumulation.json")
+    model6 = make_model(seed=13)
+    model6.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(LR), backward_passes_per_step=2,
+                                                      average_aggregated_gradients=True, name="accumulation"),
+                   loss="mse", jit_compile=False)
+    ring_strategy.start_timeline(trace)
+    model6.fit(xs, ys, batch_size=GLOBAL_BATCH // n, epochs=1, shuffle=False, verbose=0)
+    ring_strategy.stop_timeline()
+    if r == 0:
+        ref6 = make_model(seed=13)
+        ref6.compile(optimizer=keras.optimizers.SGD(LR, gradient_accumulation_steps=2), loss="mse", jit_compile=False)
+        ref6.fit(x, y, batch_size=GLOBAL_BATCH, epochs=1, shuffle=False, verbose=0)
+        diff = max(np.abs(np.asarray(a) - np.asarray(b)).max() for a, b in zip(model6.get_weights(), ref6.get_weights()))
+        assert diff < 1e-5, diff
+        events = load_timeline(trace)
+        rows = {e["pid"] for e in events if e.get("name") == "process_name"
+                and e["args"]["name"].startswith("keras.DistributedOptimizer.accumulation.")}
+        reductions = sum(1 for e in events if e.get("pid") in rows and e.get("ph") == "B" and e.get("name") == "ALLREDUCE")
+        batches = SAMPLES // GLOBAL_BATCH
+        expected = batches if keras.backend.backend() == "jax" else batches // 2
+        assert reductions == expected, (reductions, expected)
+    log("accumulation ok")
 
     # Sharding a PyDataset and a tf.data.Dataset; run_eagerly=True trains too.
     class Batches(keras.utils.PyDataset):
