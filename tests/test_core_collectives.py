@@ -126,3 +126,16 @@ def test_hierarchical_allreduce_forced_on_one_host(scenario):
     env = {"RING_HIERARCHICAL_ALLREDUCE": "1"}
     out = assert_ok(ringrun(3, [WORKERS / "scenarios.py", scenario], extra_env=env), 3)
     assert out.count(": ok") == 3, out[-3000:]
+
+
+def test_shared_memory_rings_are_mapped_at_init():
+    # Right after init(), before any traffic, each rank has the two rings it
+    # shares with its peer (4 MiB each by default) in its page tables, so the
+    # first steps of a job do not pay a page fault per 4 KiB of traffic.
+    code = ("import ring_strategy as rs; rs.init(); "
+            "import re; maps = open('/proc/self/smaps').read(); "
+            "rss = re.findall(r'/ring\\.[^\\n]*\\n(?:(?!Rss:).*\\n)*?Rss: +(\\d+)', maps); "
+            "print('ring rss kib', sum(map(int, rss))); rs.shutdown()")
+    out = assert_ok(ringrun(2, ["-c", code]), 2)
+    kib = [int(line.split()[-1]) for line in out.splitlines() if "ring rss kib" in line]
+    assert len(kib) == 2 and all(k >= 2 * 4096 for k in kib), out

@@ -42,6 +42,20 @@ std::string errno_text(const std::string& what, const std::string& name) {
 
 SegmentHeader* header(void* base) { return static_cast<SegmentHeader*>(base); }
 
+// Maps a ring's pages into this process now, without touching their
+// contents (the peer may already be writing). Otherwise the first pass
+// around each ring takes a page fault per 4 KiB on both sides, which made
+// a job's first few megabytes of traffic several times slower than the
+// rest. Best effort: kernels before 5.14 fault the pages in on first use.
+void prefault(const uint8_t* data, size_t len) {
+#ifdef MADV_POPULATE_WRITE
+  ::madvise(const_cast<uint8_t*>(data), len, MADV_POPULATE_WRITE);
+#else
+  (void)data;
+  (void)len;
+#endif
+}
+
 // True when `pid` is gone or a zombie (dead, waiting to be reaped).
 bool process_exited(int pid) {
   if (::kill(pid, 0) != 0 && errno == ESRCH) return true;
@@ -155,6 +169,8 @@ ShmChannel::ShmChannel(std::shared_ptr<ShmSegment> own, std::shared_ptr<ShmSegme
   in_cap_ = own_->ring_bytes();
   in_tail_ = in_->tail.load(std::memory_order_relaxed);
   in_head_seen_ = in_->head.load(std::memory_order_acquire);
+  prefault(out_data_, out_cap_);
+  prefault(in_data_, in_cap_);
   out_->attached.store(1, std::memory_order_release);
 }
 
