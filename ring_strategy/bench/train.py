@@ -16,6 +16,11 @@ so that every rank has a core of its own. Printed, on rank 0:
 - **ddp** (``--compare ddp``): the same with
   ``torch.nn.parallel.DistributedDataParallel`` over gloo, in the same
   processes. ring and DDP take turns round by round, separated by barriers.
+- **np=N, no communication**: every rank runs the plain step at the same
+  time, with no communication at all. Its efficiency is the ceiling for any
+  library on this machine: ranks on one host share the memory system (and
+  on a small machine the cores), so their compute slows each other down
+  before a single byte is exchanged.
 - **efficiency** = N-rank samples/s / (N x np=1 samples/s): 100% is perfect
   scaling.
 
@@ -46,6 +51,8 @@ from ring_strategy.bench.options import _non_negative, _positive  # the CLI's ar
 __all__ = ["build_parser", "build_model", "main"]
 
 Step = Callable[[], None]
+# Every rank runs the plain step at once: the ceiling of the efficiency.
+NO_COMMUNICATION = "no communication"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -136,6 +143,13 @@ def _distributed_rates(steps: Dict[str, Step], args: argparse.Namespace) -> Dict
     return {name: statistics.median(values) for name, values in rates.items()}
 
 
+def _plain_step(template: Any, data: Any, target: Any) -> Step:
+    import torch
+
+    model = copy.deepcopy(template)
+    return _sgd_step(model, torch.optim.SGD(model.parameters(), lr=0.01), data, target)
+
+
 def _ring_step(template: Any, data: Any, target: Any) -> Step:
     import torch
 
@@ -177,7 +191,7 @@ def _report(args: argparse.Namespace, params: int, local: float, rates: Dict[str
     for name, rate in rates.items():
         efficiency = rate / (n * local)
         print(f"{f'np={n}, {name}':>28}  {rate:>10.1f}  {100 * efficiency:>9.1f}%")
-        results.append({"framework": name, "ranks": n, "samples_per_s": rate, "efficiency": efficiency,
+        results.append({"framework": "none" if name == NO_COMMUNICATION else name, "ranks": n, "samples_per_s": rate, "efficiency": efficiency,
                         "np1_samples_per_s": local, "parameters": params, "batch_size": args.batch_size})
     if "ring" in rates and "ddp" in rates:
         print(f"# ring/ddp samples/s: {rates['ring'] / rates['ddp']:.2f}x")
@@ -204,12 +218,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     params = sum(p.numel() for p in template.parameters())
     data = torch.randn(args.batch_size, args.input)
     target = torch.randint(0, args.classes, (args.batch_size,))
-    local_model = copy.deepcopy(template)
-    local = _local_rate(_sgd_step(local_model, torch.optim.SGD(local_model.parameters(), lr=0.01), data, target),
-                        args)
+    local = _local_rate(_plain_step(template, data, target), args)
     steps = {"ring": _ring_step(template, data, target)}
     if args.compare == "ddp":
         steps["ddp"] = _ddp_step(template, data, target)
+    steps[NO_COMMUNICATION] = _plain_step(template, data, target)
     rates = _distributed_rates(steps, args)
     if hvd.rank() == 0:
         results = _report(args, params, local, rates)
