@@ -85,7 +85,9 @@ bool Coordinator::complete(const Pending& p) const {
 void Coordinator::mark_ready(const std::string& name, const Pending& p) {
   ready_.push_back(name);
   const Request& q = p.first();
-  ready_bytes_ += static_cast<size_t>(q.num_elements()) * dtype_size(q.dtype);
+  const size_t bytes = static_cast<size_t>(q.num_elements()) * dtype_size(q.dtype);
+  ready_bytes_ += bytes;
+  if (q.op == OpType::Allreduce && bytes >= alone_bytes_) ready_alone_ = true;
 }
 
 void Coordinator::join(int rank) {
@@ -292,7 +294,7 @@ ResponseList Coordinator::take() {
       size_t bytes = static_cast<size_t>(q.num_elements()) * dtype_size(q.dtype);
       Key key{static_cast<int>(q.dtype), static_cast<int>(q.reduce_op), q.prescale, q.postscale};
       auto it = open.find(key);
-      if (it != open.end() && it->second.second + bytes <= fusion_threshold_) {
+      if (bytes < alone_bytes_ && it != open.end() && it->second.second + bytes <= fusion_threshold_) {
         Response& fused = list.responses[it->second.first];
         fused.names.push_back(name);
         fused.sizes.push_back(q.num_elements());
@@ -301,7 +303,7 @@ ResponseList Coordinator::take() {
         it->second.second += bytes;
         continue;
       }
-      open[key] = {list.responses.size(), bytes};
+      if (bytes < alone_bytes_) open[key] = {list.responses.size(), bytes};
     }
     list.responses.push_back(execute_response(name, p));
     list.responses.back().timeline_rows.push_back(p.timeline_row.id);
@@ -309,6 +311,7 @@ ResponseList Coordinator::take() {
   }
   ready_.clear();
   ready_bytes_ = 0;
+  ready_alone_ = false;
   arrival_.erase(std::remove_if(arrival_.begin(), arrival_.end(), [&](const std::string& n) { return !table_.count(n); }),
                  arrival_.end());
   if (join_count_ == world_size_) {

@@ -26,6 +26,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <deque>
 #include <map>
 #include <optional>
@@ -53,6 +54,10 @@ class Coordinator {
   // Negotiation events go to `timeline` (null: none).
   void set_timeline(Timeline* timeline) { timeline_ = timeline; }
   void set_fusion_threshold(size_t bytes) { fusion_threshold_ = bytes; }
+  // Allreduces of at least this many bytes are never fused: copying them
+  // into and out of the fusion buffer costs more than the operation they
+  // would share, so each runs alone, straight from its own memory.
+  void set_alone_bytes(size_t bytes) { alone_bytes_ = bytes; }
   // How errors name each rank, e.g. "rank 1 (host-a, pid 4242)".
   void set_rank_names(std::vector<std::string> names) { rank_names_ = std::move(names); }
 
@@ -72,10 +77,12 @@ class Coordinator {
   // True when take() would return responses or a shutdown.
   bool has_work() const { return !ready_.empty() || shutdown_rank_ >= 0 || join_count_ == world_size_; }
   // True while more requests are expected to complete a batch: some tensor
-  // is submitted by some ranks but not all, nothing forces a flush, and the
-  // ready allreduces do not fill the fusion threshold yet.
+  // is submitted by some ranks but not all, nothing forces a flush, the
+  // ready allreduces do not fill the fusion threshold yet, and none of them
+  // is large enough to run alone (it gains nothing from waiting).
   bool worth_waiting() const {
-    return shutdown_rank_ < 0 && table_.size() > ready_.size() && ready_bytes_ < fusion_threshold_;
+    return shutdown_rank_ < 0 && table_.size() > ready_.size() && ready_bytes_ < fusion_threshold_ &&
+           !ready_alone_;
   }
   // Ready tensors become responses; new cache entries are put into the
   // cache and listed in cache_puts.
@@ -103,10 +110,12 @@ class Coordinator {
   int world_size_;
   ResponseCache* cache_;
   size_t fusion_threshold_;
+  size_t alone_bytes_ = SIZE_MAX;
   std::unordered_map<std::string, Pending> table_;
   std::deque<std::string> arrival_;  // names in first-seen order
   std::vector<std::string> ready_;   // in the order they became ready
   size_t ready_bytes_ = 0;
+  bool ready_alone_ = false;  // a ready tensor of at least alone_bytes_
   int shutdown_rank_ = -1;
   std::string stall_reason_;  // set by fail_stalled
   Timeline* timeline_ = nullptr;

@@ -35,6 +35,9 @@ constexpr double kQuietWaitSeconds = 0.002;
 constexpr double kDriveIdleSeconds = 0.002;
 // The background thread stays awake this long after its last progress.
 constexpr double kLingerSeconds = 100e-6;
+// Allreduces of at least this size run alone instead of fused.
+constexpr size_t kAloneBytesOneHost = 128 << 10;
+constexpr size_t kAloneBytesSeveralHosts = 1 << 20;
 
 using Clock = std::chrono::steady_clock;
 
@@ -350,6 +353,10 @@ bool Runtime::coordinator_step() {
   const int n = opts_.size;
   if (!s.coord) {
     s.coord = std::make_unique<Coordinator>(n, &cache_, config_.fusion_threshold_bytes);
+    // Over shared memory a 128 KiB allreduce already runs near full speed,
+    // and copying it through the fusion buffer costs more than running it
+    // alone; across hosts each operation's latency weighs more.
+    s.coord->set_alone_bytes(opts_.local_size == n ? kAloneBytesOneHost : kAloneBytesSeveralHosts);
     s.coord->set_timeline(&timeline_);
     std::vector<std::string> names;
     for (int r = 0; r < n; ++r) names.push_back(control_->peer_name(r));

@@ -64,6 +64,28 @@ TEST(coordinator_fuses_same_kind_up_to_threshold) {
   CHECK_EQ(list.responses[2].names[0], std::string("c"));
 }
 
+TEST(coordinator_runs_large_allreduces_alone) {
+  ResponseCache cache(16, 2);
+  Coordinator c(2, &cache, 1 << 20);
+  c.set_alone_bytes(64);  // 16 floats and more run alone
+  c.add_request(0, allreduce("a", {4}));
+  c.add_request(0, allreduce("big", {16}));
+  c.add_request(0, allreduce("b", {4}));
+  c.add_request(0, allreduce("later", {4}));
+  c.add_request(1, allreduce("a", {4}));
+  CHECK(c.worth_waiting());  // small ones may still gather a batch
+  c.add_request(1, allreduce("big", {16}));
+  CHECK(!c.worth_waiting());  // a large one is ready: no reason to wait
+  c.add_request(1, allreduce("b", {4}));
+  ResponseList list = c.take();
+  CHECK_EQ(list.responses.size(), (size_t)2);
+  CHECK_EQ(list.responses[0].names.size(), (size_t)2);  // a and b fused around it
+  CHECK_EQ(list.responses[0].names[1], std::string("b"));
+  CHECK_EQ(list.responses[1].names.size(), (size_t)1);
+  CHECK_EQ(list.responses[1].names[0], std::string("big"));
+  CHECK(c.worth_waiting());  // "later" is still missing on rank 1
+}
+
 TEST(coordinator_cache_bits_resolve_to_signatures) {
   ResponseCache cache(16, 2);
   Coordinator c(2, &cache, 1 << 20);
