@@ -34,7 +34,11 @@ import numpy as np
 import ring_strategy as rs
 
 TENSOR = "lost.peer.grad"  # the name every error should mention
-ELEMENTS = 1 << 24  # 64 MiB of float32: a transfer of a good fraction of a second
+# 128 MiB of float32: on three ranks a transfer of at least 40 ms even on
+# a fast, idle machine, so it is still running 10 ms after the victim
+# submits (the others are already waiting for it: negotiation takes well
+# under a millisecond).
+ELEMENTS = 1 << 25
 WARMUP_STEPS = 3
 
 
@@ -43,7 +47,7 @@ def fail(mode: str) -> None:
     handle = None
     if mode != "sigkill-idle":
         handle = rs.allreduce_async(np.ones(ELEMENTS, np.float32), name=TENSOR)
-        time.sleep(0.05)  # negotiated by now; the transfer is under way
+        time.sleep(0.01)  # negotiated by now; the transfer is under way
     in_flight = handle is not None and not rs.poll(handle)
     print(f"victim {rs.rank()} pid {os.getpid()} failing at {time.time():.3f} in flight {in_flight}", flush=True)
     if mode in ("sigkill", "sigkill-idle"):
