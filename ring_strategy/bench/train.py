@@ -8,8 +8,9 @@ so that every rank has a core of its own. Printed, on rank 0:
   communication* (plain SGD on its own batch) while the other ranks wait idle
   in a barrier. That is one process with one thread on an otherwise quiet
   machine: the reference every speed-up is measured against. It is measured
-  in the same run rather than in a separate ``ringrun -np 1`` job, so both
-  numbers see the same machine at nearly the same time.
+  in the same run, round by round with the others, rather than in a
+  separate ``ringrun -np 1`` job, so all numbers see the same machine and
+  the same process state.
 - **ring**: samples/s of all N ranks training together with
   ``ring_strategy.torch.DistributedOptimizer``; samples/s = N x batch x steps
   / the slowest rank's time.
@@ -25,7 +26,7 @@ so that every rank has a core of its own. Printed, on rank 0:
   scaling.
 
 Each figure is the median over ``--rounds`` rounds of ``--steps`` steps,
-after ``--warmup`` untimed steps.
+after ``--warmup`` untimed steps; every round measures each setup in turn.
 
 Example::
 
@@ -42,7 +43,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -71,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--batch-size", type=_positive, default=64, help="samples per rank per step (default: 64)")
     parser.add_argument("--steps", type=_positive, default=10, help="timed steps per round (default: 10)")
     parser.add_argument("--warmup", type=_non_negative, default=3, help="untimed steps first (default: 3)")
-    parser.add_argument("--rounds", type=_positive, default=3, help="rounds; the median is printed (default: 3)")
+    parser.add_argument("--rounds", type=_positive, default=5, help="rounds; the median is printed (default: 5)")
     parser.add_argument("--threads", type=_positive, default=1, help="torch threads per rank (default: 1)")
     parser.add_argument("--json", type=Path, default=None, metavar="FILE", help="also write the results as JSON")
     return parser
@@ -113,34 +114,28 @@ def _slowest(seconds: float) -> float:
     return float(rs.allreduce(np.array([seconds]), op=rs.Max, name="bench.train.time")[0])
 
 
-def _local_rate(step: Step, args: argparse.Namespace) -> Optional[float]:
-    """np=1: rank 0 alone, no communication; the others wait. None off rank 0."""
+def _rates(steps: Dict[str, Step], local: Step, args: argparse.Namespace) -> Tuple[float, Dict[str, float]]:
+    """Median samples/s of np=1 (rank 0 alone, the others waiting in a
+    barrier) and of every library with all ranks training. Every round
+    measures each of them in turn, so that all see the process and the
+    machine in the same state (a process's first steps run slower)."""
     import ring_strategy as rs
 
-    rate = None
-    rs.barrier()
-    if rs.rank() == 0:
-        _time_steps(step, args.warmup)
-        rates = [args.batch_size * args.steps / _time_steps(step, args.steps) for _ in range(args.rounds)]
-        rate = statistics.median(rates)
-    rs.barrier()
-    return rate
-
-
-def _distributed_rates(steps: Dict[str, Step], args: argparse.Namespace) -> Dict[str, float]:
-    """Every rank trains; the libraries take turns. Returns median samples/s."""
-    import ring_strategy as rs
-
-    for step in steps.values():
+    for step in [local, *steps.values()]:
         rs.barrier()
         _time_steps(step, args.warmup)
+    local_rates: List[float] = []
     rates: Dict[str, List[float]] = {name: [] for name in steps}
     samples = rs.size() * args.batch_size * args.steps
     for _ in range(args.rounds):
+        rs.barrier()
+        if rs.rank() == 0:
+            local_rates.append(args.batch_size * args.steps / _time_steps(local, args.steps))
         for name, step in steps.items():
             rs.barrier()
             rates[name].append(samples / _slowest(_time_steps(step, args.steps)))
-    return {name: statistics.median(values) for name, values in rates.items()}
+    local_rate = statistics.median(local_rates) if local_rates else 0.0
+    return local_rate, {name: statistics.median(values) for name, values in rates.items()}
 
 
 def _plain_step(template: Any, data: Any, target: Any) -> Step:
@@ -218,12 +213,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     params = sum(p.numel() for p in template.parameters())
     data = torch.randn(args.batch_size, args.input)
     target = torch.randint(0, args.classes, (args.batch_size,))
-    local = _local_rate(_plain_step(template, data, target), args)
     steps = {"ring": _ring_step(template, data, target)}
     if args.compare == "ddp":
         steps["ddp"] = _ddp_step(template, data, target)
     steps[NO_COMMUNICATION] = _plain_step(template, data, target)
-    rates = _distributed_rates(steps, args)
+    local, rates = _rates(steps, _plain_step(template, data, target), args)
     if hvd.rank() == 0:
         results = _report(args, params, local, rates)
         if args.json is not None:
