@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Optional
 from ring_strategy import _native
 from ring_strategy.environments import ClusterEnvironment, detect_environment
 from ring_strategy.exceptions import BadArgumentError, ShutdownError
+from ring_strategy.launcher_watch import watch_launcher
 
 if TYPE_CHECKING:
     from ring_strategy.runner.store import StoreClient, StoreServer
@@ -82,6 +83,7 @@ def init() -> None:
         rt.start()
         _state.runtime, _state.env = rt, env
         _state.generation += 1
+    watch_launcher()  # a worker whose ringrun was killed stops itself
 
 
 def _rendezvous(env: ClusterEnvironment, rt: _native.Runtime, generation: int) -> None:

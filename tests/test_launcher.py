@@ -199,6 +199,40 @@ def test_signal_to_ringrun_leaves_no_process_behind(tmp_path, sig, code):
     assert _wait_gone(pids) == []
 
 
+def test_killed_ringrun_stops_its_workers(tmp_path):
+    # SIGKILL gives ringrun no chance to stop anything: the workers notice
+    # that the pipe it left them is closed and stop themselves.
+    worker = textwrap.dedent(f"""
+        import os, time
+        import ring_strategy as rs
+        rs.init()
+        path = os.path.join({str(tmp_path)!r}, f"pid{{rs.rank()}}")
+        open(path + ".tmp", "w").write(str(os.getpid()))
+        os.rename(path + ".tmp", path)
+        time.sleep(60)
+    """)
+    cmd = [PY, "-m", "ring_strategy.runner.launch", "-np", "2", PY, "-c", worker]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env=_with_repo_on_path(dict(os.environ)), cwd=REPO_ROOT)
+    pids = []
+    try:
+        deadline = time.monotonic() + 60
+        while not all((tmp_path / f"pid{r}").exists() for r in range(2)):
+            assert proc.poll() is None, "ringrun ended before its workers started"
+            assert time.monotonic() < deadline, "workers did not start"
+            time.sleep(0.05)
+        pids = [int((tmp_path / f"pid{r}").read_text()) for r in range(2)]
+        proc.kill()
+        proc.wait(timeout=10)
+        assert _wait_gone(pids, timeout=10) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in pids:
+            if not _gone(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
 def test_secret_is_on_no_command_line(ringrun):
     result = ringrun(2, _script("""
         import os
@@ -387,3 +421,25 @@ def test_console_script():
     )
     assert result.returncode == 0, result.stderr
     assert sorted(result.stdout.splitlines()) == ["[0] 0", "[1] 1"]
+
+
+def test_launcher_watch_needs_the_very_pipe(tmp_path):
+    # A process that inherited the variable but not the pipe may have another
+    # file under that number: it must not be watched (read from, or taken
+    # for a dead ringrun when it ends).
+    from ring_strategy.launcher_watch import _launcher_fd
+
+    read_end, write_end = os.pipe()
+    try:
+        inode = os.fstat(read_end).st_ino
+        assert _launcher_fd({"RING_LAUNCHER_PIPE": f"{read_end}:{inode}"}) == read_end
+        assert _launcher_fd({"RING_LAUNCHER_PIPE": f"{read_end}:{inode + 1}"}) is None
+        with open(tmp_path / "f", "w") as f:
+            same = f"{f.fileno()}:{os.fstat(f.fileno()).st_ino}"
+            assert _launcher_fd({"RING_LAUNCHER_PIPE": same}) is None
+        for bad in ("", "x", "1:2:3", "99999:1"):
+            assert _launcher_fd({"RING_LAUNCHER_PIPE": bad}) is None
+        assert _launcher_fd({}) is None
+    finally:
+        os.close(read_end)
+        os.close(write_end)

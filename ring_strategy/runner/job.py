@@ -113,11 +113,25 @@ class LocalWorkers:
             None on success, else the exit code for ringrun (127: no such
             program, 126: cannot run it); the workers started so far keep running.
         """
+        # Each worker inherits the read end of a pipe whose write end only
+        # ringrun holds: if ringrun dies, even by SIGKILL, the workers read
+        # end-of-file and stop themselves (ring_strategy.launcher_watch).
+        watch_read, self._watch_write = os.pipe()
+        try:
+            return self._start_all(watch_read)
+        finally:
+            os.close(watch_read)  # the workers have their own copies
+
+    def _start_all(self, watch_read: int) -> Optional[int]:
+        # Descriptor and inode: a process that did not inherit the pipe may
+        # have another file under the same number.
+        pipe = f"{watch_read}:{os.fstat(watch_read).st_ino}"
         for rank, env in sorted(self.envs.items()):
+            env = dict(env, RING_LAUNCHER_PIPE=pipe)
             try:
                 proc = subprocess.Popen(
                     self.command, env=env, stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(watch_read,),
                     start_new_session=True,  # own process group: killpg reaches the tree
                 )
             except OSError as e:
