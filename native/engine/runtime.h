@@ -23,6 +23,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -143,8 +144,9 @@ class Runtime {
   // this rank's unfinished tensors named, and is passed on to the peers
   // that can still hear it, unless it came from one (`from_peer`).
   void end(ErrorKind kind, const std::string& reason, bool from_peer = false, bool quiet = false);
-  // A failure note waiting on the control mesh from a peer, if any.
-  bool peer_note(ErrorKind* kind, std::string* reason);
+  // A failure note waiting on the control mesh from a peer, if any; on a
+  // worker, rank 0's orderly shutdown list instead goes to `orderly`.
+  bool peer_note(ErrorKind* kind, std::string* reason, std::optional<ResponseList>* orderly);
   void tell_peers(ErrorKind kind, const std::string& reason);
   std::string unfinished_names();
   // Ends the job as a shutdown ResponseList says (the end of the job for

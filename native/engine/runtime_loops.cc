@@ -117,7 +117,13 @@ void Runtime::end(ErrorKind kind, const std::string& reason, bool from_peer, boo
   loop_.finished = true;
   std::string why = reason;
   if (kind != ErrorKind::Shutdown) {
-    if (!from_peer) peer_note(&kind, &why);
+    std::optional<ResponseList> orderly;
+    if (!from_peer && peer_note(&kind, &why, &orderly) && orderly) {
+      // Rank 0 had sent an orderly shutdown before it closed: end as if
+      // that list had been read first (the closed connection won the race).
+      end_by_list(*orderly);
+      return;
+    }
     why += unfinished_names();  // what this rank loses, whoever saw the cause
     if (!from_peer) tell_peers(kind, why);
   }
@@ -125,7 +131,7 @@ void Runtime::end(ErrorKind kind, const std::string& reason, bool from_peer, boo
   queue_.notify();  // the background thread closes the meshes
 }
 
-bool Runtime::peer_note(ErrorKind* kind, std::string* reason) {
+bool Runtime::peer_note(ErrorKind* kind, std::string* reason, std::optional<ResponseList>* orderly) {
   auto no_names = [](const ResponseList&, uint32_t) -> std::string { return ""; };
   for (int peer = 0; peer < opts_.size; ++peer) {
     if (peer == opts_.rank || (opts_.rank != 0 && peer != 0)) continue;
@@ -139,7 +145,11 @@ bool Runtime::peer_note(ErrorKind* kind, std::string* reason) {
           *reason = note.abort_reason;
         } else {
           ResponseList note = ResponseList::decode(msg, no_names);
-          if (!note.shutdown || note.shutdown_kind == static_cast<int32_t>(ErrorKind::Shutdown)) continue;
+          if (!note.shutdown) continue;
+          if (note.shutdown_kind == static_cast<int32_t>(ErrorKind::Shutdown)) {
+            *orderly = std::move(note);
+            return true;
+          }
           *kind = static_cast<ErrorKind>(note.shutdown_kind);
           *reason = note.shutdown_reason;
         }
