@@ -3,8 +3,8 @@
 ringrun stops its workers when it fails, is interrupted or is terminated;
 when it is killed outright (SIGKILL, the OOM killer) it cannot. So each
 worker it starts inherits the read end of a pipe (``RING_LAUNCHER_PIPE``:
-its descriptor and inode) whose write end only ringrun holds: when ringrun dies, the kernel closes
-that end and the worker reads end-of-file. ``init()`` starts a thread that
+its descriptor and inode) whose write end only ringrun holds: when ringrun
+dies, the kernel closes that end and the worker reads end-of-file. ``init()`` starts a thread that
 waits for it; it then says why on stderr, sends this process SIGTERM and,
 if the process is still alive ``GRACE_SECONDS`` later (a SIGTERM handler
 that does not exit), ends it.

@@ -186,7 +186,8 @@ def _report(args: argparse.Namespace, params: int, local: float, rates: Dict[str
     for name, rate in rates.items():
         efficiency = rate / (n * local)
         print(f"{f'np={n}, {name}':>28}  {rate:>10.1f}  {100 * efficiency:>9.1f}%")
-        results.append({"framework": "none" if name == NO_COMMUNICATION else name, "ranks": n, "samples_per_s": rate, "efficiency": efficiency,
+        framework = "none" if name == NO_COMMUNICATION else name
+        results.append({"framework": framework, "ranks": n, "samples_per_s": rate, "efficiency": efficiency,
                         "np1_samples_per_s": local, "parameters": params, "batch_size": args.batch_size})
     if "ring" in rates and "ddp" in rates:
         print(f"# ring/ddp samples/s: {rates['ring'] / rates['ddp']:.2f}x")
@@ -216,8 +217,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     steps = {"ring": _ring_step(template, data, target)}
     if args.compare == "ddp":
         steps["ddp"] = _ddp_step(template, data, target)
-    steps[NO_COMMUNICATION] = _plain_step(template, data, target)
-    local, rates = _rates(steps, _plain_step(template, data, target), args)
+    # One plain model serves np=1 (rank 0 alone) and every rank computing at once.
+    plain = _plain_step(template, data, target)
+    steps[NO_COMMUNICATION] = plain
+    local, rates = _rates(steps, plain, args)
     if hvd.rank() == 0:
         results = _report(args, params, local, rates)
         if args.json is not None:
