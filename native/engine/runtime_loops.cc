@@ -324,13 +324,12 @@ void Runtime::inspect_stalls(Coordinator& coord) {
   const double check = config_.stall_check_seconds, fail = config_.stall_shutdown_seconds;
   if ((check <= 0 && fail <= 0) || seconds_since(s.last_stall_check) < kStallPollSeconds) return;
   Clock::time_point now = s.last_stall_check = Clock::now();
-  if (fail > 0) {
-    auto stalls = coord.stalled(now, fail);
-    if (!stalls.empty()) {
-      coord.fail_stalled("stalled for more than " + std::to_string(static_cast<long>(fail)) +
-                         " s (RING_STALL_SHUTDOWN_TIME_SECONDS): " + describe_stalls(stalls));
-      return;
-    }
+  if (fail > 0 && !coord.stalled(now, fail).empty()) {
+    // The job ends for every tensor still waiting for some rank, so the
+    // error names all of them, also those stalled for less time so far.
+    coord.fail_stalled("stalled for more than " + std::to_string(static_cast<long>(fail)) +
+                       " s (RING_STALL_SHUTDOWN_TIME_SECONDS): " + describe_stalls(coord.stalled(now, 0)));
+    return;
   }
   if (check <= 0 || std::chrono::duration<double>(now - s.last_stall_warning).count() < check) return;
   auto stalls = coord.stalled(now, check);
