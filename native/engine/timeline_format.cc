@@ -1,5 +1,6 @@
 #include "engine/timeline_format.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstring>
 
@@ -31,22 +32,33 @@ void append_escaped(std::string& s, const std::string& text) {
   }
 }
 
-// A bounded writer into a stack buffer: most events are one append.
+// One line written straight into the text's buffer (or into a small local
+// one): most events are one room() and a few copies.
 class Line {
  public:
-  void text(const char* s) { text(s, std::strlen(s)); }
+  static constexpr size_t kMax = 192;  // static names are short; numbers at most 20 characters
+
+  explicit Line(TimelineText& out) : out_(&out), p_(out.room(kMax)), end_(p_ + kMax) {}
+  Line(char* buf, size_t size) : p_(buf), end_(buf + size) {}
+  ~Line() {
+    if (out_) out_->commit(p_);
+  }
+  template <size_t N>
+  void text(const char (&literal)[N]) {
+    text(literal, N - 1);
+  }
+  void cstr(const char* s) { text(s, std::strlen(s)); }
   void text(const char* s, size_t n) {
     std::memcpy(p_, s, n);
     p_ += n;
   }
   void number(long long v) { p_ = std::to_chars(p_, end_, v).ptr; }
-  void to(std::string& out) const { out.append(buf_, static_cast<size_t>(p_ - buf_)); }
+  char* end() const { return p_; }
 
  private:
-  static constexpr size_t kSize = 192;  // static names are short; numbers at most 20 characters
-  char buf_[kSize];
-  char* p_ = buf_;
-  char* const end_ = buf_ + kSize;
+  TimelineText* out_ = nullptr;
+  char* p_;
+  char* const end_;
 };
 
 // Events come in runs that share a time stamp (a phase on every tensor of a
@@ -72,86 +84,202 @@ class Stamp {
 //   'S' {"ph":"X","name":PHASE,"ts":T,"dur":D,"pid":P}
 //   'I' {"ph":"i","name":RANK,"ts":T,"pid":P}    'C' {"ph":"i","name":"CYCLE_START","ts":T,"pid":0,"s":"g"}
 //   'e' {"ph":"E","name":OP,"ts":T,"pid":P,"args":{"dtype":...,"shape":...}}
-// This writes all but the closing brace.
-void open_event(Line& l, Stamp& stamp, const TimelineEvent& e) {
-  static const char kPh[] = R"({"ph":")";
-  l.text(kPh, sizeof(kPh) - 1);
-  const char ph = e.kind == 'S' ? 'X' : e.kind == 'I' || e.kind == 'C' ? 'i' : e.kind == 'e' ? 'E' : e.kind;
-  l.text(&ph, 1);
-  if (e.kind == 'I') {
-    l.text(R"(","name":")");
-    l.number(e.arg);
-  } else if (e.name && *e.name) {
-    l.text(R"(","name":")");
-    l.text(e.name);
+// A line's start, up to "ts":, depends on the kind, the phase and (for 'I')
+// the rank only; events come in runs of one kind and phase, so each kind
+// keeps the text of its last start and makes it again only when that
+// changes.
+class Prefixes {
+ public:
+  void put(Line& l, const TimelineEvent& e) {
+    Slot& s = slots_[slot(e.kind)];
+    const int32_t arg = e.kind == 'I' ? e.arg : 0;
+    if (s.n == 0 || s.name != e.name || s.arg != arg) make(s, e, arg);
+    l.text(s.text, s.n);
   }
-  l.text(R"(","ts":)");
-  stamp.put(l, e.ts);
-  if (e.kind == 'S') {
-    l.text(R"(,"dur":)");
-    l.number(e.arg);
-  }
-  l.text(R"(,"pid":)");
-  l.number(e.row);
-}
 
-void format_row(const TimelineEvent& e, const TimelineBatch& batch, std::string& out) {
-  out += R"({"name":"process_name","ph":"M","pid":)";
-  append_int(out, e.row);
-  out += R"(,"args":{"name":")";
-  append_escaped(out, batch.names[static_cast<size_t>(e.arg)]);
-  out += "\"}},\n";
-  out += R"({"name":"process_sort_index","ph":"M","pid":)";
-  append_int(out, e.row);
-  out += R"(,"args":{"sort_index":)";
-  append_int(out, e.row);
-  out += "}},\n";
-}
-
-void format_end_op(const TimelineEvent& e, Stamp& stamp, const TimelineBatch& batch, std::string& out) {
-  Line l;
-  open_event(l, stamp, e);
-  l.to(out);
-  const int64_t* d = batch.dims.data() + e.arg;
-  out += R"(,"args":{"dtype":")";
-  out += dtype_name(static_cast<DataType>(d[0]));
-  out += R"(","shape":"[)";
-  for (int64_t i = 0; i < d[1]; ++i) {
-    if (i) out += ", ";
-    append_int(out, d[2 + i]);
+ private:
+  struct Slot {
+    const char* name = nullptr;
+    int32_t arg = 0;
+    size_t n = 0;  // 0: not made yet
+    char text[64];
+  };
+  static int slot(char kind) {
+    switch (kind) {
+      case 'B': return 0;
+      case 'E': return 1;
+      case 'S': return 2;
+      case 'I': return 3;
+      case 'C': return 4;
+      default: return 5;  // 'e'
+    }
   }
-  out += "]\"}},\n";
-}
+  static void make(Slot& s, const TimelineEvent& e, int32_t arg) {
+    std::string t = R"({"ph":")";
+    t += e.kind == 'S' ? 'X' : e.kind == 'I' || e.kind == 'C' ? 'i' : e.kind == 'e' ? 'E' : e.kind;
+    if (e.kind == 'I') {
+      t += R"(","name":")";
+      append_int(t, arg);
+    } else if (e.name && *e.name) {
+      t += R"(","name":")";
+      t += e.name;
+    }
+    t += R"(","ts":)";
+    s.n = std::min(t.size(), sizeof(s.text));  // phase names are short static strings
+    std::memcpy(s.text, t.data(), s.n);
+    s.name = e.name;
+    s.arg = arg;
+  }
+
+  Slot slots_[6];
+};
+
+// ,"pid":P for each row, made the first time the row is written.
+class Pids {
+ public:
+  void put(Line& l, int32_t row) {
+    const size_t i = static_cast<size_t>(row);
+    if (i >= pids_.size()) pids_.resize(i + 1);
+    Pid& p = pids_[i];
+    if (p.n == 0) {
+      std::memcpy(p.text, R"(,"pid":)", 7);
+      p.n = static_cast<uint8_t>(std::to_chars(p.text + 7, p.text + sizeof(p.text), row).ptr - p.text);
+    }
+    l.text(p.text, p.n);
+  }
+
+ private:
+  struct Pid {
+    char text[20];
+    uint8_t n = 0;
+  };
+  std::vector<Pid> pids_;
+};
+
+class Formatter {
+ public:
+  Formatter(const TimelineBatch& batch, TimelineText& out) : batch_(batch), out_(out) {}
+
+  void event(const TimelineEvent& e) {
+    if (e.kind == 'M') return row_name(e);
+    if (e.row < 0) return group(e);
+    {
+      Line l(out_);
+      head(l, e);
+      pids_.put(l, e.row);
+      if (e.kind != 'e') {
+        if (e.kind == 'C') l.text(R"(,"s":"g")");
+        l.text("},\n");
+        return;
+      }
+    }
+    end_args(batch_.dims.data() + e.arg);
+  }
+
+ private:
+  // The line up to its "pid": the same for every row of a group.
+  void head(Line& l, const TimelineEvent& e) {
+    prefixes_.put(l, e);
+    stamp_.put(l, e.ts);
+    if (e.kind == 'S') {
+      l.text(R"(,"dur":)");
+      l.number(e.arg);
+    }
+  }
+
+  // One line per row of a group event ('B', 'S' or 'e'); an 'e' group's
+  // dtypes and shapes follow each other in dims.
+  void group(const TimelineEvent& e) {
+    char buf[Line::kMax];
+    Line h(buf, sizeof(buf));
+    head(h, e);
+    const size_t n = static_cast<size_t>(h.end() - buf);
+    const int32_t* g = batch_.groups.data() + (-1 - e.row);
+    const int64_t* dims = batch_.dims.data() + (e.kind == 'e' ? e.arg : 0);
+    for (int32_t i = 1; i <= g[0]; ++i) {
+      {
+        Line l(out_);
+        l.text(buf, n);
+        pids_.put(l, g[i]);
+        if (e.kind != 'e') {
+          l.text("},\n");
+          continue;
+        }
+      }
+      dims = end_args(dims);
+    }
+  }
+
+  // The rest of an 'e' line: its dtype and shape (d: dtype, rank, the
+  // dims). Returns where the next row's dims begin.
+  const int64_t* end_args(const int64_t* d) {
+    {
+      Line l(out_);
+      l.text(R"(,"args":{"dtype":")");
+      l.cstr(dtype_name(static_cast<DataType>(d[0])));
+      l.text(R"(","shape":"[)");
+    }
+    for (int64_t i = 0; i < d[1]; ++i) {  // a shape of any length, piece by piece
+      Line l(out_);
+      if (i) l.text(", ", 2);
+      l.number(d[2 + i]);
+    }
+    Line(out_).text("]\"}},\n");
+    return d + 2 + d[1];
+  }
+
+  void row_name(const TimelineEvent& e) {
+    std::string s = R"({"name":"process_name","ph":"M","pid":)";
+    append_int(s, e.row);
+    s += R"(,"args":{"name":")";
+    append_escaped(s, batch_.names[static_cast<size_t>(e.arg)]);
+    s += "\"}},\n";
+    s += R"({"name":"process_sort_index","ph":"M","pid":)";
+    append_int(s, e.row);
+    s += R"(,"args":{"sort_index":)";
+    append_int(s, e.row);
+    s += "}},\n";
+    out_.append(s);
+  }
+
+  const TimelineBatch& batch_;
+  TimelineText& out_;
+  Prefixes prefixes_;
+  Stamp stamp_;
+  Pids pids_;
+};
 
 }  // namespace
 
-void format_timeline_header(long long start_since_epoch_us, std::string* out) {
-  *out += "[\n";
-  *out += R"({"name":"process_name","ph":"M","pid":0,"args":{"name":"ring","start_time_since_epoch_in_micros":)";
-  append_int(*out, start_since_epoch_us);
-  *out += "}},\n";
-  *out += R"({"name":"process_sort_index","ph":"M","pid":0,"args":{"sort_index":0}},)";
-  *out += "\n";
+void TimelineText::append(const char* s, size_t n) {
+  while (n > 0) {
+    const size_t part = std::min(n, kCapacity);
+    char* p = room(part);
+    std::memcpy(p, s, part);
+    commit(p + part);
+    s += part;
+    n -= part;
+  }
 }
 
-void format_timeline_batch(const TimelineBatch& batch, std::string* out) {
-  out->reserve(out->size() + batch.events.size() * 56);
-  Stamp stamp;
-  for (const TimelineEvent& e : batch.events) {
-    if (e.kind == 'M') {
-      format_row(e, batch, *out);
-      continue;
-    }
-    if (e.kind == 'e') {
-      format_end_op(e, stamp, batch, *out);
-      continue;
-    }
-    Line l;
-    open_event(l, stamp, e);
-    if (e.kind == 'C') l.text(R"(,"s":"g")");
-    l.text("},\n");
-    l.to(*out);
-  }
+void TimelineText::flush() {
+  if (used_ > 0) sink_(buf_.data(), used_);
+  used_ = 0;
+}
+
+void format_timeline_header(long long start_since_epoch_us, TimelineText* out) {
+  std::string s = "[\n";
+  s += R"({"name":"process_name","ph":"M","pid":0,"args":{"name":"ring","start_time_since_epoch_in_micros":)";
+  append_int(s, start_since_epoch_us);
+  s += "}},\n";
+  s += R"({"name":"process_sort_index","ph":"M","pid":0,"args":{"sort_index":0}},)";
+  s += "\n";
+  out->append(s);
+}
+
+void format_timeline_batch(const TimelineBatch& batch, TimelineText* out) {
+  Formatter f(batch, *out);
+  for (const TimelineEvent& e : batch.events) f.event(e);
 }
 
 }  // namespace ring

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -27,8 +28,15 @@ TEST(timeline_events_format_as_compact_chrome_trace_lines) {
   b.dims = {static_cast<int64_t>(ring::DataType::Float32), 2, 3, 4};
   b.events.push_back(TimelineEvent{30, "ALLREDUCE", 3, 0, 'e'});
   b.events.push_back(TimelineEvent{31, "CYCLE_START", 0, 0, 'C'});
+  b.groups = {2, 3, 4};  // a fused batch of rows 3 and 4
+  b.events.push_back(TimelineEvent{40, "MEMCPY_IN_FUSION_BUFFER", -1, 5, 'S'});
+  b.dims.insert(b.dims.end(), {static_cast<int64_t>(ring::DataType::Int64), 0,
+                               static_cast<int64_t>(ring::DataType::Float16), 1, 9});
+  b.events.push_back(TimelineEvent{46, "ALLREDUCE", -1, 4, 'e'});
   std::string text;
-  ring::format_timeline_batch(b, &text);
+  ring::TimelineText out([&](const char* data, size_t size) { text.append(data, size); });
+  ring::format_timeline_batch(b, &out);
+  out.flush();
   CHECK_EQ(text, std::string(
       "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":3,\"args\":{\"name\":\"grad \\\"w\\\"\\u000a\"}},\n"
       "{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":3,\"args\":{\"sort_index\":3}},\n"
@@ -37,7 +45,30 @@ TEST(timeline_events_format_as_compact_chrome_trace_lines) {
       "{\"ph\":\"E\",\"ts\":20,\"pid\":3},\n"
       "{\"ph\":\"X\",\"name\":\"RING_ALLREDUCE\",\"ts\":21,\"dur\":7,\"pid\":3},\n"
       "{\"ph\":\"E\",\"name\":\"ALLREDUCE\",\"ts\":30,\"pid\":3,\"args\":{\"dtype\":\"float32\",\"shape\":\"[3, 4]\"}},\n"
-      "{\"ph\":\"i\",\"name\":\"CYCLE_START\",\"ts\":31,\"pid\":0,\"s\":\"g\"},\n"));
+      "{\"ph\":\"i\",\"name\":\"CYCLE_START\",\"ts\":31,\"pid\":0,\"s\":\"g\"},\n"
+      "{\"ph\":\"X\",\"name\":\"MEMCPY_IN_FUSION_BUFFER\",\"ts\":40,\"dur\":5,\"pid\":3},\n"
+      "{\"ph\":\"X\",\"name\":\"MEMCPY_IN_FUSION_BUFFER\",\"ts\":40,\"dur\":5,\"pid\":4},\n"
+      "{\"ph\":\"E\",\"name\":\"ALLREDUCE\",\"ts\":46,\"pid\":3,\"args\":{\"dtype\":\"int64\",\"shape\":\"[]\"}},\n"
+      "{\"ph\":\"E\",\"name\":\"ALLREDUCE\",\"ts\":46,\"pid\":4,\"args\":{\"dtype\":\"float16\",\"shape\":\"[9]\"}},\n"));
+}
+
+TEST(timeline_text_hands_over_full_buffers_and_pieces_of_any_size) {
+  std::vector<size_t> sizes;
+  std::string all;
+  ring::TimelineText out([&](const char* data, size_t size) {
+    sizes.push_back(size);
+    all.append(data, size);
+  });
+  const std::string big(ring::TimelineText::kCapacity * 2 + 5, 'x');
+  out.append("ab", 2);
+  out.append(big);
+  char* p = out.room(3);
+  std::memcpy(p, "cde", 3);
+  out.commit(p + 3);
+  out.flush();
+  out.flush();  // nothing left: the sink is not called
+  CHECK_EQ(all, "ab" + big + "cde");
+  for (size_t s : sizes) CHECK(s > 0 && s <= ring::TimelineText::kCapacity);
 }
 
 TEST(timeline_file_holds_every_recorded_event_and_closes) {
