@@ -308,6 +308,6 @@ def test_timeline_overhead_prints_both_step_times_and_the_overhead(run_output):
     off = re.match(r"timeline off: ([\d.]+) ms/step", lines[1])
     on = re.match(r"timeline on:  ([\d.]+) ms/step \((\d+) KiB written per step\)", lines[2])
     assert off and on and float(off.group(1)) > 0 and float(on.group(1)) > 0, lines
-    assert re.match(r"overhead: [+-][\d.]+% \(median over the pairs of on / off; quartiles [+-][\d.]+% and "
-                    r"[+-][\d.]+%\)$", lines[3]), lines
+    assert re.match(r"overhead: [+-][\d.]+% \(median over the pairs of on / off; 95% confidence interval "
+                    r"[+-][\d.]+% to [+-][\d.]+%; quartiles [+-][\d.]+% and [+-][\d.]+%\)$", lines[3]), lines
     assert not re.search(r"^\[1\] ", output, re.M)

@@ -66,6 +66,7 @@ void Timeline::start(const std::string& path, bool mark_cycles) {
   row_names_.clear();
   last_row_ = 0;
   batch_.clear();
+  open_group_ = kNoGroup;
   batch_.events.reserve(kWakeEvents);  // a batch the timer takes seldom grows beyond this
   t0_ = std::chrono::steady_clock::now();
   recording_ = true;
@@ -103,6 +104,7 @@ void Timeline::write_loop() {
     const bool last = stopping_;
     taken.clear();
     std::swap(taken, batch_);  // both keep their capacity: no allocation in steady state
+    open_group_ = kNoGroup;
     room_.notify_all();
     lock.unlock();
     format_timeline_batch(taken, &text_);
@@ -156,6 +158,23 @@ int32_t Timeline::group(const std::vector<int>& rows) {
   return -1 - offset;
 }
 
+void Timeline::add_to_group(char kind, const char* name, int row, long long ts, int32_t arg) {
+  auto& events = batch_.events;
+  if (open_group_ + 1 == events.size()) {
+    const TimelineEvent& last = events.back();
+    if (last.kind == kind && last.name == name && last.ts == ts && last.arg == arg) {
+      ++batch_.groups[static_cast<size_t>(-1 - last.row)];
+      batch_.groups.push_back(row);
+      return;
+    }
+  }
+  const auto offset = static_cast<int32_t>(batch_.groups.size());
+  batch_.groups.push_back(1);
+  batch_.groups.push_back(row);
+  push(kind, name, -1 - offset, ts, arg);
+  open_group_ = events.size() - 1;
+}
+
 int Timeline::row(const std::string& tensor, Row* cache) {
   if (cache && cache->file == file_number_) return cache->id;
   int id;
@@ -181,14 +200,19 @@ void Timeline::rank_ready(const std::string& tensor, Row* cache, OpType op, int 
   if (!recording_) return;
   int r = row(tensor, cache);
   if (ts < 0) ts = now_us();
-  if (first) push('B', negotiate_phase(op), r, ts);
-  push('I', nullptr, r, ts, rank);
+  if (first) {
+    add_to_group('R', negotiate_phase(op), r, ts, rank);
+  } else {
+    add_to_group('I', nullptr, r, ts, rank);
+  }
 }
 
 void Timeline::negotiate_end(const std::string& tensor, Row* cache, long long ts) {
   if (!active()) return;
   std::unique_lock<std::mutex> lock = record_lock();
-  if (recording_) push('E', nullptr, row(tensor, cache), ts < 0 ? now_us() : ts);
+  if (!recording_) return;
+  const int r = row(tensor, cache);
+  add_to_group('E', nullptr, r, ts < 0 ? now_us() : ts);
 }
 
 void Timeline::rows(const std::vector<const std::string*>& tensors, const std::vector<int32_t>& known,

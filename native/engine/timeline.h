@@ -86,6 +86,10 @@ class Timeline {
   int row(const std::string& tensor, Row* cache);  // caller holds mu_
   // Stores `rows` for a group event; returns its TimelineEvent::row.
   int32_t group(const std::vector<int>& rows);  // caller holds mu_
+  // Records an event on `row` as part of the last event recorded when that
+  // is a group of the same kind, phase, arg and time stamp (a rank's
+  // requests arrive together and share one), else as a new group.
+  void add_to_group(char kind, const char* name, int row, long long ts, int32_t arg = 0);  // caller holds mu_
   long long now_us() const;
   void push(char kind, const char* name, int row, long long ts, int32_t arg = 0);  // caller holds mu_
   void write_loop();
@@ -102,6 +106,8 @@ class Timeline {
   TimelineText text_{[this](const char* data, size_t size) { write_file(data, size); }};  // to fd_
   uint64_t file_number_ = 0;
   TimelineBatch batch_;  // recorded, not yet taken by the writer
+  static constexpr size_t kNoGroup = static_cast<size_t>(-2);
+  size_t open_group_ = kNoGroup;  // index in batch_.events of the group add_to_group may extend
   // Rows by tensor name, and each row's name (row_names_[id - 1]). Tensors
   // arrive in the same order step after step, so the row after the last one
   // looked up is tried first: one string comparison instead of a hash

@@ -187,27 +187,52 @@ class Formatter {
     }
   }
 
-  // One line per row of a group event ('B', 'S' or 'e'); an 'e' group's
-  // dtypes and shapes follow each other in dims.
+  // The lines of a group event: one per row, two for 'R' (a negotiation
+  // opening with the first rank's tick); an 'e' group's dtypes and shapes
+  // follow each other in dims.
   void group(const TimelineEvent& e) {
-    char buf[Line::kMax];
-    Line h(buf, sizeof(buf));
-    head(h, e);
-    const size_t n = static_cast<size_t>(h.end() - buf);
     const int32_t* g = batch_.groups.data() + (-1 - e.row);
-    const int64_t* dims = batch_.dims.data() + (e.kind == 'e' ? e.arg : 0);
+    if (e.kind == 'R') {
+      Head open(*this, TimelineEvent{e.ts, e.name, 0, 0, 'B'});
+      Head tick(*this, TimelineEvent{e.ts, nullptr, 0, e.arg, 'I'});
+      for (int32_t i = 1; i <= g[0]; ++i) {
+        plain_line(open, g[i]);
+        plain_line(tick, g[i]);
+      }
+      return;
+    }
+    Head h(*this, e);
+    if (e.kind != 'e') {
+      for (int32_t i = 1; i <= g[0]; ++i) plain_line(h, g[i]);
+      return;
+    }
+    const int64_t* dims = batch_.dims.data() + e.arg;
     for (int32_t i = 1; i <= g[0]; ++i) {
       {
         Line l(out_);
-        l.text(buf, n);
+        l.text(h.text, h.n);
         pids_.put(l, g[i]);
-        if (e.kind != 'e') {
-          l.text("},\n");
-          continue;
-        }
       }
       dims = end_args(dims);
     }
+  }
+
+  // An event's line up to its "pid", made once for every row of a group.
+  struct Head {
+    Head(Formatter& f, const TimelineEvent& e) {
+      Line l(text, sizeof(text));
+      f.head(l, e);
+      n = static_cast<size_t>(l.end() - text);
+    }
+    char text[Line::kMax];
+    size_t n;
+  };
+
+  void plain_line(const Head& h, int32_t row) {
+    Line l(out_);
+    l.text(h.text, h.n);
+    pids_.put(l, row);
+    l.text("},\n");
   }
 
   // The rest of an 'e' line: its dtype and shape (d: dtype, rank, the

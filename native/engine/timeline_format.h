@@ -17,10 +17,11 @@ struct TimelineEvent {
   const char* name;  // a phase name with static storage, or null
   int32_t row;       // the trace's "pid"; below 0, a group event: the same event on
                      // every row of the group at offset -1 - row in groups
-  int32_t arg;       // 'I': the rank; 'S': duration in µs; 'e': offset into dims;
+  int32_t arg;       // 'I', 'R': the rank; 'S': duration in µs; 'e': offset into dims;
                      // 'M': index into names
   char kind;         // 'B' / 'E' phase begins / ends, 'S' a whole (complete) phase,
-                     // 'I' a rank's readiness, 'e' end of an operation with its
+                     // 'I' a rank's readiness, 'R' (groups only) a negotiation begins
+                     // with a rank's readiness, 'e' end of an operation with its
                      // dtype and shape, 'C' cycle start, 'M' a new row and its name
 };
 

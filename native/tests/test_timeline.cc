@@ -33,6 +33,11 @@ TEST(timeline_events_format_as_compact_chrome_trace_lines) {
   b.dims.insert(b.dims.end(), {static_cast<int64_t>(ring::DataType::Int64), 0,
                                static_cast<int64_t>(ring::DataType::Float16), 1, 9});
   b.events.push_back(TimelineEvent{46, "ALLREDUCE", -1, 4, 'e'});
+  b.groups.insert(b.groups.end(), {1, 5});  // a negotiation opened by rank 2, at offset 3
+  b.events.push_back(TimelineEvent{50, "NEGOTIATE_BROADCAST", -4, 2, 'R'});
+  b.groups.insert(b.groups.end(), {2, 5, 6});  // rank 0 ready on rows 5 and 6, at offset 5
+  b.events.push_back(TimelineEvent{51, nullptr, -6, 0, 'I'});
+  b.events.push_back(TimelineEvent{52, nullptr, -6, 0, 'E'});
   std::string text;
   ring::TimelineText out([&](const char* data, size_t size) { text.append(data, size); });
   ring::format_timeline_batch(b, &out);
@@ -49,7 +54,13 @@ TEST(timeline_events_format_as_compact_chrome_trace_lines) {
       "{\"ph\":\"X\",\"name\":\"MEMCPY_IN_FUSION_BUFFER\",\"ts\":40,\"dur\":5,\"pid\":3},\n"
       "{\"ph\":\"X\",\"name\":\"MEMCPY_IN_FUSION_BUFFER\",\"ts\":40,\"dur\":5,\"pid\":4},\n"
       "{\"ph\":\"E\",\"name\":\"ALLREDUCE\",\"ts\":46,\"pid\":3,\"args\":{\"dtype\":\"int64\",\"shape\":\"[]\"}},\n"
-      "{\"ph\":\"E\",\"name\":\"ALLREDUCE\",\"ts\":46,\"pid\":4,\"args\":{\"dtype\":\"float16\",\"shape\":\"[9]\"}},\n"));
+      "{\"ph\":\"E\",\"name\":\"ALLREDUCE\",\"ts\":46,\"pid\":4,\"args\":{\"dtype\":\"float16\",\"shape\":\"[9]\"}},\n"
+      "{\"ph\":\"B\",\"name\":\"NEGOTIATE_BROADCAST\",\"ts\":50,\"pid\":5},\n"
+      "{\"ph\":\"i\",\"name\":\"2\",\"ts\":50,\"pid\":5},\n"
+      "{\"ph\":\"i\",\"name\":\"0\",\"ts\":51,\"pid\":5},\n"
+      "{\"ph\":\"i\",\"name\":\"0\",\"ts\":51,\"pid\":6},\n"
+      "{\"ph\":\"E\",\"ts\":52,\"pid\":5},\n"
+      "{\"ph\":\"E\",\"ts\":52,\"pid\":6},\n"));
 }
 
 TEST(timeline_text_hands_over_full_buffers_and_pieces_of_any_size) {
@@ -69,6 +80,33 @@ TEST(timeline_text_hands_over_full_buffers_and_pieces_of_any_size) {
   out.flush();  // nothing left: the sink is not called
   CHECK_EQ(all, "ab" + big + "cde");
   for (size_t s : sizes) CHECK(s > 0 && s <= ring::TimelineText::kCapacity);
+}
+
+TEST(timeline_groups_a_list_of_requests_and_writes_a_line_per_tensor) {
+  const std::string path = "/tmp/ring_native_timeline_groups_" + std::to_string(::getpid()) + ".json";
+  ring::Timeline tl;
+  tl.start(path, false);
+  std::vector<std::string> names{"a", "b", "c"};
+  std::vector<ring::Timeline::Row> rows(names.size());
+  const long long t1 = 7, t2 = 9, t3 = 11;
+  for (size_t i = 0; i < names.size(); ++i) tl.rank_ready(names[i], &rows[i], OpType::Allreduce, 1, true, t1);
+  for (size_t i = 0; i < names.size(); ++i) tl.rank_ready(names[i], &rows[i], OpType::Allreduce, 0, false, t2);
+  for (size_t i = 0; i < names.size(); ++i) tl.negotiate_end(names[i], &rows[i], t3);
+  tl.stop();
+  std::ifstream in(path);
+  std::stringstream all;
+  all << in.rdbuf();
+  std::remove(path.c_str());
+  const std::string text = all.str();
+  for (int pid = 1; pid <= 3; ++pid) {
+    const std::string p = std::to_string(pid);
+    const size_t b = text.find(R"({"ph":"B","name":"NEGOTIATE_ALLREDUCE","ts":7,"pid":)" + p + "},\n");
+    const size_t i1 = text.find(R"({"ph":"i","name":"1","ts":7,"pid":)" + p + "},\n");
+    const size_t i0 = text.find(R"({"ph":"i","name":"0","ts":9,"pid":)" + p + "},\n");
+    const size_t e = text.find(R"({"ph":"E","ts":11,"pid":)" + p + "},\n");
+    CHECK(b != std::string::npos && i1 != std::string::npos && i0 != std::string::npos && e != std::string::npos);
+    CHECK(b < i1 && i1 < i0 && i0 < e);
+  }
 }
 
 TEST(timeline_file_holds_every_recorded_event_and_closes) {

@@ -5,7 +5,9 @@ small-tensors step (200 allreduces of 16 KiB, then a wait for all) in
 pairs of rounds, one with the timeline off and one with it on
 (``start_timeline`` / ``stop_timeline`` between rounds, so both see the same
 machine), and prints the median step time of each and the overhead in
-percent: the median over the pairs of the on / off ratio.
+percent: the median over the pairs of the on / off ratio, with its 95%
+confidence interval (the machine's noise: a shared host varies by several
+percent from round to round).
 """
 
 from __future__ import annotations
@@ -72,9 +74,21 @@ def measure(num_tensors: int, tensor_bytes: int, steps: int, rounds: int, path: 
             seconds, size = _round(tensors, names, steps, path if timeline else None)
             (on if timeline else off).append(seconds)
             written = max(written, size)
-    q1, ratio, q3 = np.percentile([b / a for a, b in zip(off, on)], [25, 50, 75])
+    ratios = np.array([b / a for a, b in zip(off, on)])
+    q1, ratio, q3 = np.percentile(ratios, [25, 50, 75])
+    low, high = _median_interval(ratios)
     return {"off": float(np.median(off)), "on": float(np.median(on)), "ratio": float(ratio),
-            "ratio_q1": float(q1), "ratio_q3": float(q3), "bytes_per_step": written / steps}
+            "ratio_q1": float(q1), "ratio_q3": float(q3), "ratio_low": low, "ratio_high": high,
+            "bytes_per_step": written / steps}
+
+
+def _median_interval(ratios: np.ndarray, resamples: int = 2000) -> Tuple[float, float]:
+    """95% confidence interval of the median ratio: the pairs resampled with
+    replacement (a bootstrap), with a fixed seed so a run can be repeated."""
+    rng = np.random.default_rng(0)
+    medians = np.median(rng.choice(ratios, size=(resamples, len(ratios)), replace=True), axis=1)
+    low, high = np.percentile(medians, [2.5, 97.5])
+    return float(low), float(high)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -83,7 +97,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--num-tensors", type=int, default=200)
     parser.add_argument("--tensor-bytes", type=int, default=16 << 10)
     parser.add_argument("--steps", type=int, default=20, help="steps per round")
-    parser.add_argument("--rounds", type=int, default=150, help="pairs of rounds, one off and one on")
+    parser.add_argument("--rounds", type=int, default=300, help="pairs of rounds, one off and one on")
     args = parser.parse_args(argv)
     rs.init()
     with tempfile.TemporaryDirectory() as tmp:
@@ -96,8 +110,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"timeline off: {off * 1e3:.3f} ms/step (median of the rounds; a round with the timeline "
               f"includes its start and its stop)")
         print(f"timeline on:  {on * 1e3:.3f} ms/step ({result['bytes_per_step'] / 1024:.0f} KiB written per step)")
-        print(f"overhead: {100 * (result['ratio'] - 1):+.1f}% (median over the pairs of on / off; "
-              f"quartiles {100 * (result['ratio_q1'] - 1):+.1f}% and {100 * (result['ratio_q3'] - 1):+.1f}%)")
+        pct = {key: 100 * (value - 1) for key, value in result.items() if key.startswith("ratio")}
+        print(f"overhead: {pct['ratio']:+.1f}% (median over the pairs of on / off; 95% confidence interval "
+              f"{pct['ratio_low']:+.1f}% to {pct['ratio_high']:+.1f}%; quartiles {pct['ratio_q1']:+.1f}% and "
+              f"{pct['ratio_q3']:+.1f}%)")
     rs.shutdown()
     return 0
 
