@@ -18,6 +18,11 @@ namespace ring {
 namespace {
 
 constexpr auto kWriteEvery = std::chrono::milliseconds(100);
+// Blocks are reserved for the file this far ahead of its text
+// (FALLOC_FL_KEEP_SIZE: readers see only what is written). On ext4 a write
+// into reserved blocks skips the allocator's bookkeeping for every block,
+// a third of the write's kernel time; stop() gives back what is unused.
+constexpr off_t kReserveAhead = 16 << 20;
 // A batch this large wakes the writer early; one this large (32 MiB) makes
 // the engine wait for the writer, so memory stays bounded.
 constexpr size_t kWakeEvents = 1 << 16;
@@ -59,6 +64,8 @@ void Timeline::start(const std::string& path, bool mark_cycles) {
                            std::chrono::system_clock::now().time_since_epoch()).count();
   std::lock_guard<std::mutex> lock(mu_);
   fd_ = fd;
+  written_ = reserved_ = 0;
+  reserve_ = true;
   format_timeline_header(epoch_us, &text_);
   text_.flush();
   ++file_number_;
@@ -89,6 +96,8 @@ void Timeline::stop() {
   writer_.join();  // it writes what was recorded, then leaves
   text_.append("{}]\n", 4);
   text_.flush();
+  if (fd_ >= 0 && reserved_ > written_ && ::ftruncate(fd_, static_cast<off_t>(written_)) != 0)
+    log_line(LogLevel::Debug, std::string("the timeline keeps blocks reserved past its end: ") + std::strerror(errno));
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
 }
@@ -115,6 +124,12 @@ void Timeline::write_loop() {
 }
 
 void Timeline::write_file(const char* data, size_t size) {
+  if (fd_ >= 0 && reserve_ && written_ + size > reserved_) {
+    // Failing (a file system without it, a full disk) only costs the saving.
+    reserve_ = ::fallocate(fd_, FALLOC_FL_KEEP_SIZE, static_cast<off_t>(written_), kReserveAhead) == 0;
+    if (reserve_) reserved_ = written_ + kReserveAhead;
+  }
+  written_ += size;
   while (fd_ >= 0 && size > 0) {
     const ssize_t n = ::write(fd_, data, size);
     if (n < 0 && errno == EINTR) continue;

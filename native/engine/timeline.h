@@ -103,6 +103,9 @@ class Timeline {
   bool recording_ = false;  // guarded by mu_; false once stop() began
   bool stopping_ = false;   // guarded by mu_: the writer drains and leaves
   int fd_ = -1;
+  size_t written_ = 0;   // bytes handed to fd_
+  size_t reserved_ = 0;  // bytes of fd_ with blocks reserved (write_file)
+  bool reserve_ = true;  // false once reserving failed
   TimelineText text_{[this](const char* data, size_t size) { write_file(data, size); }};  // to fd_
   uint64_t file_number_ = 0;
   TimelineBatch batch_;  // recorded, not yet taken by the writer

@@ -52,6 +52,14 @@ class Line {
     std::memcpy(p_, s, n);
     p_ += n;
   }
+  // The first n bytes of `block`, copied as the whole block (N bytes, known
+  // when compiling: a few moves instead of a call). The line must have room
+  // for N bytes at this point.
+  template <size_t N>
+  void prefix_of(const char (&block)[N], size_t n) {
+    std::memcpy(p_, block, N);
+    p_ += n;
+  }
   void number(long long v) { p_ = std::to_chars(p_, end_, v).ptr; }
   char* end() const { return p_; }
 
@@ -145,12 +153,12 @@ class Pids {
       std::memcpy(p.text, R"(,"pid":)", 7);
       p.n = static_cast<uint8_t>(std::to_chars(p.text + 7, p.text + sizeof(p.text), row).ptr - p.text);
     }
-    l.text(p.text, p.n);
+    l.prefix_of(p.text, p.n);
   }
 
  private:
   struct Pid {
-    char text[20];
+    char text[20] = {};
     uint8_t n = 0;
   };
   std::vector<Pid> pids_;
@@ -210,7 +218,7 @@ class Formatter {
     for (int32_t i = 1; i <= g[0]; ++i) {
       {
         Line l(out_);
-        l.text(h.text, h.n);
+        l.prefix_of(h.text, h.n);
         pids_.put(l, g[i]);
       }
       dims = end_args(dims);
@@ -218,19 +226,23 @@ class Formatter {
   }
 
   // An event's line up to its "pid", made once for every row of a group.
+  // A line begins with a head (at most 104 bytes: a 64-byte prefix, a time
+  // stamp and a duration) and a pid (at most 18): copied as whole blocks,
+  // they stay within the room of a line.
   struct Head {
     Head(Formatter& f, const TimelineEvent& e) {
       Line l(text, sizeof(text));
       f.head(l, e);
       n = static_cast<size_t>(l.end() - text);
     }
-    char text[Line::kMax];
+    char text[128] = {};
     size_t n;
   };
+  static_assert(sizeof(Head::text) + 20 + 4 <= Line::kMax, "a head, a pid and the end fit in a line");
 
   void plain_line(const Head& h, int32_t row) {
     Line l(out_);
-    l.text(h.text, h.n);
+    l.prefix_of(h.text, h.n);
     pids_.put(l, row);
     l.text("},\n");
   }
