@@ -1,5 +1,6 @@
 // The timeline: the text each kind of recorded event becomes, and a file
 // written through Timeline that is valid, complete and in order.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -132,6 +133,10 @@ TEST(timeline_file_holds_every_recorded_event_and_closes) {
     tl.cycle_start();
   }
   tl.stop();
+  struct stat st {};
+  CHECK(::stat(path.c_str(), &st) == 0);
+  // The blocks reserved ahead of the text (16 MiB) were given back.
+  CHECK(static_cast<long long>(st.st_blocks) * 512 <= static_cast<long long>(st.st_size) + (1 << 20));
   std::ifstream in(path);
   std::stringstream all;
   all << in.rdbuf();
