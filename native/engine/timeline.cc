@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -23,12 +24,16 @@ constexpr auto kWriteEvery = std::chrono::milliseconds(100);
 // into reserved blocks skips the allocator's bookkeeping for every block,
 // a third of the write's kernel time; stop() gives back what is unused.
 constexpr off_t kReserveAhead = 16 << 20;
-// A batch this large wakes the writer early; one this large (32 MiB) makes
-// the engine wait for the writer, so memory stays bounded.
-constexpr size_t kWakeEvents = 1 << 16;
-constexpr size_t kMaxEvents = 1 << 20;
-// The writer yields to every other thread of the machine: on a busy host it
-// writes in the gaps the training leaves instead of delaying a step.
+// A batch this large wakes the writer early; one this large makes the
+// engine wait for the writer, so memory stays bounded.
+constexpr size_t kWakeBytes = 2 << 20;
+constexpr size_t kMaxBytes = 32 << 20;
+constexpr size_t kReserveEvents = 1 << 13;  // room kept in each batch
+// The writer yields to every other thread of the machine (SCHED_IDLE): it
+// writes in the gaps the training leaves, and a rank's thread that wakes
+// takes the core back at once instead of waiting out the writer's time
+// slice, which on a busy host delays a step by far more than the writing
+// itself costs. Where that policy is refused, the lowest nice level.
 constexpr int kWriterNice = 19;
 
 }  // namespace
@@ -74,7 +79,7 @@ void Timeline::start(const std::string& path, bool mark_cycles) {
   last_row_ = 0;
   batch_.clear();
   open_group_ = kNoGroup;
-  batch_.events.reserve(kWakeEvents);  // a batch the timer takes seldom grows beyond this
+  batch_.events.reserve(kReserveEvents);
   t0_ = std::chrono::steady_clock::now();
   recording_ = true;
   stopping_ = false;
@@ -103,13 +108,15 @@ void Timeline::stop() {
 }
 
 void Timeline::write_loop() {
-  setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), kWriterNice);  // this thread only
+  sched_param idle{};
+  if (pthread_setschedparam(pthread_self(), SCHED_IDLE, &idle) != 0)
+    setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), kWriterNice);  // this thread only
   pthread_setname_np(pthread_self(), "ring-timeline");  // as top -H and ps -L show it
   TimelineBatch taken;  // swapped with batch_: both end up with room for a batch
-  taken.events.reserve(kWakeEvents);
+  taken.events.reserve(kReserveEvents);
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    wake_.wait_for(lock, kWriteEvery, [this] { return stopping_ || batch_.events.size() >= kWakeEvents; });
+    wake_.wait_for(lock, kWriteEvery, [this] { return stopping_ || batch_.bytes() >= kWakeBytes; });
     const bool last = stopping_;
     taken.clear();
     std::swap(taken, batch_);  // both keep their capacity: no allocation in steady state
@@ -150,9 +157,9 @@ long long Timeline::now_us() const {
 
 std::unique_lock<std::mutex> Timeline::record_lock() {
   std::unique_lock<std::mutex> lock(mu_);
-  if (batch_.events.size() >= kMaxEvents) {
+  if (batch_.bytes() >= kMaxBytes) {
     wake_.notify_all();
-    room_.wait(lock, [this] { return !recording_ || batch_.events.size() < kMaxEvents; });
+    room_.wait(lock, [this] { return !recording_ || batch_.bytes() < kMaxBytes; });
   }
   return lock;
 }
@@ -163,7 +170,7 @@ void Timeline::push(char kind, const char* name, int row, long long ts, int32_t 
   // for the cache line 512 bytes ahead hides the misses of filling it.
   __builtin_prefetch(events.data() + events.size() + 16, 1);
   events.push_back(TimelineEvent{ts, name, row, arg, kind});
-  if (batch_.events.size() == kWakeEvents) wake_.notify_one();
+  if (batch_.bytes() >= kWakeBytes) wake_.notify_one();
 }
 
 int32_t Timeline::group(const std::vector<int>& rows) {

@@ -15,9 +15,11 @@
 // out a batch of work.
 //
 // Cost: the engine only appends fixed-size records (timeline_format.h) to a
-// batch under a short lock; a writer thread of the timeline's own takes the
+// batch under a short lock, one per phase of a fused batch and one per list
+// of requests a rank sent together (group events: the rows are copied, the
+// lines are made later); a writer thread of the timeline's own takes the
 // batch every 100 ms, turns it into text and writes it, at the lowest
-// scheduling priority (nice 19). So the file is "["
+// scheduling priority (SCHED_IDLE). So the file is "["
 // then one event per line, each line ending in ",", at most ~100 ms behind;
 // stop() ends it with "{}]", so it is valid JSON after shutdown. After a
 // crash the closing "]" is missing: Chrome and Perfetto load it as it is,

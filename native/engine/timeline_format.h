@@ -34,6 +34,10 @@ struct TimelineBatch {
   // tensor of a fused batch is one event and one copy of the rows here
   // while the engine records it; the writer makes the lines.
   std::vector<int32_t> groups;
+  // Memory the records take (tensor names aside: one per new row).
+  size_t bytes() const {
+    return events.size() * sizeof(TimelineEvent) + dims.size() * sizeof(int64_t) + groups.size() * sizeof(int32_t);
+  }
   void clear() {
     events.clear();
     dims.clear();
