@@ -6,8 +6,9 @@ worker it starts inherits the read end of a pipe (``RING_LAUNCHER_PIPE``:
 its descriptor and inode) whose write end only ringrun holds: when ringrun
 dies, the kernel closes that end and the worker reads end-of-file. ``init()`` starts a thread that
 waits for it; it then says why on stderr, sends this process SIGTERM and,
-if the process is still alive ``GRACE_SECONDS`` later (a SIGTERM handler
-that does not exit), ends it.
+if the process is still alive after ringrun's grace period
+(``RING_LAUNCHER_GRACE_SECONDS``, from ``--grace-period``; by default
+``GRACE_SECONDS``) because a SIGTERM handler did not exit, ends it.
 """
 
 from __future__ import annotations
@@ -40,6 +41,15 @@ def _launcher_fd(environ: Mapping[str, str]) -> Optional[int]:
     return fd if stat.S_ISFIFO(st.st_mode) and st.st_ino == inode else None
 
 
+def _grace_seconds(environ: Mapping[str, str]) -> float:
+    """ringrun's grace period between SIGTERM and SIGKILL."""
+    try:
+        grace = float(environ.get("RING_LAUNCHER_GRACE_SECONDS", GRACE_SECONDS))
+    except ValueError:
+        return GRACE_SECONDS
+    return grace if grace >= 0 else GRACE_SECONDS
+
+
 def watch_launcher(environ: Mapping[str, str] = os.environ) -> bool:
     """Starts watching ringrun (once per process); True if there is one to watch."""
     global _watching
@@ -48,11 +58,12 @@ def watch_launcher(environ: Mapping[str, str] = os.environ) -> bool:
         if fd is None or _watching:
             return fd is not None
         _watching = True
-    threading.Thread(target=_stop_when_gone, args=(fd,), name="ring-launcher-watch", daemon=True).start()
+    threading.Thread(target=_stop_when_gone, args=(fd, _grace_seconds(environ)), name="ring-launcher-watch",
+                     daemon=True).start()
     return True
 
 
-def _stop_when_gone(fd: int) -> None:
+def _stop_when_gone(fd: int, grace: float) -> None:
     while True:
         try:
             if not os.read(fd, 4096):
@@ -67,5 +78,5 @@ def _stop_when_gone(fd: int) -> None:
     except (OSError, ValueError):
         pass  # stderr went with ringrun
     os.kill(os.getpid(), signal.SIGTERM)
-    time.sleep(GRACE_SECONDS)
+    time.sleep(grace)
     os.kill(os.getpid(), signal.SIGKILL)

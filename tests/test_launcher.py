@@ -199,19 +199,20 @@ def test_signal_to_ringrun_leaves_no_process_behind(tmp_path, sig, code):
     assert _wait_gone(pids) == []
 
 
-def test_killed_ringrun_stops_its_workers(tmp_path):
-    # SIGKILL gives ringrun no chance to stop anything: the workers notice
-    # that the pipe it left them is closed and stop themselves.
+def _kill_ringrun(tmp_path, launcher_args, before_init="") -> float:
+    """Starts two workers that sleep after init(), kills ringrun with SIGKILL
+    and returns the seconds until both workers are gone."""
     worker = textwrap.dedent(f"""
-        import os, time
+        import os, signal, time
         import ring_strategy as rs
+        {before_init}
         rs.init()
         path = os.path.join({str(tmp_path)!r}, f"pid{{rs.rank()}}")
         open(path + ".tmp", "w").write(str(os.getpid()))
         os.rename(path + ".tmp", path)
         time.sleep(60)
     """)
-    cmd = [PY, "-m", "ring_strategy.runner.launch", "-np", "2", PY, "-c", worker]
+    cmd = [PY, "-m", "ring_strategy.runner.launch", "-np", "2", *launcher_args, PY, "-c", worker]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env=_with_repo_on_path(dict(os.environ)), cwd=REPO_ROOT)
     pids = []
@@ -223,14 +224,30 @@ def test_killed_ringrun_stops_its_workers(tmp_path):
             time.sleep(0.05)
         pids = [int((tmp_path / f"pid{r}").read_text()) for r in range(2)]
         proc.kill()
+        killed = time.monotonic()
         proc.wait(timeout=10)
         assert _wait_gone(pids, timeout=10) == []
+        return time.monotonic() - killed
     finally:
         if proc.poll() is None:
             proc.kill()
         for pid in pids:
             if not _gone(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_killed_ringrun_stops_its_workers(tmp_path):
+    # SIGKILL gives ringrun no chance to stop anything: the workers notice
+    # that the pipe it left them is closed and stop themselves.
+    _kill_ringrun(tmp_path, [])
+
+
+def test_killed_ringrun_workers_ignoring_sigterm_end_after_its_grace_period(tmp_path):
+    # The default grace period is 5 s: gone well before that, the workers
+    # used the --grace-period ringrun was given.
+    seconds = _kill_ringrun(tmp_path, ["--grace-period", "0.5"],
+                            before_init="signal.signal(signal.SIGTERM, signal.SIG_IGN)")
+    assert seconds < 4.0, f"workers took {seconds:.1f} s to end"
 
 
 def test_secret_is_on_no_command_line(ringrun):

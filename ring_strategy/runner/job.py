@@ -96,14 +96,17 @@ class LocalWorkers:
         envs: Each rank's whole environment.
         output: Where their lines go.
         events: Receives ``("exit", rank, returncode)`` for each worker.
+        grace: Seconds a worker whose ringrun is gone waits between SIGTERM
+            and SIGKILL to itself.
     """
 
     def __init__(self, command: List[str], envs: Dict[int, Dict[str, str]], output: Output,
-                 events: _Events) -> None:
+                 events: _Events, grace: float) -> None:
         self.command = command
         self.envs = envs
         self.output = output
         self.events = events
+        self.grace = grace
         self.procs: Dict[int, subprocess.Popen] = {}
 
     def start(self) -> Optional[int]:
@@ -127,7 +130,7 @@ class LocalWorkers:
         # have another file under the same number.
         pipe = f"{watch_read}:{os.fstat(watch_read).st_ino}"
         for rank, env in sorted(self.envs.items()):
-            env = dict(env, RING_LAUNCHER_PIPE=pipe)
+            env = dict(env, RING_LAUNCHER_PIPE=pipe, RING_LAUNCHER_GRACE_SECONDS=f"{self.grace:g}")
             try:
                 proc = subprocess.Popen(
                     self.command, env=env, stdin=subprocess.DEVNULL,
@@ -280,7 +283,7 @@ class Job:
                 if self.plan.remote and self.plan.interface:
                     base["RING_ADVERTISE_HOST"] = interface_address(self.plan.interface)
                 group = LocalWorkers(self.plan.command, self._environments(host, True, base, address),
-                                     self.output, self.events)
+                                     self.output, self.events, self.plan.grace)
             else:
                 spec = bootstrap_spec(
                     command=self.plan.command, cwd=os.getcwd(), job_id=self.job_id, grace=self.plan.grace,

@@ -30,6 +30,7 @@ import shlex
 import sys
 from typing import List, Optional, Sequence
 
+from ring_strategy.launcher_watch import GRACE_SECONDS
 from ring_strategy.runner.hosts import HostSlots, assign_ranks, is_this_host, parse_hostfile, parse_hosts
 from ring_strategy.runner.job import SHM_PATTERN as _SHM_PATTERN  # noqa: F401 (the Ray executor's)
 from ring_strategy.runner.job import Job, JobPlan
@@ -39,7 +40,7 @@ from ring_strategy.runner.worker_env import worker_environment
 __all__ = ["build_parser", "main", "worker_environment"]
 
 DEFAULT_START_TIMEOUT_SECONDS = 60.0
-DEFAULT_GRACE_SECONDS = 5.0
+DEFAULT_GRACE_SECONDS = GRACE_SECONDS  # what a worker whose ringrun is gone also waits by default
 
 
 def build_parser() -> argparse.ArgumentParser:
