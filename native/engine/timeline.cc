@@ -173,10 +173,10 @@ void Timeline::push(char kind, const char* name, int row, long long ts, int32_t 
   if (batch_.bytes() >= kWakeBytes) wake_.notify_one();
 }
 
-int32_t Timeline::group(const std::vector<int>& rows) {
+int32_t Timeline::group(const int* rows, size_t count) {
   const auto offset = static_cast<int32_t>(batch_.groups.size());
-  batch_.groups.push_back(static_cast<int32_t>(rows.size()));
-  batch_.groups.insert(batch_.groups.end(), rows.begin(), rows.end());
+  batch_.groups.push_back(static_cast<int32_t>(count));
+  batch_.groups.insert(batch_.groups.end(), rows, rows + count);
   return -1 - offset;
 }
 
@@ -190,10 +190,7 @@ void Timeline::add_to_group(char kind, const char* name, int row, long long ts, 
       return;
     }
   }
-  const auto offset = static_cast<int32_t>(batch_.groups.size());
-  batch_.groups.push_back(1);
-  batch_.groups.push_back(row);
-  push(kind, name, -1 - offset, ts, arg);
+  push(kind, name, group(&row, 1), ts, arg);
   open_group_ = events.size() - 1;
 }
 
@@ -253,7 +250,7 @@ void Timeline::begin(const std::vector<int>& rows, const char* phase) {
   if (!active()) return;
   std::unique_lock<std::mutex> lock = record_lock();
   if (!recording_) return;
-  push('B', phase, group(rows), now_us());
+  push('B', phase, group(rows.data(), rows.size()), now_us());
 }
 
 void Timeline::span(const std::vector<int>& rows, const char* phase, long long began) {
@@ -261,7 +258,7 @@ void Timeline::span(const std::vector<int>& rows, const char* phase, long long b
   std::unique_lock<std::mutex> lock = record_lock();
   if (!recording_) return;
   const auto dur = static_cast<int32_t>(std::min<long long>(now_us() - began, INT32_MAX));
-  push('S', phase, group(rows), began, dur);
+  push('S', phase, group(rows.data(), rows.size()), began, dur);
 }
 
 void Timeline::end_ops(const std::vector<int>& rows, const std::vector<const Request*>& requests) {
@@ -269,7 +266,8 @@ void Timeline::end_ops(const std::vector<int>& rows, const std::vector<const Req
   std::unique_lock<std::mutex> lock = record_lock();
   if (!recording_) return;
   if (rows.empty() || rows.size() != requests.size()) return;
-  push('e', op_phase(requests[0]->op), group(rows), now_us(), static_cast<int32_t>(batch_.dims.size()));
+  push('e', op_phase(requests[0]->op), group(rows.data(), rows.size()), now_us(),
+       static_cast<int32_t>(batch_.dims.size()));
   for (const Request* q : requests) {
     batch_.dims.push_back(static_cast<int64_t>(q->dtype));
     batch_.dims.push_back(static_cast<int64_t>(q->shape.size()));

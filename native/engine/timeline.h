@@ -86,8 +86,8 @@ class Timeline {
   // is full.
   std::unique_lock<std::mutex> record_lock();
   int row(const std::string& tensor, Row* cache);  // caller holds mu_
-  // Stores `rows` for a group event; returns its TimelineEvent::row.
-  int32_t group(const std::vector<int>& rows);  // caller holds mu_
+  // Stores `count` rows for a group event; returns its TimelineEvent::row.
+  int32_t group(const int* rows, size_t count);  // caller holds mu_
   // Records an event on `row` as part of the last event recorded when that
   // is a group of the same kind, phase, arg and time stamp (a rank's
   // requests arrive together and share one), else as a new group.

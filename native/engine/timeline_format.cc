@@ -170,18 +170,9 @@ class Formatter {
 
   void event(const TimelineEvent& e) {
     if (e.kind == 'M') return row_name(e);
-    if (e.row < 0) return group(e);
-    {
-      Line l(out_);
-      head(l, e);
-      pids_.put(l, e.row);
-      if (e.kind != 'e') {
-        if (e.kind == 'C') l.text(R"(,"s":"g")");
-        l.text("},\n");
-        return;
-      }
-    }
-    end_args(batch_.dims.data() + e.arg);
+    if (e.row >= 0) return lines(e, &e.row, 1);
+    const int32_t* g = batch_.groups.data() + (-1 - e.row);  // a group: its size, then its rows
+    lines(e, g + 1, g[0]);
   }
 
  private:
@@ -195,31 +186,30 @@ class Formatter {
     }
   }
 
-  // The lines of a group event: one per row, two for 'R' (a negotiation
-  // opening with the first rank's tick); an 'e' group's dtypes and shapes
-  // follow each other in dims.
-  void group(const TimelineEvent& e) {
-    const int32_t* g = batch_.groups.data() + (-1 - e.row);
+  // The lines of an event on `count` rows: one per row, two for 'R' (a
+  // negotiation opening with the first rank's tick); an 'e' event's dtypes
+  // and shapes follow each other in dims.
+  void lines(const TimelineEvent& e, const int32_t* rows, int32_t count) {
     if (e.kind == 'R') {
       Head open(*this, TimelineEvent{e.ts, e.name, 0, 0, 'B'});
       Head tick(*this, TimelineEvent{e.ts, nullptr, 0, e.arg, 'I'});
-      for (int32_t i = 1; i <= g[0]; ++i) {
-        plain_line(open, g[i]);
-        plain_line(tick, g[i]);
+      for (int32_t i = 0; i < count; ++i) {
+        plain_line(open, rows[i], false);
+        plain_line(tick, rows[i], false);
       }
       return;
     }
     Head h(*this, e);
     if (e.kind != 'e') {
-      for (int32_t i = 1; i <= g[0]; ++i) plain_line(h, g[i]);
+      for (int32_t i = 0; i < count; ++i) plain_line(h, rows[i], e.kind == 'C');
       return;
     }
     const int64_t* dims = batch_.dims.data() + e.arg;
-    for (int32_t i = 1; i <= g[0]; ++i) {
+    for (int32_t i = 0; i < count; ++i) {
       {
         Line l(out_);
         l.prefix_of(h.text, h.n);
-        pids_.put(l, g[i]);
+        pids_.put(l, rows[i]);
       }
       dims = end_args(dims);
     }
@@ -240,10 +230,12 @@ class Formatter {
   };
   static_assert(sizeof(Head::text) + 20 + 4 <= Line::kMax, "a head, a pid and the end fit in a line");
 
-  void plain_line(const Head& h, int32_t row) {
+  // global: a cycle mark, an instant over the whole trace.
+  void plain_line(const Head& h, int32_t row, bool global) {
     Line l(out_);
     l.prefix_of(h.text, h.n);
     pids_.put(l, row);
+    if (global) l.text(R"(,"s":"g")");
     l.text("},\n");
   }
 
