@@ -130,7 +130,7 @@ class LocalWorkers:
         # have another file under the same number.
         pipe = f"{watch_read}:{os.fstat(watch_read).st_ino}"
         for rank, env in sorted(self.envs.items()):
-            env = dict(env, RING_LAUNCHER_PIPE=pipe, RING_LAUNCHER_GRACE_SECONDS=f"{self.grace:g}")
+            env = dict(env, RING_LAUNCHER_PIPE=pipe, RING_LAUNCHER_GRACE_SECONDS=repr(self.grace))
             try:
                 proc = subprocess.Popen(
                     self.command, env=env, stdin=subprocess.DEVNULL,
