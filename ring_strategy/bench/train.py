@@ -39,6 +39,7 @@ import argparse
 import copy
 import importlib.util
 import json
+import os
 import statistics
 import sys
 import time
@@ -194,8 +195,31 @@ def _report(args: argparse.Namespace, params: int, local: float, rates: Dict[str
     return results
 
 
+def _end_without_destroying_gloo() -> None:
+    """Ends this process once every rank is done, without destroying gloo.
+
+    torch's gloo process group joins its worker threads when it is
+    destroyed, with the GIL held by whoever drops the last reference (here
+    the DDP model). A worker thread still letting go of a DDP allreduce
+    takes the GIL to do so, because the work keeps the Python context that
+    ``backward()`` stashes in thread-local state: the two threads then wait
+    for each other forever. Nothing is left to do once every rank has passed
+    the barrier, so the process shuts ring down, flushes its output and ends
+    with gloo in place.
+    """
+    import ring_strategy as rs
+
+    rs.barrier()
+    rs.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Runs the training benchmark; returns the exit status (0).
+    """Runs the training benchmark; returns the exit status (0). With
+    ``--compare ddp`` it ends the process instead of returning (see
+    :func:`_end_without_destroying_gloo`).
 
     Raises:
         SystemExit: With status 2 for a bad option, before joining the job.
@@ -225,9 +249,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         results = _report(args, params, local, rates)
         if args.json is not None:
             args.json.write_text(json.dumps(results, indent=1) + "\n")
-    hvd.barrier()
     if args.compare == "ddp":
-        torch.distributed.destroy_process_group()
+        _end_without_destroying_gloo()
+    hvd.barrier()
     return 0
 
 

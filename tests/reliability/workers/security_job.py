@@ -43,7 +43,9 @@ class GatedRuntime(_native.Runtime):
     gate: Path
 
     def connect(self, endpoints: list) -> None:
-        (self.gate.parent / "endpoints.json").write_text(json.dumps(list(endpoints)))
+        written = self.gate.parent / "endpoints.json.partial"
+        written.write_text(json.dumps(list(endpoints)))
+        written.rename(self.gate.parent / "endpoints.json")  # the test never reads half a file
         wait_for(self.gate)
         super().connect(endpoints)
 
