@@ -13,6 +13,7 @@ if the process is still alive after ringrun's grace period
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import stat
@@ -47,7 +48,7 @@ def _grace_seconds(environ: Mapping[str, str]) -> float:
         grace = float(environ.get("RING_LAUNCHER_GRACE_SECONDS", GRACE_SECONDS))
     except ValueError:
         return GRACE_SECONDS
-    return grace if grace >= 0 else GRACE_SECONDS
+    return grace if math.isfinite(grace) and grace >= 0 else GRACE_SECONDS
 
 
 def watch_launcher(environ: Mapping[str, str] = os.environ) -> bool:

@@ -390,6 +390,16 @@ def test_output_filename_writes_per_rank_logs(ringrun, tmp_path):
     assert _lines_by_rank(result.stdout)[3] == ["out 3", "no newline"]  # the console still gets it
 
 
+@pytest.mark.parametrize("option, value", [
+    ("--grace-period", "-1"), ("--grace-period", "inf"), ("--grace-period", "nan"),
+    ("--start-timeout", "0"), ("--start-timeout", "inf"), ("--start-timeout", "nan"),
+])
+def test_bad_seconds_are_refused(ringrun, option, value):
+    result = ringrun(1, [option, value, PY, "-c", "pass"], timeout=60)
+    assert result.returncode == 2
+    assert f"{option} should be a" in result.stderr and f"Got: {value}" in result.stderr
+
+
 def test_ssh_options_are_checked(ringrun, tmp_path):
     code = [PY, "-c", "pass"]
     assert ringrun(1, ["--ssh-port", "0", *code], timeout=60).returncode == 2

@@ -25,6 +25,7 @@ exits with 130 or 143.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shlex
 import sys
@@ -145,9 +146,16 @@ def _start_timeout(parser: argparse.ArgumentParser, given: Optional[float]) -> f
             start_timeout = float(raw) if raw else DEFAULT_START_TIMEOUT_SECONDS
         except ValueError:
             parser.error(f"RING_START_TIMEOUT should be a number of seconds. Got: {raw!r}")
-    if start_timeout <= 0:
-        parser.error(f"--start-timeout should be positive. Got: {start_timeout:g}")
+    if not (math.isfinite(start_timeout) and start_timeout > 0):
+        parser.error(f"--start-timeout should be a positive number of seconds. Got: {start_timeout:g}")
     return start_timeout
+
+
+def _grace_period(parser: argparse.ArgumentParser, given: float) -> float:
+    # Not inf either: a worker that ignores SIGTERM would then never end.
+    if not (math.isfinite(given) and given >= 0):
+        parser.error(f"--grace-period should be a finite number of seconds, 0 or more. Got: {given:g}")
+    return given
 
 
 def _ssh_settings(parser: argparse.ArgumentParser, args: argparse.Namespace, start_timeout: float) -> SshSettings:
@@ -197,8 +205,7 @@ def _plan(parser: argparse.ArgumentParser, args: argparse.Namespace, command: Li
         where = f"-H {args.hosts!r}" if args.hosts is not None else f"--hostfile {args.hostfile!r}"
         parser.error(f"{e} ({where})")
     start_timeout = _start_timeout(parser, args.start_timeout)
-    if args.grace_period < 0:
-        parser.error(f"--grace-period should not be negative. Got: {args.grace_period:g}")
+    grace = _grace_period(parser, args.grace_period)
     local = [is_this_host(h.hostname) for h in placed]
     _check_interface(parser, args.network_interface, remote=not all(local))
     output_dir = args.output_filename
@@ -206,7 +213,7 @@ def _plan(parser: argparse.ArgumentParser, args: argparse.Namespace, command: Li
         output_dir = os.path.abspath(output_dir)
     return JobPlan(
         command=command, hosts=placed, local=local, size=np_, start_timeout=start_timeout,
-        grace=args.grace_period, verbose=args.verbose, output_dir=output_dir,
+        grace=grace, verbose=args.verbose, output_dir=output_dir,
         ssh=_ssh_settings(parser, args, start_timeout), interface=args.network_interface,
     )
 
