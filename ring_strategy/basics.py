@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import math
 import os
 import threading
 from dataclasses import dataclass
@@ -22,9 +23,12 @@ def _start_timeout() -> float:
     """Seconds to wait for every rank at the rendezvous (ringrun --start-timeout)."""
     value = os.environ.get("RING_START_TIMEOUT", "")
     try:
-        return float(value) if value else 300.0
+        seconds = float(value) if value else 300.0
     except ValueError:
-        raise BadArgumentError(f"RING_START_TIMEOUT should be a number of seconds. Got: {value!r}") from None
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise BadArgumentError(f"RING_START_TIMEOUT should be a positive number of seconds. Got: {value!r}")
+    return seconds
 
 
 @dataclass
@@ -63,6 +67,7 @@ def init() -> None:
         if _state.runtime is not None:
             return
         env = detect_environment()
+        start_timeout = _start_timeout()  # checked in every process, before anything starts
         rt = _native.Runtime(
             rank=env.rank,
             size=env.size,
@@ -77,7 +82,7 @@ def init() -> None:
             advertise_host=env.advertise_host,
         )
         if env.size > 1:
-            _rendezvous(env, rt, _state.generation)
+            _rendezvous(env, rt, _state.generation, start_timeout)
         else:
             rt.connect([rt.local_endpoint()])
         rt.start()
@@ -86,7 +91,7 @@ def init() -> None:
     watch_launcher()  # a worker whose ringrun was killed stops itself
 
 
-def _rendezvous(env: ClusterEnvironment, rt: _native.Runtime, generation: int) -> None:
+def _rendezvous(env: ClusterEnvironment, rt: _native.Runtime, generation: int, timeout: float) -> None:
     """Publishes this rank's endpoint, reads every peer's and connects.
 
     Under a launcher that serves no store (torchrun, mpirun, Slurm), rank 0
@@ -98,7 +103,6 @@ def _rendezvous(env: ClusterEnvironment, rt: _native.Runtime, generation: int) -
         raise ShutdownError(
             f"rank {env.rank} of {env.size}: the launcher gave no rendezvous address or secret"
         )
-    timeout = _start_timeout()
     server = _serve_rendezvous(env)
     try:
         store = StoreClient(env.rendezvous_address, env.secret, timeout=timeout)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import math
 import os
 import secrets
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set
@@ -90,7 +91,7 @@ class RayExecutor:
                 f"placement_strategy should be one of {', '.join(_PLACEMENT_STRATEGIES)}. "
                 f"Got: {placement_strategy!r}"
             )
-        if start_timeout <= 0:
+        if not (math.isfinite(start_timeout) and start_timeout > 0):
             raise ValueError(f"start_timeout should be a positive number of seconds. Got: {start_timeout!r}")
         self.num_workers = num_workers
         self.cpus_per_worker = cpus_per_worker

@@ -64,6 +64,7 @@ def test_dropped_handle_does_not_crash() -> None:
 @pytest.mark.parametrize("variable, value", [
     ("RING_TIMEOUT_SECONDS", "abc"), ("RING_TIMEOUT_SECONDS", "-1"), ("RING_FUSION_THRESHOLD", "1e99x"),
     ("RING_CYCLE_TIME", "nan"), ("RING_TRANSPORT", "udp"), ("RING_CACHE_CAPACITY", "-5"),
+    ("RING_START_TIMEOUT", "nan"), ("RING_START_TIMEOUT", "0"), ("RING_START_TIMEOUT", "soon"),
 ])
 def test_invalid_configuration_is_a_bad_argument(variable: str, value: str) -> None:
     """init() rejects an invalid RING_ variable, quoting its name and value."""
