@@ -13,9 +13,12 @@
 
 #include <cstring>
 
+#include "collectives/slices.h"
+#include "common/device.h"
 #include "common/error.h"
 #include "common/types.h"
 #include "engine/config.h"
+#include "engine/mesh_names.h"
 #include "engine/runtime.h"
 
 namespace nb = nanobind;
@@ -25,7 +28,7 @@ void register_parsers(nb::module_& m);  // parsers.cc
 
 namespace {
 
-PyObject* g_errors[6] = {};
+PyObject* g_errors[ring::kNumErrorKinds] = {};
 
 PyObject* new_error(nb::module_& m, const char* name, PyObject* bases, const char* doc) {
   std::string qual = std::string("ring_strategy._native.") + name;
@@ -35,33 +38,48 @@ PyObject* new_error(nb::module_& m, const char* name, PyObject* bases, const cha
   return cls;
 }
 
+void translate_error(const std::exception_ptr& p, void*) {
+  try {
+    std::rethrow_exception(p);
+  } catch (const ring::RingError& e) {
+    // Messages may quote bytes from a peer: never fail on invalid UTF-8.
+    const char* what = e.what();
+    PyObject* msg = PyUnicode_DecodeUTF8(what, static_cast<Py_ssize_t>(std::strlen(what)), "replace");
+    if (!msg) return;  // the decode error stays set
+    const int kind = static_cast<int>(e.kind());
+    PyErr_SetObject(g_errors[ring::is_valid_error_kind(kind) ? kind : 0], msg);
+    Py_DECREF(msg);
+  }
+}
+
+// One Python class per ErrorKind: the kind's class derives from RingError
+// (the Internal kind's) and from `also` when set.
 void register_errors(nb::module_& m) {
   using ring::ErrorKind;
-  PyObject* base = new_error(m, "RingError", PyExc_RuntimeError, "Base class of every error raised by ring.");
-  g_errors[int(ErrorKind::Internal)] = base;
-  auto two = [&](PyObject* other) { return PyTuple_Pack(2, base, other); };
-  g_errors[int(ErrorKind::BadArgument)] =
-      new_error(m, "BadArgumentError", two(PyExc_ValueError), "An argument is invalid; nothing was sent.");
-  g_errors[int(ErrorKind::Mismatch)] =
-      new_error(m, "MismatchError", base, "Ranks submitted the same tensor name with different properties.");
-  g_errors[int(ErrorKind::PeerFailure)] =
-      new_error(m, "PeerFailureError", base, "A peer process died or closed its connection.");
-  g_errors[int(ErrorKind::Timeout)] =
-      new_error(m, "RingTimeoutError", two(PyExc_TimeoutError), "No progress within RING_TIMEOUT_SECONDS.");
-  g_errors[int(ErrorKind::Shutdown)] =
-      new_error(m, "ShutdownError", base, "ring is not initialized, or has been shut down.");
-  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
-    try {
-      std::rethrow_exception(p);
-    } catch (const ring::RingError& e) {
-      // Messages may quote bytes from a peer: never fail on invalid UTF-8.
-      const char* what = e.what();
-      PyObject* msg = PyUnicode_DecodeUTF8(what, static_cast<Py_ssize_t>(std::strlen(what)), "replace");
-      if (!msg) return;  // the decode error stays set
-      PyErr_SetObject(g_errors[int(e.kind())], msg);
-      Py_DECREF(msg);
-    }
-  });
+  struct ErrorClass {
+    ErrorKind kind;
+    const char* name;
+    PyObject* also;
+    const char* doc;
+  };
+  const ErrorClass classes[] = {
+      {ErrorKind::Internal, "RingError", PyExc_RuntimeError, "Base class of every error raised by ring."},
+      {ErrorKind::BadArgument, "BadArgumentError", PyExc_ValueError, "An argument is invalid; nothing was sent."},
+      {ErrorKind::Mismatch, "MismatchError", nullptr, "Ranks submitted the same tensor name with different properties."},
+      {ErrorKind::PeerFailure, "PeerFailureError", nullptr, "A peer process died or closed its connection."},
+      {ErrorKind::Timeout, "RingTimeoutError", PyExc_TimeoutError, "No progress within RING_TIMEOUT_SECONDS."},
+      {ErrorKind::Shutdown, "ShutdownError", nullptr, "ring is not initialized, or has been shut down."},
+  };
+  static_assert(sizeof(classes) / sizeof(classes[0]) == ring::kNumErrorKinds, "one Python class per ErrorKind");
+  PyObject* base = nullptr;
+  for (const ErrorClass& c : classes) {
+    PyObject* pair = base && c.also ? PyTuple_Pack(2, base, c.also) : nullptr;
+    PyObject* cls = new_error(m, c.name, pair ? pair : base ? base : c.also, c.doc);
+    Py_XDECREF(pair);
+    if (!base) base = cls;
+    g_errors[static_cast<int>(c.kind)] = cls;
+  }
+  nb::register_exception_translator(translate_error);
 }
 
 using AnyArray = nb::ndarray<nb::device::cpu, nb::c_contig>;
@@ -79,7 +97,8 @@ void check_array(const Array& a, const ring::Request& req, const char* which) {
 
 int64_t enqueue(ring::Runtime& rt, int op, const std::string& name, ReadOnlyArray input, std::optional<AnyArray> output,
                 int dtype, int reduce_op, int root, double prescale, double postscale,
-                const std::vector<int64_t>& shape, const std::vector<int64_t>& splits, bool wake) {
+                const std::vector<int64_t>& shape, const std::vector<int64_t>& splits, bool wake,
+                const std::string& device) {
   if (op < 0 || op >= ring::kNumOpTypes) throw ring::RingError(ring::ErrorKind::BadArgument, "unknown operation");
   if (!ring::is_valid_dtype(dtype)) throw ring::RingError(ring::ErrorKind::BadArgument, "unsupported dtype code");
   if (!ring::is_valid_reduce_op(reduce_op)) throw ring::RingError(ring::ErrorKind::BadArgument, "unknown reduce op");
@@ -93,6 +112,7 @@ int64_t enqueue(ring::Runtime& rt, int op, const std::string& name, ReadOnlyArra
   args.req.postscale = postscale;
   args.req.shape = shape;
   args.req.splits = splits;
+  args.req.device = ring::parse_device(device);
   check_array(input, args.req, "input");
   args.input = input.data();
   if (output) {
@@ -131,14 +151,7 @@ nb::dict config_dict(const ring::Config& c) {
   return d;
 }
 
-}  // namespace
-
-NB_MODULE(_native, m) {
-  m.doc() = "ring native engine";
-  m.attr("__version__") = "0.1.0";
-  register_errors(m);
-  register_parsers(m);
-
+void register_constants(nb::module_& m) {
   m.attr("OP_ALLREDUCE") = int(ring::OpType::Allreduce);
   m.attr("OP_ALLGATHER") = int(ring::OpType::Allgather);
   m.attr("OP_BROADCAST") = int(ring::OpType::Broadcast);
@@ -152,56 +165,85 @@ NB_MODULE(_native, m) {
   nb::dict ops;
   for (int i = 0; i < ring::kNumReduceOps; ++i) ops[ring::reduce_op_name(static_cast<ring::ReduceOp>(i))] = i;
   m.attr("REDUCE_OPS") = ops;
+}
 
+// Rules the engine applies that Python needs too, computed by the engine's code.
+void register_rules(nb::module_& m) {
   m.def("config_table", [] {
     std::vector<std::tuple<std::string, std::string, std::string, std::string>> rows;
     for (const auto& e : ring::config_table()) rows.emplace_back(e.name, e.alias, e.default_value, e.doc);
     return rows;
   });
+  m.def(
+      "reducescatter_rows",
+      [](int64_t rows, int size, int rank) {
+        if (rows < 0 || size < 1 || rank < 0 || rank >= size)
+          throw ring::RingError(ring::ErrorKind::BadArgument,
+                                "reducescatter_rows needs rows >= 0 and 0 <= rank < size. Got: rows " +
+                                    std::to_string(rows) + ", size " + std::to_string(size) + ", rank " +
+                                    std::to_string(rank));
+        return static_cast<int64_t>(ring::slice_count(static_cast<size_t>(rows), size, rank));
+      },
+      "rows"_a, "size"_a, "rank"_a);
+  m.def("shm_segment_names", &ring::shm_segment_names, "job_id"_a, "rank"_a);
+}
 
+void new_runtime(ring::Runtime* self, int rank, int size, int local_rank, int local_size, int cross_rank,
+                 int cross_size, nb::bytes secret, std::string job_id, std::string host_id, std::string bind_host,
+                 std::string advertise_host) {
+  ring::RuntimeOptions o;
+  o.rank = rank;
+  o.size = size;
+  o.local_rank = local_rank;
+  o.local_size = local_size;
+  o.cross_rank = cross_rank;
+  o.cross_size = cross_size;
+  o.secret = std::string(secret.c_str(), secret.size());
+  o.job_id = std::move(job_id);
+  o.host_id = std::move(host_id);
+  o.bind_host = std::move(bind_host);
+  o.advertise_host = std::move(advertise_host);
+  new (self) ring::Runtime(std::move(o));
+}
+
+nb::tuple wait_release(ring::Runtime& rt, int64_t handle) {
+  {
+    nb::gil_scoped_release unlocked;
+    rt.wait(handle);
+  }
+  return release(rt, handle);
+}
+
+void register_runtime(nb::module_& m) {
   nb::class_<ring::Runtime>(m, "Runtime")
-      .def(
-          "__init__",
-          [](ring::Runtime* self, int rank, int size, int local_rank, int local_size, int cross_rank, int cross_size,
-             nb::bytes secret, std::string job_id, std::string host_id, std::string bind_host,
-             std::string advertise_host) {
-            ring::RuntimeOptions o;
-            o.rank = rank;
-            o.size = size;
-            o.local_rank = local_rank;
-            o.local_size = local_size;
-            o.cross_rank = cross_rank;
-            o.cross_size = cross_size;
-            o.secret = std::string(secret.c_str(), secret.size());
-            o.job_id = std::move(job_id);
-            o.host_id = std::move(host_id);
-            o.bind_host = std::move(bind_host);
-            o.advertise_host = std::move(advertise_host);
-            new (self) ring::Runtime(std::move(o));
-          },
-          "rank"_a, "size"_a, "local_rank"_a, "local_size"_a, "cross_rank"_a, "cross_size"_a, "secret"_a,
-          "job_id"_a, "host_id"_a, "bind_host"_a = "127.0.0.1", "advertise_host"_a = "127.0.0.1")
+      .def("__init__", &new_runtime, "rank"_a, "size"_a, "local_rank"_a, "local_size"_a, "cross_rank"_a,
+           "cross_size"_a, "secret"_a, "job_id"_a, "host_id"_a, "bind_host"_a = "127.0.0.1",
+           "advertise_host"_a = "127.0.0.1")
       .def("local_endpoint", &ring::Runtime::local_endpoint)
       .def("connect", &ring::Runtime::connect, "endpoints"_a, nb::call_guard<nb::gil_scoped_release>())
       .def("start", &ring::Runtime::start)
-      .def("enqueue", &enqueue, "op"_a, "name"_a, "input"_a.noconvert(), "output"_a.noconvert().none(), "dtype"_a, "reduce_op"_a,
-           "root"_a, "prescale"_a, "postscale"_a, "shape"_a, "splits"_a, "wake"_a = true)
+      .def("enqueue", &enqueue, "op"_a, "name"_a, "input"_a.noconvert(), "output"_a.noconvert().none(), "dtype"_a,
+           "reduce_op"_a, "root"_a, "prescale"_a, "postscale"_a, "shape"_a, "splits"_a, "wake"_a = true,
+           "device"_a = "cpu")
       .def("poll", &ring::Runtime::poll, "handle"_a)
       .def("wait", &ring::Runtime::wait, "handle"_a, "timeout"_a = -1.0, nb::call_guard<nb::gil_scoped_release>())
       .def("release", &release, "handle"_a)
-      .def(
-          "wait_release",
-          [](ring::Runtime& rt, int64_t handle) {
-            {
-              nb::gil_scoped_release unlocked;
-              rt.wait(handle);
-            }
-            return release(rt, handle);
-          },
-          "handle"_a)
+      .def("wait_release", &wait_release, "handle"_a)
       .def("shutdown", &ring::Runtime::shutdown, nb::call_guard<nb::gil_scoped_release>())
       .def("start_timeline", &ring::Runtime::start_timeline, "path"_a, "mark_cycles"_a = false)
       .def("stop_timeline", &ring::Runtime::stop_timeline)
       .def("running", &ring::Runtime::running)
       .def_prop_ro("config", [](ring::Runtime& rt) { return config_dict(rt.config()); });
+}
+
+}  // namespace
+
+NB_MODULE(_native, m) {
+  m.doc() = "ring native engine";
+  m.attr("__version__") = "0.1.0";
+  register_errors(m);
+  register_parsers(m);
+  register_constants(m);
+  register_rules(m);
+  register_runtime(m);
 }

@@ -16,18 +16,10 @@
 #include <string>
 
 #include "collectives/collectives.h"
+#include "collectives/slices.h"
 #include "common/error.h"
 
 namespace ring {
-namespace {
-
-std::vector<size_t> split(size_t count, int n) {
-  std::vector<size_t> chunks(n);
-  for (int c = 0; c < n; ++c) chunks[c] = count / n + (static_cast<size_t>(c) < count % n ? 1 : 0);
-  return chunks;
-}
-
-}  // namespace
 
 void hierarchical_allreduce(Mesh& local, Mesh& cross, const void* src, void* dst,
                             const std::vector<size_t>& chunks, DataType dtype, ReduceOp op, double post_factor) {
@@ -40,7 +32,7 @@ void hierarchical_allreduce(Mesh& local, Mesh& cross, const void* src, void* dst
   for (int c = 0; c < l; ++c) offset += chunks[c] * esize;
   ring_reducescatter(local, src, dst, chunks, dtype, op, 1.0);
   uint8_t* mine = static_cast<uint8_t*>(dst) + offset;
-  ring_allreduce(cross, mine, mine, split(chunks[l], cross.size()), dtype, op, post_factor);
+  ring_allreduce(cross, mine, mine, slice_counts(chunks[l], cross.size()), dtype, op, post_factor);
   std::vector<size_t> bytes(chunks.size());
   for (size_t c = 0; c < chunks.size(); ++c) bytes[c] = chunks[c] * esize;
   if (local.size() > 1) ring_allgather(local, dst, bytes);

@@ -2,6 +2,7 @@
 // subclass of ring_strategy.RingError, so errors are defined once, here.
 #pragma once
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -15,6 +16,10 @@ enum class ErrorKind : int {
   Timeout = 4,      // RingTimeoutError: no progress within RING_TIMEOUT_SECONDS
   Shutdown = 5,     // ShutdownError: used before init() or after shutdown()
 };
+// One past the last kind: every table indexed by kind has this many rows.
+constexpr int kNumErrorKinds = static_cast<int>(ErrorKind::Shutdown) + 1;
+// True when `v` names an ErrorKind (a value read from a peer is checked first).
+constexpr bool is_valid_error_kind(int64_t v) { return v >= 0 && v < kNumErrorKinds; }
 
 class RingError : public std::runtime_error {
  public:

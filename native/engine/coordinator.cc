@@ -1,71 +1,11 @@
 #include "engine/coordinator.h"
 
 #include <algorithm>
-#include <sstream>
-#include <tuple>
 
 #include "common/error.h"
+#include "engine/agreement.h"
 
 namespace ring {
-namespace {
-
-std::string shape_str(const std::vector<int64_t>& v) {
-  std::ostringstream os;
-  os << "[";
-  for (size_t i = 0; i < v.size(); ++i) os << (i ? ", " : "") << v[i];
-  os << "]";
-  return os.str();
-}
-
-std::string num_str(double v) {
-  std::ostringstream os;
-  os << v;
-  return os.str();
-}
-
-// Compares one field across ranks; returns the error text or "".
-// Joined ranks (no request) are left out.
-template <class Field>
-std::string compare(const std::string& name, const char* field, const std::vector<std::optional<Request>>& reqs,
-                    Field get) {
-  std::vector<std::string> values(reqs.size());
-  std::string first;
-  bool differ = false, seen = false;
-  for (size_t r = 0; r < reqs.size(); ++r) {
-    if (!reqs[r]) continue;
-    values[r] = get(*reqs[r]);
-    if (!seen) first = values[r];
-    seen = true;
-    differ |= values[r] != first;
-  }
-  if (!differ) return "";
-  return std::string("Mismatched ") + field + " for tensor '" + name + "': " + describe_disagreement(values);
-}
-
-std::vector<int64_t> tail_dims(const std::vector<int64_t>& shape) {
-  return shape.empty() ? shape : std::vector<int64_t>(shape.begin() + 1, shape.end());
-}
-
-}  // namespace
-
-std::string describe_disagreement(const std::vector<std::string>& values_by_rank) {
-  // Group ranks by value, in order of first appearance.
-  std::vector<std::pair<std::string, std::vector<int>>> groups;
-  for (int r = 0; r < static_cast<int>(values_by_rank.size()); ++r) {
-    if (values_by_rank[r].empty()) continue;  // a joined rank
-    auto it = std::find_if(groups.begin(), groups.end(), [&](auto& g) { return g.first == values_by_rank[r]; });
-    if (it == groups.end()) groups.push_back({values_by_rank[r], {r}});
-    else it->second.push_back(r);
-  }
-  std::ostringstream os;
-  for (size_t g = 0; g < groups.size(); ++g) {
-    const auto& ranks = groups[g].second;
-    os << (g ? "; " : "") << (ranks.size() > 1 ? "ranks " : "rank ");
-    for (size_t i = 0; i < ranks.size(); ++i) os << (i ? ", " : "") << ranks[i];
-    os << ": " << groups[g].first;
-  }
-  return os.str();
-}
 
 Coordinator::Coordinator(int world_size, ResponseCache* cache, size_t fusion_threshold_bytes)
     : world_size_(world_size), cache_(cache), fusion_threshold_(fusion_threshold_bytes), joined_(world_size, false) {}
@@ -172,35 +112,6 @@ void Coordinator::fail_stalled(const std::string& reason) {
   if (shutdown_rank_ < 0) shutdown_rank_ = 0;
 }
 
-bool Coordinator::agree(const Pending& p) const {
-  const Request& first = p.first();
-  for (const auto& q : p.by_rank) {
-    if (!q) continue;
-    if (q->op != first.op || q->dtype != first.dtype) return false;
-    switch (first.op) {
-      case OpType::Allreduce:
-      case OpType::Reducescatter:
-        if (q->reduce_op != first.reduce_op || q->shape != first.shape || q->prescale != first.prescale ||
-            q->postscale != first.postscale)
-          return false;
-        break;
-      case OpType::Broadcast:
-        if (q->root != first.root || q->shape != first.shape) return false;
-        break;
-      case OpType::Allgather:
-      case OpType::Alltoall:
-        if (q->shape.size() != first.shape.size() ||
-            !std::equal(q->shape.begin() + (q->shape.empty() ? 0 : 1), q->shape.end(),
-                        first.shape.begin() + (first.shape.empty() ? 0 : 1)))
-          return false;
-        break;
-      default:
-        break;
-    }
-  }
-  return true;
-}
-
 std::string Coordinator::validate(const std::string& name, const Pending& p) const {
   const auto& q = p.by_rank;
   const Request& first = p.first();
@@ -211,35 +122,7 @@ std::string Coordinator::validate(const std::string& name, const Pending& p) con
     return std::string(op_type_name(first.op)) + " of tensor '" + name + "' while rank(s) " + ranks +
            " have joined: only allreduce works until every rank has joined";
   }
-  if (agree(p)) return "";  // the common case: no text to build
-  std::string err = compare(name, "operation", q, [](const Request& r) { return std::string(op_type_name(r.op)); });
-  if (err.empty()) err = compare(name, "dtype", q, [](const Request& r) { return std::string(dtype_name(r.dtype)); });
-  if (!err.empty()) return err;
-  switch (first.op) {
-    case OpType::Allreduce:
-    case OpType::Reducescatter:
-      err = compare(name, "reduce op", q, [](const Request& r) { return std::string(reduce_op_name(r.reduce_op)); });
-      if (err.empty()) err = compare(name, "shape", q, [](const Request& r) { return shape_str(r.shape); });
-      if (err.empty()) err = compare(name, "prescale_factor", q, [](const Request& r) { return num_str(r.prescale); });
-      if (err.empty()) err = compare(name, "postscale_factor", q, [](const Request& r) { return num_str(r.postscale); });
-      break;
-    case OpType::Broadcast:
-      err = compare(name, "root rank", q, [](const Request& r) { return std::to_string(r.root); });
-      if (err.empty()) err = compare(name, "shape", q, [](const Request& r) { return shape_str(r.shape); });
-      break;
-    case OpType::Allgather:
-    case OpType::Alltoall:
-      err = compare(name, "rank (number of dimensions)", q,
-                    [](const Request& r) { return std::to_string(r.shape.size()); });
-      if (err.empty())
-        err = compare(name, "shape after the first dimension", q,
-                      [](const Request& r) { return shape_str(tail_dims(r.shape)); });
-      break;
-    case OpType::Barrier:
-    case OpType::Join:
-      break;
-  }
-  return err;
+  return disagreement(name, q);
 }
 
 Response Coordinator::execute_response(const std::string& name, const Pending& p) const {
@@ -252,6 +135,7 @@ Response Coordinator::execute_response(const std::string& name, const Pending& p
   r.reduce_op = first.reduce_op;
   r.prescale = first.prescale;
   r.postscale = first.postscale;
+  r.device = first.device;
   if (r.op == OpType::Allreduce) {
     r.sizes.push_back(first.num_elements());
   } else if (r.op == OpType::Allgather) {
@@ -262,67 +146,81 @@ Response Coordinator::execute_response(const std::string& name, const Pending& p
   return r;
 }
 
+Response Coordinator::error_response(const std::string& name, const Pending& p, const std::string& err) const {
+  Response r;
+  r.kind = ResponseKind::Error;
+  r.op = p.first().op;
+  r.names.push_back(name);
+  r.error_kind = err.rfind("Mismatched", 0) == 0 ? ErrorKind::Mismatch : ErrorKind::BadArgument;
+  r.error = err;
+  return r;
+}
+
+void Coordinator::cache(const std::string& name, const Pending& p, ResponseList& list) {
+  if (cache_->id_of(name) >= 0 || cache_->full() || p.count < world_size_) return;
+  uint32_t id = static_cast<uint32_t>(cache_->size());
+  cache_->put(name, id);
+  for (int rank = 0; rank < world_size_; ++rank) cache_->set_signature(id, rank, *p.by_rank[rank]);
+  list.cache_puts.push_back({name, id});
+}
+
+void Coordinator::schedule(const std::string& name, const Pending& p, ResponseList& list,
+                           std::vector<OpenFusion>& open) const {
+  const Request& q = p.first();
+  const size_t bytes = static_cast<size_t>(q.num_elements()) * dtype_size(q.dtype);
+  const bool fusable = q.op == OpType::Allreduce && bytes < alone_bytes_;
+  auto it = fusable ? std::find_if(open.begin(), open.end(), [&](const OpenFusion& g) { return same_fusion_key(*g.key, q); })
+                    : open.end();
+  if (fusable && it != open.end() && it->bytes + bytes <= fusion_threshold_) {
+    Response& fused = list.responses[it->index];
+    fused.names.push_back(name);
+    fused.sizes.push_back(q.num_elements());
+    fused.timeline_rows.push_back(p.timeline_row.id);
+    if (fused.timeline_file != p.timeline_row.file) fused.timeline_file = 0;  // rows of two files
+    it->bytes += bytes;
+    return;
+  }
+  if (fusable) {  // the open response of its fusion key from now on
+    if (it == open.end()) it = open.insert(open.end(), OpenFusion{});
+    *it = OpenFusion{&q, list.responses.size(), bytes};
+  }
+  list.responses.push_back(execute_response(name, p));
+  list.responses.back().timeline_rows.push_back(p.timeline_row.id);
+  list.responses.back().timeline_file = p.timeline_row.file;
+}
+
+Response Coordinator::join_response() {
+  Response r;
+  r.op = OpType::Join;
+  r.names.push_back(join_name_);
+  r.sizes.push_back(last_joined_);
+  std::fill(joined_.begin(), joined_.end(), false);
+  join_count_ = 0;
+  return r;
+}
+
 ResponseList Coordinator::take() {
   ResponseList list;
-  // Allreduces fuse when dtype, op and scale factors agree.
-  using Key = std::tuple<int, int, double, double>;
-  std::map<Key, std::pair<size_t, size_t>> open;  // key -> (index in responses, bytes)
+  std::vector<OpenFusion> open;  // one per fusion key seen in this list
   const long long ts = timeline_ ? timeline_->now() : -1;
   for (const std::string& name : ready_) {
-    auto node = table_.extract(name);
-    Pending& p = node.mapped();
+    Pending& p = table_.at(name);
     if (timeline_) timeline_->negotiate_end(name, &p.timeline_row, ts);
     std::string err = validate(name, p);
     if (!err.empty()) {
-      Response r;
-      r.kind = ResponseKind::Error;
-      r.op = p.first().op;
-      r.names.push_back(name);
-      r.error_kind = static_cast<int32_t>(err.rfind("Mismatched", 0) == 0 ? ErrorKind::Mismatch : ErrorKind::BadArgument);
-      r.error = err;
-      list.responses.push_back(std::move(r));
+      list.responses.push_back(error_response(name, p, err));
       continue;
     }
-    if (cache_->id_of(name) < 0 && !cache_->full() && p.count == world_size_) {
-      uint32_t id = static_cast<uint32_t>(cache_->size());
-      cache_->put(name, id);
-      for (int rank = 0; rank < world_size_; ++rank) cache_->set_signature(id, rank, *p.by_rank[rank]);
-      list.cache_puts.push_back({name, id});
-    }
-    const Request& q = p.first();
-    if (q.op == OpType::Allreduce) {
-      size_t bytes = static_cast<size_t>(q.num_elements()) * dtype_size(q.dtype);
-      Key key{static_cast<int>(q.dtype), static_cast<int>(q.reduce_op), q.prescale, q.postscale};
-      auto it = open.find(key);
-      if (bytes < alone_bytes_ && it != open.end() && it->second.second + bytes <= fusion_threshold_) {
-        Response& fused = list.responses[it->second.first];
-        fused.names.push_back(name);
-        fused.sizes.push_back(q.num_elements());
-        fused.timeline_rows.push_back(p.timeline_row.id);
-        if (fused.timeline_file != p.timeline_row.file) fused.timeline_file = 0;  // rows of two files
-        it->second.second += bytes;
-        continue;
-      }
-      if (bytes < alone_bytes_) open[key] = {list.responses.size(), bytes};
-    }
-    list.responses.push_back(execute_response(name, p));
-    list.responses.back().timeline_rows.push_back(p.timeline_row.id);
-    list.responses.back().timeline_file = p.timeline_row.file;
+    cache(name, p, list);
+    schedule(name, p, list, open);
   }
+  for (const std::string& name : ready_) table_.erase(name);
   ready_.clear();
   ready_bytes_ = 0;
   ready_alone_ = false;
   arrival_.erase(std::remove_if(arrival_.begin(), arrival_.end(), [&](const std::string& n) { return !table_.count(n); }),
                  arrival_.end());
-  if (join_count_ == world_size_) {
-    Response r;
-    r.op = OpType::Join;
-    r.names.push_back(join_name_);
-    r.sizes.push_back(last_joined_);
-    list.responses.push_back(std::move(r));
-    std::fill(joined_.begin(), joined_.end(), false);
-    join_count_ = 0;
-  }
+  if (join_count_ == world_size_) list.responses.push_back(join_response());
   if (shutdown_rank_ >= 0) fail_unfinished(list);
   return list;
 }
@@ -335,7 +233,7 @@ void Coordinator::fail_unfinished(ResponseList& list) {
   list.shutdown = true;
   list.shutdown_reason = stall_reason_.empty() ? rank_name(shutdown_rank_) + " called shutdown()" : stall_reason_;
   if (stall_reason_.empty()) list.shutdown_rank = shutdown_rank_;
-  else list.shutdown_kind = static_cast<int32_t>(ErrorKind::Timeout);
+  else list.shutdown_kind = ErrorKind::Timeout;
   for (const std::string& name : arrival_) {
     const Pending& p = table_.at(name);
     std::vector<std::string> missing;
@@ -347,7 +245,7 @@ void Coordinator::fail_unfinished(ResponseList& list) {
     r.kind = ResponseKind::Error;
     r.names.push_back(name);
     // A rank that leaves while others wait for it is a lost peer to them.
-    r.error_kind = static_cast<int32_t>(stall_reason_.empty() ? ErrorKind::PeerFailure : ErrorKind::Timeout);
+    r.error_kind = stall_reason_.empty() ? ErrorKind::PeerFailure : ErrorKind::Timeout;
     r.error = stall_reason_.empty()
                   ? "lost " + rank_name(shutdown_rank_) + ": it left the job (called shutdown()) while tensor '" + name +
                         "' was never submitted by rank(s) " + ranks

@@ -2,12 +2,13 @@
 //
 // It collects every rank's requests (full, or as response-cache bits), keeps
 // a table of named tensors and which ranks have submitted them, and once a
-// tensor is ready on every rank checks that the ranks agree (operation,
-// dtype, shape, reduce op, root, scale factors) and turns it into a
-// Response: an Execute, fused with other allreduces of the same kind up to
-// the fusion threshold, or an Error that names the tensor, the field and
-// the ranks with their values. Responses leave in the order tensors became
-// ready, so every rank executes the same sequence. A shutdown request from
+// tensor is ready on every rank checks that the ranks agree in every field
+// engine/request_fields.h says they must (operation, dtype, shape, ...) and
+// turns it into a Response: an Execute, fused with other allreduces of the
+// same fusion key (same_fusion_key) up to the fusion threshold, or an Error
+// that names the tensor, the field and the ranks with their values
+// (engine/agreement.h). Responses leave in the order tensors became ready,
+// so every rank executes the same sequence. A shutdown request from
 // any rank fails what can never complete and ends the job on every rank.
 //
 // Join (Horovod's hvd.join()): a rank that has run out of data joins; from
@@ -100,11 +101,25 @@ class Coordinator {
   void join(int rank);
   void mark_ready(const std::string& name, const Pending& p);
   bool complete(const Pending& p) const;
-  // True when the ranks' requests agree in every field validate() checks.
-  bool agree(const Pending& p) const;
-  // Checks agreement; returns an error message or "" when the ranks agree.
+  // Checks agreement (engine/agreement.h); returns an error message or ""
+  // when the ranks agree.
   std::string validate(const std::string& name, const Pending& p) const;
   Response execute_response(const std::string& name, const Pending& p) const;
+  Response error_response(const std::string& name, const Pending& p, const std::string& err) const;
+  // The Join response once every rank has joined; resets the join state.
+  Response join_response();
+  // Gives `name` a response-cache id (listed in list.cache_puts) when every
+  // rank submitted it and the cache has room.
+  void cache(const std::string& name, const Pending& p, ResponseList& list);
+  // The allreduce response of one fusion key that later ones may join.
+  struct OpenFusion {
+    const Request* key = nullptr;  // its first tensor's request
+    size_t index = 0;              // in ResponseList::responses
+    size_t bytes = 0;
+  };
+  // Appends `name`'s Execute response to list, or fuses it into the open
+  // response of its fusion key (same_fusion_key) when that has room.
+  void schedule(const std::string& name, const Pending& p, ResponseList& list, std::vector<OpenFusion>& open) const;
   void fail_unfinished(ResponseList& list);
 
   int world_size_;
@@ -126,9 +141,5 @@ class Coordinator {
   int last_joined_ = -1;
   std::string join_name_;
 };
-
-// The error text for ranks that disagree about `field` of tensor `name`:
-// "ranks 0, 2: [3, 4]; rank 1: [4, 4]".
-std::string describe_disagreement(const std::vector<std::string>& values_by_rank);
 
 }  // namespace ring

@@ -1,76 +1,18 @@
 #include "engine/executor.h"
 
-#include <cstring>
-
-#include "collectives/collectives.h"
-#include "reduce/reduce.h"
-
 namespace ring {
-namespace {
 
-std::vector<size_t> even_chunks(size_t count, int n) {
-  std::vector<size_t> chunks(n);
-  for (int c = 0; c < n; ++c) chunks[c] = slice_count(count, n, c);
-  return chunks;
+bool Executor::serves(const Device& device) const {
+  for (const auto& b : backends_)
+    if (b->serves(device)) return true;
+  return false;
 }
 
-// Scale factor applied after the reduction: postscale, and 1/n for Average.
-double post_factor(const Request& q, int n) {
-  return q.postscale * (q.reduce_op == ReduceOp::Average ? 1.0 / n : 1.0);
-}
-
-}  // namespace
-
-size_t slice_count(size_t count, int n, int c) {
-  size_t base = count / n, rem = count % n;
-  return base + (static_cast<size_t>(c) < rem ? 1 : 0);
-}
-
-size_t slice_offset(size_t count, int n, int c) {
-  size_t base = count / n, rem = count % n;
-  return base * c + std::min<size_t>(c, rem);
-}
-
-uint8_t* Executor::fusion(size_t bytes) {
-  if (fusion_.size() < bytes) fusion_.resize(bytes);
-  return fusion_.data();
-}
-
-uint8_t* Executor::output_for(Entry& e, size_t bytes, OpResult& res) {
-  if (e.output) return static_cast<uint8_t*>(e.output);
-  res.data = std::make_shared<std::vector<uint8_t>>(bytes);
-  return res.data->data();
-}
-
-void Executor::timeline_open(const std::vector<Entry>& entries, const Response& r) {
-  timeline_rows_.clear();
-  if (!timeline_ || !timeline_->active()) return;
-  timeline_names_.clear();
-  for (const auto& e : entries) timeline_names_.push_back(&e.req.name);
-  timeline_->rows(timeline_names_, r.timeline_rows, r.timeline_file, &timeline_rows_);
-  if (!timeline_rows_.empty()) timeline_->begin(timeline_rows_, op_phase(r.op));
-}
-
-void Executor::phase_begin(const char* phase) {
-  if (timeline_rows_.empty()) return;
-  phase_ = phase;
-  phase_began_ = timeline_->now();
-}
-
-void Executor::phase_end() {
-  if (!timeline_rows_.empty()) timeline_->span(timeline_rows_, phase_, phase_began_);
-}
-
-void Executor::finish_all(std::vector<Entry>& entries, std::vector<OpResult>& results) {
-  if (!timeline_rows_.empty()) {
-    timeline_requests_.clear();
-    for (const auto& e : entries) timeline_requests_.push_back(&e.req);
-    timeline_->end_ops(timeline_rows_, timeline_requests_);
-  }
-  for (size_t i = 0; i < entries.size(); ++i) {
-    if (entries[i].handle == 0) continue;  // a joined rank's stand-in
-    handles_->complete(entries[i].handle, std::move(results[i]));  // the name stays taken until released
-  }
+Backend& Executor::backend_for(const Response& r) {
+  for (const auto& b : backends_)
+    if (b->enabled(r)) return *b;
+  throw_error(ErrorKind::Internal, std::string("no backend runs ") + op_type_name(r.op) + " on device " +
+                                       device_name(r.device));
 }
 
 Entry Executor::stand_in(const Response& r, size_t i) {
@@ -81,12 +23,8 @@ Entry Executor::stand_in(const Response& r, size_t i) {
   e.req.reduce_op = r.reduce_op;
   e.req.prescale = r.prescale;
   e.req.postscale = r.postscale;
+  e.req.device = r.device;
   e.req.shape = {i < r.sizes.size() ? r.sizes[i] : 0};
-  size_t bytes = static_cast<size_t>(e.req.shape[0]) * dtype_size(r.dtype);
-  stand_ins_.emplace_back(bytes, 0);
-  e.input = stand_ins_.back().data();
-  stand_ins_.emplace_back(bytes, 0);
-  e.output = stand_ins_.back().data();
   return e;
 }
 
@@ -102,215 +40,27 @@ void Executor::run(const Response& r, std::unordered_map<std::string, Entry>& pe
 }
 
 void Executor::run_response(const Response& r, std::unordered_map<std::string, Entry>& pending) {
-  std::vector<Entry> entries;
-  stand_ins_.clear();
+  entries_.clear();
   for (size_t i = 0; i < r.names.size(); ++i) {
     const std::string& name = r.names[i];
     auto it = pending.find(name);
     if (it == pending.end()) {
       if (r.kind == ResponseKind::Error) continue;  // e.g. a shutdown error for a tensor only others have
       if (joined_ && r.op == OpType::Allreduce) {
-        entries.push_back(stand_in(r, i));
+        entries_.push_back(stand_in(r, i));
         continue;
       }
       throw_error(ErrorKind::Internal, "coordinator scheduled '" + name + "', which this rank never submitted");
     }
-    entries.push_back(std::move(it->second));
+    entries_.push_back(std::move(it->second));
     pending.erase(it);
   }
   if (r.kind == ResponseKind::Error) {
-    for (auto& e : entries) {
-      handles_->fail(e.handle, static_cast<ErrorKind>(r.error_kind), r.error);
-    }
+    for (auto& e : entries_) handles_->fail(e.handle, r.error_kind, r.error);
     return;
   }
-  timeline_open(entries, r);
-  switch (r.op) {
-    case OpType::Allreduce: {
-      std::vector<OpResult> results(entries.size());
-      for (size_t i = 0; i < entries.size(); ++i) {
-        Entry& e = entries[i];
-        output_for(e, static_cast<size_t>(e.req.num_elements()) * dtype_size(e.req.dtype), results[i]);
-        if (results[i].data) e.output = results[i].data->data();
-        results[i].shape = e.req.shape;
-      }
-      allreduce(entries);
-      finish_all(entries, results);
-      return;
-    }
-    case OpType::Allgather: return collective(entries, [&] { return allgather(entries[0], r.sizes); });
-    case OpType::Broadcast: return collective(entries, [&] { return broadcast(entries[0]); });
-    case OpType::Alltoall: return collective(entries, [&] { return alltoall(entries[0], r.sizes); });
-    case OpType::Reducescatter: return collective(entries, [&] { return reducescatter(entries[0]); });
-    case OpType::Barrier:
-      return collective(entries, [&] {
-        barrier(*mesh_);
-        return OpResult{};
-      });
-    case OpType::Join: {
-      std::vector<OpResult> results(1);
-      results[0].received_splits = {r.sizes.empty() ? -1 : r.sizes[0]};
-      joined_ = false;
-      finish_all(entries, results);
-      return;
-    }
-  }
-}
-
-void Executor::reduce(const std::vector<Entry>& entries, const void* src, void* dst,
-                      const std::vector<size_t>& chunks, double post) {
-  const Request& q = entries[0].req;
-  if (local_ && cross_) {
-    phase_begin("HIERARCHICAL_ALLREDUCE");
-    hierarchical_allreduce(*local_, *cross_, src, dst, chunks, q.dtype, q.reduce_op, post);
-  } else {
-    phase_begin("RING_ALLREDUCE");
-    ring_allreduce(*mesh_, src, dst, chunks, q.dtype, q.reduce_op, post);
-  }
-  phase_end();
-}
-
-template <class Run>
-void Executor::collective(std::vector<Entry>& entries, Run run) {
-  phase_begin(collective_phase(entries[0].req.op));
-  std::vector<OpResult> results(1);
-  results[0] = run();
-  phase_end();
-  finish_all(entries, results);
-}
-
-void Executor::allreduce(std::vector<Entry>& entries) {
-  const Request& q = entries[0].req;
-  // The layout's chunks are the first stage's: the ranks of the ring, or
-  // of this host for the hierarchical allreduce.
-  const int n = local_ && cross_ ? local_->size() : mesh_->size();
-  const size_t esize = dtype_size(q.dtype);
-  const double post = post_factor(q, mesh_->size());
-  if (entries.size() == 1) {
-    // One tensor: reduce straight from the input into the output.
-    Entry& e = entries[0];
-    const size_t total = static_cast<size_t>(q.num_elements());
-    const void* src = e.input;
-    if (q.prescale != 1.0 && total) {
-      std::memcpy(e.output, e.input, total * esize);
-      scale_buffer(e.output, total, q.dtype, q.prescale);
-      src = e.output;
-    }
-    reduce(entries, src, e.output, even_chunks(total, n), post);
-    return;
-  }
-  phase_begin("MEMCPY_IN_FUSION_BUFFER");
-  size_t total = 0;
-  for (auto& e : entries) total += static_cast<size_t>(e.req.num_elements());
-  uint8_t* work = fusion(total * esize);
-  std::vector<size_t> chunks(n, 0);
-  size_t pos = 0;
-  for (int c = 0; c < n; ++c) {
-    for (auto& e : entries) {
-      size_t count = static_cast<size_t>(e.req.num_elements());
-      size_t len = slice_count(count, n, c) * esize;
-      std::memcpy(work + pos, static_cast<const uint8_t*>(e.input) + slice_offset(count, n, c) * esize, len);
-      pos += len;
-      chunks[c] += len / esize;
-    }
-  }
-  if (q.prescale != 1.0) scale_buffer(work, total, q.dtype, q.prescale);
-  phase_end();
-  reduce(entries, work, work, chunks, post);
-  phase_begin("MEMCPY_OUT_FUSION_BUFFER");
-  pos = 0;
-  for (int c = 0; c < n; ++c) {
-    for (auto& e : entries) {
-      size_t count = static_cast<size_t>(e.req.num_elements());
-      size_t len = slice_count(count, n, c) * esize;
-      std::memcpy(static_cast<uint8_t*>(e.output) + slice_offset(count, n, c) * esize, work + pos, len);
-      pos += len;
-    }
-  }
-  phase_end();
-}
-
-OpResult Executor::allgather(Entry& e, const std::vector<int64_t>& first_dims) {
-  const Request& q = e.req;
-  const int n = mesh_->size();
-  const size_t row_bytes = static_cast<size_t>(q.row_elements()) * dtype_size(q.dtype);
-  std::vector<size_t> blocks(n);
-  size_t total = 0, offset = 0;
-  for (int r = 0; r < n; ++r) {
-    blocks[r] = static_cast<size_t>(first_dims[r]) * row_bytes;
-    if (r < mesh_->rank()) offset += blocks[r];
-    total += blocks[r];
-  }
-  OpResult res;
-  e.output = nullptr;
-  uint8_t* out = output_for(e, total, res);
-  if (blocks[mesh_->rank()]) std::memcpy(out + offset, e.input, blocks[mesh_->rank()]);
-  ring_allgather(*mesh_, out, blocks);
-  int64_t rows = 0;
-  for (int64_t d : first_dims) rows += d;
-  res.shape = q.shape.empty() ? std::vector<int64_t>{rows} : q.shape;
-  res.shape[0] = rows;
-  return res;
-}
-
-OpResult Executor::broadcast(Entry& e) {
-  const Request& q = e.req;
-  size_t bytes = static_cast<size_t>(q.num_elements()) * dtype_size(q.dtype);
-  OpResult res;
-  uint8_t* out = output_for(e, bytes, res);
-  if (mesh_->rank() == q.root && out != e.input && bytes) std::memcpy(out, e.input, bytes);
-  ring::broadcast(*mesh_, out, bytes, q.root);
-  res.shape = q.shape;
-  return res;
-}
-
-OpResult Executor::alltoall(Entry& e, const std::vector<int64_t>& splits) {
-  const Request& q = e.req;
-  const int n = mesh_->size(), me = mesh_->rank();
-  const size_t row_bytes = static_cast<size_t>(q.row_elements()) * dtype_size(q.dtype);
-  std::vector<size_t> send(n), recv(n);
-  size_t total = 0;
-  int64_t rows = 0;
-  for (int r = 0; r < n; ++r) {
-    send[r] = static_cast<size_t>(splits[me * n + r]) * row_bytes;
-    recv[r] = static_cast<size_t>(splits[r * n + me]) * row_bytes;
-    total += recv[r];
-    rows += splits[r * n + me];
-  }
-  OpResult res;
-  e.output = nullptr;
-  uint8_t* out = output_for(e, total, res);
-  ring::alltoall(*mesh_, e.input, send, out, recv);
-  for (int r = 0; r < n; ++r) res.received_splits.push_back(splits[r * n + me]);
-  res.shape = q.shape;
-  res.shape[0] = rows;
-  return res;
-}
-
-OpResult Executor::reducescatter(Entry& e) {
-  const Request& q = e.req;
-  const int n = mesh_->size(), me = mesh_->rank();
-  const size_t esize = dtype_size(q.dtype);
-  const size_t row = static_cast<size_t>(q.row_elements());
-  const size_t rows = static_cast<size_t>(q.shape[0]);
-  std::vector<size_t> chunks(n);
-  for (int c = 0; c < n; ++c) chunks[c] = slice_count(rows, n, c) * row;
-  size_t total = rows * row;
-  uint8_t* work = fusion(total * esize);
-  const void* src = e.input;
-  if (q.prescale != 1.0 && total) {
-    std::memcpy(work, e.input, total * esize);
-    scale_buffer(work, total, q.dtype, q.prescale);
-    src = work;
-  }
-  ring_reducescatter(*mesh_, src, work, chunks, q.dtype, q.reduce_op, post_factor(q, n));
-  uint8_t* mine = work + slice_offset(rows, n, me) * row * esize;
-  OpResult res;
-  uint8_t* out = output_for(e, chunks[me] * esize, res);
-  if (chunks[me]) std::memcpy(out, mine, chunks[me] * esize);
-  res.shape = q.shape;
-  res.shape[0] = static_cast<int64_t>(slice_count(rows, n, me));
-  return res;
+  backend_for(r).execute(r, entries_);
+  if (r.op == OpType::Join) joined_ = false;
 }
 
 }  // namespace ring

@@ -1,11 +1,9 @@
 #include "engine/message.h"
 
+#include "engine/field_value.h"
+#include "engine/request_fields.h"
+
 namespace ring {
-namespace {
-
-constexpr size_t kMaxDims = 64;
-
-}  // namespace
 
 const char* op_type_name(OpType t) {
   static const char* names[kNumOpTypes] = {"allreduce", "allgather",     "broadcast", "alltoall",
@@ -27,44 +25,54 @@ int64_t Request::row_elements() const {
 }
 
 bool Request::operator==(const Request& o) const {
-  return name == o.name && op == o.op && dtype == o.dtype && reduce_op == o.reduce_op && root == o.root &&
-         prescale == o.prescale && postscale == o.postscale && shape == o.shape && splits == o.splits;
+  return all_request_fields([&](const auto& f) { return same_value(this->*f.member, o.*f.member); });
+}
+
+bool same_fusion_key(const Request& a, const Request& b) {
+  return all_request_fields([&](const auto& f) { return !f.fusion_key || same_value(a.*f.member, b.*f.member); });
 }
 
 void Request::encode(ByteWriter& w) const {
-  w.str(name);
-  w.u8(static_cast<uint8_t>(op));
-  w.u8(static_cast<uint8_t>(dtype));
-  w.u8(static_cast<uint8_t>(reduce_op));
-  w.u32(static_cast<uint32_t>(root));
-  w.f64(prescale);
-  w.f64(postscale);
-  w.i64s(shape);
-  w.i64s(splits);
+  for_each_request_field([&](const auto& f) { encode_value(w, this->*f.member); });
 }
 
 Request Request::decode(ByteReader& r) {
   Request q;
-  q.name = r.str();
-  uint8_t op = r.u8(), dtype = r.u8(), rop = r.u8();
-  if (op >= kNumOpTypes || !is_valid_dtype(dtype) || !is_valid_reduce_op(rop))
-    throw_error(ErrorKind::Internal, "malformed control message: bad request enum");
-  q.op = static_cast<OpType>(op);
-  q.dtype = static_cast<DataType>(dtype);
-  q.reduce_op = static_cast<ReduceOp>(rop);
-  q.root = static_cast<int32_t>(r.u32());
-  q.prescale = r.f64();
-  q.postscale = r.f64();
-  q.shape = r.i64s(kMaxDims);
-  q.splits = r.i64s();
+  for_each_request_field([&](const auto& f) { decode_value(r, f.max_len, &(q.*f.member)); });
   return q;
+}
+
+size_t Request::encoded_bytes() const {
+  size_t n = 0;
+  for_each_request_field([&](const auto& f) { n += value_bytes(this->*f.member); });
+  return n;
+}
+
+void encode_error_kind(ByteWriter& w, ErrorKind kind) { w.u8(static_cast<uint8_t>(kind)); }
+
+ErrorKind decode_error_kind(ByteReader& r) {
+  const uint8_t kind = r.u8();
+  if (!is_valid_error_kind(kind)) throw_error(ErrorKind::Internal, "malformed control message: bad error kind");
+  return static_cast<ErrorKind>(kind);
+}
+
+void encode_device(ByteWriter& w, const Device& d) {
+  w.u8(static_cast<uint8_t>(d.type));
+  w.u32(static_cast<uint32_t>(d.index));
+}
+
+Device decode_device(ByteReader& r) {
+  const uint8_t type = r.u8();
+  const uint32_t index = r.u32();
+  if (!is_valid_device(type, index)) throw_error(ErrorKind::Internal, "malformed control message: bad device");
+  return Device{static_cast<DeviceType>(type), static_cast<int32_t>(index)};
 }
 
 std::vector<uint8_t> RequestList::encode() const {
   ByteWriter w;
   w.u8(shutdown ? 1 : 0);
   w.u8(abort ? 1 : 0);
-  w.u8(static_cast<uint8_t>(abort_kind));
+  encode_error_kind(w, abort_kind);
   w.str(abort_reason);
   w.bytes(cache_bits);
   w.u32(static_cast<uint32_t>(requests.size()));
@@ -77,11 +85,11 @@ RequestList RequestList::decode(const std::vector<uint8_t>& bytes) {
   RequestList list;
   list.shutdown = r.u8() != 0;
   list.abort = r.u8() != 0;
-  list.abort_kind = r.u8();
-  if (list.abort_kind > 5) throw_error(ErrorKind::Internal, "malformed control message: bad error kind");
+  list.abort_kind = decode_error_kind(r);
   list.abort_reason = r.str();
   list.cache_bits = r.bytes();
-  uint32_t n = r.count(1 << 20, 30);
+  static const size_t kMinRequestBytes = Request().encoded_bytes();
+  uint32_t n = r.count(1 << 20, kMinRequestBytes);
   for (uint32_t i = 0; i < n; ++i) list.requests.push_back(Request::decode(r));
   r.expect_done();
   return list;

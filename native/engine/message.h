@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "common/device.h"
+#include "common/error.h"
 #include "common/types.h"
 #include "engine/wire.h"
 
@@ -21,7 +23,10 @@ enum class OpType : uint8_t { Allreduce = 0, Allgather, Broadcast, Alltoall, Red
 constexpr int kNumOpTypes = 7;
 const char* op_type_name(OpType t);
 
-// What one rank asks for one named tensor.
+// What one rank asks for one named tensor. Each field is also declared in
+// kRequestFields (engine/request_fields.h), which drives the wire format,
+// equality, the coordinator's agreement checks and the fusion key: a new
+// field is a member here plus one entry there.
 struct Request {
   std::string name;
   OpType op = OpType::Allreduce;
@@ -32,6 +37,7 @@ struct Request {
   double postscale = 1.0;
   std::vector<int64_t> shape;
   std::vector<int64_t> splits;  // alltoall: rows sent to each rank
+  Device device;
 
   int64_t num_elements() const;
   int64_t row_elements() const;  // elements per first-dimension row
@@ -39,14 +45,19 @@ struct Request {
   bool operator!=(const Request& o) const { return !(*this == o); }
   void encode(ByteWriter& w) const;
   static Request decode(ByteReader& r);
+  size_t encoded_bytes() const;  // what encode() writes
 };
+
+// True when two allreduces may share one fused response (every field
+// kRequestFields marks as part of the fusion key is equal).
+bool same_fusion_key(const Request& a, const Request& b);
 
 struct RequestList {
   bool shutdown = false;
   // A worker that failed (lost a peer, timed out) tells rank 0 why before
   // it leaves, so every rank reports the cause rather than its side effects.
   bool abort = false;
-  int32_t abort_kind = 0;  // ErrorKind
+  ErrorKind abort_kind = ErrorKind::Internal;
   std::string abort_reason;
   std::vector<uint8_t> cache_bits;  // bit i set: cached entry i is ready here
   std::vector<Request> requests;    // tensors not (or no longer) cached
@@ -73,7 +84,8 @@ struct Response {
   ReduceOp reduce_op = ReduceOp::Sum;
   double prescale = 1.0;
   double postscale = 1.0;
-  int32_t error_kind = 0;
+  Device device;  // of every tensor in `names`: chooses the backend
+  ErrorKind error_kind = ErrorKind::Internal;
   std::string error;
   // Rank 0 only, never sent: each name's row in the timeline file numbered
   // timeline_file, as the negotiation found them (saves a lookup each).
@@ -86,9 +98,17 @@ struct CachePut {
   uint32_t id;
 };
 
+// Wire helpers shared by both lists (message.cc).
+void encode_error_kind(ByteWriter& w, ErrorKind kind);
+// Throws RingError(Internal) for a value that names no ErrorKind.
+ErrorKind decode_error_kind(ByteReader& r);
+void encode_device(ByteWriter& w, const Device& d);
+// Throws RingError(Internal) for a device type or index out of range.
+Device decode_device(ByteReader& r);
+
 struct ResponseList {
   bool shutdown = false;
-  int32_t shutdown_kind = 5;  // ErrorKind of the end: Shutdown, or the failure that ended the job
+  ErrorKind shutdown_kind = ErrorKind::Shutdown;  // Shutdown, or the failure that ended the job
   int32_t shutdown_rank = -1;  // the rank whose shutdown() ended the job, if one did
   std::string shutdown_reason;
   std::vector<CachePut> cache_puts;  // applied before `responses` are read

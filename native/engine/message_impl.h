@@ -7,7 +7,7 @@ template <class IdOf>
 std::vector<uint8_t> ResponseList::encode(IdOf id_of) const {
   ByteWriter w;
   w.u8(shutdown ? 1 : 0);
-  w.u8(static_cast<uint8_t>(shutdown_kind));
+  encode_error_kind(w, shutdown_kind);
   w.i64(shutdown_rank);
   w.str(shutdown_reason);
   w.u32(static_cast<uint32_t>(cache_puts.size()));
@@ -37,6 +37,7 @@ std::vector<uint8_t> ResponseList::encode(IdOf id_of) const {
     w.f64(r.postscale);
     w.u32(static_cast<uint32_t>(r.error_kind));
     w.str(r.error);
+    encode_device(w, r.device);
   }
   w.i64(acked);
   return std::move(w.buffer());
@@ -49,8 +50,7 @@ ResponseList ResponseList::decode(const std::vector<uint8_t>& bytes, NameOf name
   ByteReader r(bytes);
   ResponseList list;
   list.shutdown = r.u8() != 0;
-  list.shutdown_kind = r.u8();
-  if (list.shutdown_kind > 5) throw_error(ErrorKind::Internal, "malformed control message: bad error kind");
+  list.shutdown_kind = decode_error_kind(r);
   int64_t who = r.i64();
   if (who < -1 || who > (1 << 30)) throw_error(ErrorKind::Internal, "malformed control message: bad rank");
   list.shutdown_rank = static_cast<int32_t>(who);
@@ -84,8 +84,11 @@ ResponseList ResponseList::decode(const std::vector<uint8_t>& bytes, NameOf name
     resp.reduce_op = static_cast<ReduceOp>(rop);
     resp.prescale = r.f64();
     resp.postscale = r.f64();
-    resp.error_kind = static_cast<int32_t>(r.u32());
+    // An error of a kind this build does not know is still delivered, as Internal.
+    const uint32_t error_kind = r.u32();
+    resp.error_kind = is_valid_error_kind(error_kind) ? static_cast<ErrorKind>(error_kind) : ErrorKind::Internal;
     resp.error = r.str(1 << 20);
+    resp.device = decode_device(r);
     list.responses.push_back(std::move(resp));
   }
   list.acked = r.i64();

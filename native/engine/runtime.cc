@@ -3,19 +3,22 @@
 #include <chrono>
 #include <cstdio>
 
+#include "collectives/slices.h"
 #include "common/error.h"
+#include "engine/backends/cpu_ring.h"
+#include "engine/mesh_names.h"
 
 namespace ring {
 namespace {
 
 constexpr char kEndpointSeparator = '\n';
 
-MeshOptions mesh_options(const RuntimeOptions& o, const Config& c, const std::string& suffix, size_t ring_bytes) {
+MeshOptions mesh_options(const RuntimeOptions& o, const Config& c, MeshRole role, size_t ring_bytes) {
   MeshOptions m;
   m.rank = o.rank;
   m.size = o.size;
   m.secret = o.secret;
-  m.job_id = o.job_id + suffix;
+  m.job_id = mesh_job_id(o.job_id, role);
   m.host_id = o.host_id;
   m.bind_host = o.bind_host;
   m.advertise_host = o.advertise_host;
@@ -33,8 +36,8 @@ Runtime::Runtime(RuntimeOptions opts)
     throw_error(ErrorKind::BadArgument, "rank " + std::to_string(opts_.rank) + " is outside a world of size " +
                                             std::to_string(opts_.size));
   set_log_config(config_.log_level, opts_.rank);
-  data_builder_ = std::make_unique<MeshBuilder>(mesh_options(opts_, config_, "", config_.shm_ring_bytes));
-  control_builder_ = std::make_unique<MeshBuilder>(mesh_options(opts_, config_, "-c", 1u << 20));
+  data_builder_ = std::make_unique<MeshBuilder>(mesh_options(opts_, config_, MeshRole::Data, config_.shm_ring_bytes));
+  control_builder_ = std::make_unique<MeshBuilder>(mesh_options(opts_, config_, MeshRole::Control, 1u << 20));
 }
 
 Runtime::~Runtime() {
@@ -74,12 +77,14 @@ void Runtime::start() {
   control_builder_.reset();
   data_->set_timeout(config_.timeout_seconds);
   control_->set_timeout(config_.timeout_seconds);
-  executor_ = std::make_unique<Executor>(data_.get(), &handles_);
-  setup_hierarchy();
+  executor_ = std::make_unique<Executor>(&handles_);
+  auto cpu = std::make_unique<CpuRingBackend>(data_.get(), &handles_);
+  setup_hierarchy(*cpu);
   if (opts_.rank == 0) {
-    executor_->set_timeline(&timeline_);
+    cpu->set_timeline(&timeline_);
     if (!config_.timeline_path.empty()) timeline_.start(config_.timeline_path, config_.timeline_mark_cycles);
   }
+  executor_->add_backend(std::move(cpu));
   state_ = State::Running;
   thread_ = std::thread([this] { loop(); });
   if (log_enabled(LogLevel::Info))
@@ -91,7 +96,7 @@ void Runtime::start() {
                                  " bytes, cycle time " + std::to_string(config_.cycle_time_ms) + " ms");
 }
 
-void Runtime::setup_hierarchy() {
+void Runtime::setup_hierarchy(CpuRingBackend& cpu) {
   const RuntimeOptions& o = opts_;
   const int mode = config_.hierarchical_allreduce;
   const bool several = o.cross_size > 1 && o.local_size > 1;
@@ -107,7 +112,7 @@ void Runtime::setup_hierarchy() {
   std::vector<int> local, cross;
   for (int i = 0; i < o.local_size; ++i) local.push_back(o.cross_rank * o.local_size + i);
   for (int c = 0; c < o.cross_size; ++c) cross.push_back(c * o.local_size + o.local_rank);
-  executor_->set_hierarchy(data_->subgroup(local), data_->subgroup(cross));
+  cpu.set_hierarchy(data_->subgroup(local), data_->subgroup(cross));
   log_line(LogLevel::Info, "hierarchical allreduce: " + std::to_string(o.cross_size) + " hosts of " +
                                std::to_string(o.local_size) + " ranks");
 }
@@ -186,6 +191,9 @@ int64_t Runtime::enqueue(EnqueueArgs args) {
   if (state_ == State::Stopped)
     throw RingError(stop_kind_, stop_reason_ + " (" + op_type_name(args.req.op) + " of tensor '" + args.req.name +
                                     "' not started)");
+  if (!executor_->serves(args.req.device))
+    throw_error(ErrorKind::BadArgument, std::string(op_type_name(args.req.op)) + " of tensor '" + args.req.name +
+                                            "': no backend for device " + device_name(args.req.device));
   Entry e;
   e.req = std::move(args.req);
   e.input = args.input;

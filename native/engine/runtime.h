@@ -31,6 +31,7 @@
 
 #include "engine/autotune.h"
 #include "engine/config.h"
+#include "engine/backends/cpu_ring.h"
 #include "engine/coordinator.h"
 #include "engine/executor.h"
 #include "engine/handle_table.h"
@@ -79,7 +80,8 @@ class Runtime {
   void start();
 
   // Validates and queues; returns a handle. Throws BadArgument for invalid
-  // arguments, Shutdown when not running, the job's failure when it failed.
+  // arguments (a device no backend serves among them), Shutdown when not
+  // running, the job's failure when it failed.
   int64_t enqueue(EnqueueArgs args);
   bool poll(int64_t handle) { return handles_.poll(handle); }
   // Blocks until the operation finished (true) or timeout_s passed (false;
@@ -100,9 +102,9 @@ class Runtime {
 
  private:
   void validate(const Request& req) const;
-  // RING_HIERARCHICAL_ALLREDUCE: gives the executor this host's and this
+  // RING_HIERARCHICAL_ALLREDUCE: gives the CPU backend this host's and this
   // local rank's subgroups of the data mesh.
-  void setup_hierarchy();
+  void setup_hierarchy(CpuRingBackend& cpu);
   void validate_output(const EnqueueArgs& args) const;
   // State of the progress loop; guarded by progress_mu_.
   struct LoopState {

@@ -43,8 +43,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-size_t estimate_bytes(const Request& q) { return 64 + q.name.size() + 8 * (q.shape.size() + q.splits.size()); }
-
 }  // namespace
 
 void Runtime::loop() {
@@ -141,16 +139,16 @@ bool Runtime::peer_note(ErrorKind* kind, std::string* reason, std::optional<Resp
         if (opts_.rank == 0) {
           RequestList note = RequestList::decode(msg);
           if (!note.abort) continue;
-          *kind = static_cast<ErrorKind>(note.abort_kind);
+          *kind = note.abort_kind;
           *reason = note.abort_reason;
         } else {
           ResponseList note = ResponseList::decode(msg, no_names);
           if (!note.shutdown) continue;
-          if (note.shutdown_kind == static_cast<int32_t>(ErrorKind::Shutdown)) {
+          if (note.shutdown_kind == ErrorKind::Shutdown) {
             *orderly = std::move(note);
             return true;
           }
-          *kind = static_cast<ErrorKind>(note.shutdown_kind);
+          *kind = note.shutdown_kind;
           *reason = note.shutdown_reason;
         }
         return true;
@@ -167,14 +165,14 @@ void Runtime::tell_peers(ErrorKind kind, const std::string& reason) {
   if (opts_.rank != 0) {
     RequestList note;
     note.abort = true;
-    note.abort_kind = static_cast<int32_t>(kind);
+    note.abort_kind = kind;
     note.abort_reason = reason;
     control_->post_msg(0, note.encode(), kPatienceSeconds);
     return;
   }
   ResponseList note;
   note.shutdown = true;
-  note.shutdown_kind = static_cast<int32_t>(kind);
+  note.shutdown_kind = kind;
   note.shutdown_reason = reason;
   std::vector<uint8_t> msg = note.encode([](const std::string&) -> int64_t { return -1; });
   for (int w = 1; w < opts_.size; ++w) control_->post_msg(w, msg, kPatienceSeconds);
@@ -197,8 +195,8 @@ std::string Runtime::unfinished_names() {
 }
 
 void Runtime::end_by_list(const ResponseList& list) {
-  if (list.shutdown_kind != static_cast<int32_t>(ErrorKind::Shutdown)) {
-    end(static_cast<ErrorKind>(list.shutdown_kind), list.shutdown_reason, true);
+  if (list.shutdown_kind != ErrorKind::Shutdown) {
+    end(list.shutdown_kind, list.shutdown_reason, true);
   } else if (list.shutdown_rank >= 0 && list.shutdown_rank != opts_.rank) {
     // Another rank left: to this one it is a lost peer (an error worth
     // logging only if this rank still had work in flight).
@@ -235,7 +233,7 @@ RequestList Runtime::request_list(std::vector<Entry>& unsent) {
       cache_.set_signature(static_cast<uint32_t>(id), opts_.rank, q);
     }
     list.requests.push_back(q);
-    bytes += estimate_bytes(q);
+    bytes += q.encoded_bytes();
   }
   unsent.erase(unsent.begin(), unsent.begin() + static_cast<long>(used));
   return list;
@@ -393,7 +391,7 @@ bool Runtime::coordinator_step() {
     if (!control_->readable(w)) continue;
     RequestList requests = RequestList::decode(control_->recv_msg(w, kMaxControlMessage));
     if (requests.abort) {  // a worker failed: its cause ends the job everywhere
-      end(static_cast<ErrorKind>(requests.abort_kind), requests.abort_reason);
+      end(requests.abort_kind, requests.abort_reason);
       return true;
     }
     coord.add(w, requests);

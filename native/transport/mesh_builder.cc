@@ -163,14 +163,6 @@ Endpoint parse_endpoint(const std::string& s, int rank) {
   return e;
 }
 
-bool valid_job_id(const std::string& id) {
-  return !id.empty() && id.size() <= 128 && std::all_of(id.begin(), id.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
-  });
-}
-
-std::string shm_name(const std::string& job_id, int rank) { return "/ring." + job_id + "." + std::to_string(rank); }
-
 std::string local_hostname() {
   char buf[256] = {0};
   if (::gethostname(buf, sizeof(buf) - 1) != 0) return "unknown-host";
@@ -414,7 +406,7 @@ std::string MeshBuilder::Impl::make_endpoint() {
     listener = UniqueFd(listen_tcp(opts.bind_host, &e.port));
     e.addr = opts.advertise_host;
     if (!opts.force_tcp) {
-      e.shm = shm_name(opts.job_id, opts.rank);
+      e.shm = shm_segment_name(opts.job_id, opts.rank);
       own_seg = ShmSegment::create(e.shm, opts.rank, opts.size, opts.shm_ring_bytes);
     }
   }
@@ -499,9 +491,9 @@ void MeshBuilder::connect(const std::vector<std::string>& endpoints) {
     if (r == rank) continue;
     if (m.use_shm(r)) {
       // Only ever map a segment of this job: the name is not taken on trust.
-      if (m.peers[r].shm != shm_name(m.opts.job_id, r))
+      if (m.peers[r].shm != shm_segment_name(m.opts.job_id, r))
         throw_error(ErrorKind::BadArgument, "endpoint of rank " + std::to_string(r) + " names shared memory '" +
-                                                m.peers[r].shm + "', expected '" + shm_name(m.opts.job_id, r) + "'");
+                                                m.peers[r].shm + "', expected '" + shm_segment_name(m.opts.job_id, r) + "'");
       continue;
     }
     if (m.peers[r].port == 0)

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstring>
 #include <new>
@@ -15,6 +16,17 @@
 #include "common/error.h"
 
 namespace ring {
+
+std::string shm_segment_name(const std::string& job_id, int rank) {
+  return "/ring." + job_id + "." + std::to_string(rank);
+}
+
+bool valid_job_id(const std::string& job_id) {
+  return !job_id.empty() && job_id.size() <= 128 && std::all_of(job_id.begin(), job_id.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+  });
+}
+
 namespace {
 
 constexpr uint64_t kSegmentMagic = 0x31474e49522d6d73ull;  // "sm-RING1"

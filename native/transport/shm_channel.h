@@ -1,6 +1,7 @@
 // Shared-memory transport for ranks on one host.
 //
-// Each rank creates ONE POSIX shared-memory segment, "/ring.<job_id>.<rank>",
+// Each rank creates ONE POSIX shared-memory segment per mesh,
+// shm_segment_name(job_id, rank) = "/ring.<job_id>.<rank>",
 // holding one single-producer/single-consumer byte ring per possible sender.
 // Ring i of rank j's segment carries the bytes from rank i to rank j: rank j
 // reads its own segment, rank i writes into j's. A rank thus maps its own
@@ -35,11 +36,18 @@ struct alignas(kShmLine) ShmRingHeader {
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared-memory rings need lock-free 64-bit atomics");
 
+// The POSIX shared-memory name (as given to shm_open) of rank `rank`'s
+// segment in the mesh whose MeshOptions::job_id is `job_id`. The one place
+// the pattern is written; Python gets it through _native.shm_segment_names.
+std::string shm_segment_name(const std::string& job_id, int rank);
+// True when `job_id` may name shared memory: [A-Za-z0-9_-]{1,128}.
+bool valid_job_id(const std::string& job_id);
+
 // One mapped segment. Unmaps on destruction; never unlinks by itself (the
 // MeshBuilder decides when the name goes away).
 class ShmSegment {
  public:
-  // Creates and initializes "/ring.<job_id>.<rank>" (O_EXCL, mode 0600).
+  // Creates and initializes `name` (O_EXCL, mode 0600).
   // Throws RingError(Internal) naming the segment on failure, leaving no
   // name behind.
   static std::shared_ptr<ShmSegment> create(const std::string& name, int rank, int size, size_t ring_bytes);

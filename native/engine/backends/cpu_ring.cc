@@ -1,0 +1,243 @@
+#include "engine/backends/cpu_ring.h"
+
+#include <cstring>
+
+#include "collectives/collectives.h"
+#include "collectives/slices.h"
+#include "reduce/reduce.h"
+
+namespace ring {
+namespace {
+
+// Scale factor applied after the reduction: postscale, and 1/n for Average.
+double post_factor(const Request& q, int n) {
+  return q.postscale * (q.reduce_op == ReduceOp::Average ? 1.0 / n : 1.0);
+}
+
+}  // namespace
+
+uint8_t* CpuRingBackend::fusion(size_t bytes) {
+  if (fusion_.size() < bytes) fusion_.resize(bytes);
+  return fusion_.data();
+}
+
+uint8_t* CpuRingBackend::output_for(Entry& e, size_t bytes, OpResult& res) {
+  if (e.output) return static_cast<uint8_t*>(e.output);
+  res.data = std::make_shared<std::vector<uint8_t>>(bytes);
+  return res.data->data();
+}
+
+void CpuRingBackend::fill_stand_ins(std::vector<Entry>& entries) {
+  stand_ins_.clear();
+  for (auto& e : entries) {
+    if (e.handle != 0) continue;
+    const size_t bytes = static_cast<size_t>(e.req.num_elements()) * dtype_size(e.req.dtype);
+    stand_ins_.emplace_back(bytes, 0);
+    e.input = stand_ins_.back().data();
+    stand_ins_.emplace_back(bytes, 0);
+    e.output = stand_ins_.back().data();
+  }
+}
+
+void CpuRingBackend::finish_all(std::vector<Entry>& entries, std::vector<OpResult>& results) {
+  timeline_.close(entries);
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (entries[i].handle == 0) continue;  // a joined rank's stand-in
+    handles_->complete(entries[i].handle, std::move(results[i]));  // the name stays taken until released
+  }
+}
+
+void CpuRingBackend::execute(const Response& r, std::vector<Entry>& entries) {
+  timeline_.open(entries, r);
+  switch (r.op) {
+    case OpType::Allreduce: return run_allreduce(entries);
+    case OpType::Allgather: return collective(entries, [&] { return allgather(entries[0], r.sizes); });
+    case OpType::Broadcast: return collective(entries, [&] { return broadcast(entries[0]); });
+    case OpType::Alltoall: return collective(entries, [&] { return alltoall(entries[0], r.sizes); });
+    case OpType::Reducescatter: return collective(entries, [&] { return reducescatter(entries[0]); });
+    case OpType::Barrier:
+      return collective(entries, [&] {
+        barrier(*mesh_);
+        return OpResult{};
+      });
+    case OpType::Join: {
+      std::vector<OpResult> results(1);
+      results[0].received_splits = {r.sizes.empty() ? -1 : r.sizes[0]};
+      finish_all(entries, results);
+      return;
+    }
+  }
+}
+
+void CpuRingBackend::run_allreduce(std::vector<Entry>& entries) {
+  fill_stand_ins(entries);
+  std::vector<OpResult> results(entries.size());
+  for (size_t i = 0; i < entries.size(); ++i) {
+    Entry& e = entries[i];
+    output_for(e, static_cast<size_t>(e.req.num_elements()) * dtype_size(e.req.dtype), results[i]);
+    if (results[i].data) e.output = results[i].data->data();
+    results[i].shape = e.req.shape;
+  }
+  allreduce(entries);
+  finish_all(entries, results);
+}
+
+template <class Run>
+void CpuRingBackend::collective(std::vector<Entry>& entries, Run run) {
+  timeline_.phase_begin(collective_phase(entries[0].req.op));
+  std::vector<OpResult> results(1);
+  results[0] = run();
+  timeline_.phase_end();
+  finish_all(entries, results);
+}
+
+void CpuRingBackend::reduce(const Request& q, const void* src, void* dst, const std::vector<size_t>& chunks,
+                            double post) {
+  if (local_ && cross_) {
+    timeline_.phase_begin("HIERARCHICAL_ALLREDUCE");
+    hierarchical_allreduce(*local_, *cross_, src, dst, chunks, q.dtype, q.reduce_op, post);
+  } else {
+    timeline_.phase_begin("RING_ALLREDUCE");
+    ring_allreduce(*mesh_, src, dst, chunks, q.dtype, q.reduce_op, post);
+  }
+  timeline_.phase_end();
+}
+
+void CpuRingBackend::allreduce(std::vector<Entry>& entries) {
+  const Request& q = entries[0].req;
+  const double post = post_factor(q, mesh_->size());
+  if (entries.size() > 1) return allreduce_fused(entries, post);
+  // One tensor: reduce straight from the input into the output. The layout's
+  // chunks are the first stage's: the ranks of the ring, or of this host for
+  // the hierarchical allreduce.
+  const int n = local_ && cross_ ? local_->size() : mesh_->size();
+  Entry& e = entries[0];
+  const size_t total = static_cast<size_t>(q.num_elements());
+  const void* src = e.input;
+  if (q.prescale != 1.0 && total) {
+    std::memcpy(e.output, e.input, total * dtype_size(q.dtype));
+    scale_buffer(e.output, total, q.dtype, q.prescale);
+    src = e.output;
+  }
+  reduce(q, src, e.output, slice_counts(total, n), post);
+}
+
+void CpuRingBackend::allreduce_fused(std::vector<Entry>& entries, double post) {
+  const Request& q = entries[0].req;
+  const int n = local_ && cross_ ? local_->size() : mesh_->size();
+  const size_t esize = dtype_size(q.dtype);
+  timeline_.phase_begin("MEMCPY_IN_FUSION_BUFFER");
+  size_t total = 0;
+  for (auto& e : entries) total += static_cast<size_t>(e.req.num_elements());
+  uint8_t* work = fusion(total * esize);
+  std::vector<size_t> chunks(n, 0);
+  size_t pos = 0;
+  for (int c = 0; c < n; ++c) {
+    for (auto& e : entries) {
+      size_t count = static_cast<size_t>(e.req.num_elements());
+      size_t len = slice_count(count, n, c) * esize;
+      std::memcpy(work + pos, static_cast<const uint8_t*>(e.input) + slice_offset(count, n, c) * esize, len);
+      pos += len;
+      chunks[c] += len / esize;
+    }
+  }
+  if (q.prescale != 1.0) scale_buffer(work, total, q.dtype, q.prescale);
+  timeline_.phase_end();
+  reduce(q, work, work, chunks, post);
+  timeline_.phase_begin("MEMCPY_OUT_FUSION_BUFFER");
+  pos = 0;
+  for (int c = 0; c < n; ++c) {
+    for (auto& e : entries) {
+      size_t count = static_cast<size_t>(e.req.num_elements());
+      size_t len = slice_count(count, n, c) * esize;
+      std::memcpy(static_cast<uint8_t*>(e.output) + slice_offset(count, n, c) * esize, work + pos, len);
+      pos += len;
+    }
+  }
+  timeline_.phase_end();
+}
+
+OpResult CpuRingBackend::allgather(Entry& e, const std::vector<int64_t>& first_dims) {
+  const Request& q = e.req;
+  const int n = mesh_->size();
+  const size_t row_bytes = static_cast<size_t>(q.row_elements()) * dtype_size(q.dtype);
+  std::vector<size_t> blocks(n);
+  size_t total = 0, offset = 0;
+  for (int r = 0; r < n; ++r) {
+    blocks[r] = static_cast<size_t>(first_dims[r]) * row_bytes;
+    if (r < mesh_->rank()) offset += blocks[r];
+    total += blocks[r];
+  }
+  OpResult res;
+  e.output = nullptr;
+  uint8_t* out = output_for(e, total, res);
+  if (blocks[mesh_->rank()]) std::memcpy(out + offset, e.input, blocks[mesh_->rank()]);
+  ring_allgather(*mesh_, out, blocks);
+  int64_t rows = 0;
+  for (int64_t d : first_dims) rows += d;
+  res.shape = q.shape.empty() ? std::vector<int64_t>{rows} : q.shape;
+  res.shape[0] = rows;
+  return res;
+}
+
+OpResult CpuRingBackend::broadcast(Entry& e) {
+  const Request& q = e.req;
+  size_t bytes = static_cast<size_t>(q.num_elements()) * dtype_size(q.dtype);
+  OpResult res;
+  uint8_t* out = output_for(e, bytes, res);
+  if (mesh_->rank() == q.root && out != e.input && bytes) std::memcpy(out, e.input, bytes);
+  ring::broadcast(*mesh_, out, bytes, q.root);
+  res.shape = q.shape;
+  return res;
+}
+
+OpResult CpuRingBackend::alltoall(Entry& e, const std::vector<int64_t>& splits) {
+  const Request& q = e.req;
+  const int n = mesh_->size(), me = mesh_->rank();
+  const size_t row_bytes = static_cast<size_t>(q.row_elements()) * dtype_size(q.dtype);
+  std::vector<size_t> send(n), recv(n);
+  size_t total = 0;
+  int64_t rows = 0;
+  for (int r = 0; r < n; ++r) {
+    send[r] = static_cast<size_t>(splits[me * n + r]) * row_bytes;
+    recv[r] = static_cast<size_t>(splits[r * n + me]) * row_bytes;
+    total += recv[r];
+    rows += splits[r * n + me];
+  }
+  OpResult res;
+  e.output = nullptr;
+  uint8_t* out = output_for(e, total, res);
+  ring::alltoall(*mesh_, e.input, send, out, recv);
+  for (int r = 0; r < n; ++r) res.received_splits.push_back(splits[r * n + me]);
+  res.shape = q.shape;
+  res.shape[0] = rows;
+  return res;
+}
+
+OpResult CpuRingBackend::reducescatter(Entry& e) {
+  const Request& q = e.req;
+  const int n = mesh_->size(), me = mesh_->rank();
+  const size_t esize = dtype_size(q.dtype);
+  const size_t row = static_cast<size_t>(q.row_elements());
+  const size_t rows = static_cast<size_t>(q.shape[0]);
+  std::vector<size_t> chunks = slice_counts(rows, n);
+  for (auto& c : chunks) c *= row;
+  size_t total = rows * row;
+  uint8_t* work = fusion(total * esize);
+  const void* src = e.input;
+  if (q.prescale != 1.0 && total) {
+    std::memcpy(work, e.input, total * esize);
+    scale_buffer(work, total, q.dtype, q.prescale);
+    src = work;
+  }
+  ring_reducescatter(*mesh_, src, work, chunks, q.dtype, q.reduce_op, post_factor(q, n));
+  uint8_t* mine = work + slice_offset(rows, n, me) * row * esize;
+  OpResult res;
+  uint8_t* out = output_for(e, chunks[me] * esize, res);
+  if (chunks[me]) std::memcpy(out, mine, chunks[me] * esize);
+  res.shape = q.shape;
+  res.shape[0] = static_cast<int64_t>(slice_count(rows, n, me));
+  return res;
+}
+
+}  // namespace ring

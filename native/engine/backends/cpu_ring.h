@@ -1,0 +1,78 @@
+// CpuRingBackend: executes responses on tensors in host memory with the
+// ring collectives (collectives/collectives.h) over the job's data mesh.
+// Serves DeviceType::CPU and every operation on it.
+//
+// Allreduce fusion layout (why results never depend on what was fused):
+// the ring splits its buffer into one chunk per rank, and the order in
+// which an element is reduced depends on the chunk it falls in. So the
+// fusion buffer is laid out chunk-major: chunk c holds slice c of every
+// tensor (tensor T of N elements contributes elements [c*N/n, (c+1)*N/n),
+// collectives/slices.h), which puts every element of T in the same chunk
+// whatever else was fused with it. Results are bitwise identical across
+// runs and across ranks.
+//
+// Completion: every handle is completed before execute() returns.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "engine/backend.h"
+#include "engine/handle_table.h"
+#include "engine/op_timeline.h"
+#include "transport/mesh.h"
+
+namespace ring {
+
+class CpuRingBackend : public Backend {
+ public:
+  // `mesh` and `handles` must outlive the backend.
+  CpuRingBackend(Mesh* mesh, HandleTable* handles) : mesh_(mesh), handles_(handles) {}
+
+  // Allreduces run hierarchically over these two subgroups of the mesh
+  // (collectives.h: hierarchical_allreduce); null: flat ring.
+  void set_hierarchy(std::unique_ptr<Mesh> local, std::unique_ptr<Mesh> cross) {
+    local_ = std::move(local);
+    cross_ = std::move(cross);
+  }
+  // Execution phases go to `timeline` (null: none).
+  void set_timeline(Timeline* timeline) { timeline_.set_timeline(timeline); }
+
+  const char* name() const override { return "cpu ring"; }
+  bool serves(const Device& device) const override { return device.type == DeviceType::CPU; }
+  bool enabled(const Response& r) const override { return serves(r.device); }
+  void execute(const Response& r, std::vector<Entry>& entries) override;
+
+ private:
+  // Entries' outputs are set; several entries are fused.
+  void allreduce(std::vector<Entry>& entries);
+  void allreduce_fused(std::vector<Entry>& entries, double post);
+  // The allreduce of `src` into `dst` (chunk layout `chunks` for the flat
+  // ring), flat or hierarchical, inside its timeline phase.
+  void reduce(const Request& q, const void* src, void* dst, const std::vector<size_t>& chunks, double post);
+  void run_allreduce(std::vector<Entry>& entries);
+  // Runs a one-entry collective inside its timeline phase and finishes it.
+  template <class Run>
+  void collective(std::vector<Entry>& entries, Run run);
+  OpResult allgather(Entry& e, const std::vector<int64_t>& first_dims);
+  OpResult broadcast(Entry& e);
+  OpResult alltoall(Entry& e, const std::vector<int64_t>& splits);
+  OpResult reducescatter(Entry& e);
+  // Output memory for `e`: the caller's, or a new engine-owned buffer.
+  uint8_t* output_for(Entry& e, size_t bytes, OpResult& res);
+  uint8_t* fusion(size_t bytes);
+  // Zero input and output buffers for the stand-ins (handle 0) in entries.
+  void fill_stand_ins(std::vector<Entry>& entries);
+  // Closes the entries' operations in the timeline and completes their
+  // handles with results[i] (stand-ins have none).
+  void finish_all(std::vector<Entry>& entries, std::vector<OpResult>& results);
+
+  Mesh* mesh_;
+  HandleTable* handles_;
+  std::unique_ptr<Mesh> local_, cross_;  // hierarchical allreduce
+  std::vector<uint8_t> fusion_;
+  std::vector<std::vector<uint8_t>> stand_ins_;  // zero buffers of a joined rank
+  OpTimeline timeline_;
+};
+
+}  // namespace ring
