@@ -31,6 +31,18 @@ def parse(kind: str, data: bytes) -> None:
 def config_table() -> list[tuple[str, str, str, str]]:
     """(name, HOROVOD_ alias, default, doc) for every configuration variable."""
 
+def reducescatter_rows(rows: int, size: int, rank: int) -> int:
+    """Rows of a first dimension of ``rows`` that rank ``rank`` of ``size``
+    receives from a reducescatter: ``rows // size``, plus one when
+    ``rank < rows % size`` (the engine's rule, native/collectives/slices.h).
+    Raises BadArgumentError unless rows >= 0 and 0 <= rank < size."""
+
+def shm_segment_names(job_id: str, rank: int) -> list[str]:
+    """Every POSIX shared-memory name (as given to shm_open, with its leading
+    '/') that rank ``rank`` of job ``job_id`` may create, data mesh first
+    (native/engine/mesh_names.h). Raises BadArgumentError for a job id that
+    cannot name shared memory or a negative rank."""
+
 class Runtime:
     def __init__(
         self,
@@ -63,7 +75,11 @@ class Runtime:
         shape: Sequence[int],
         splits: Sequence[int],
         wake: bool = True,
-    ) -> int: ...
+        device: str = "cpu",
+    ) -> int:
+        """Queues one operation; returns its handle. ``device`` names where
+        the tensors live ("cpu", "cuda:<index>"); a device no backend serves
+        raises BadArgumentError ("no backend for device ...")."""
     def poll(self, handle: int) -> bool: ...
     def wait(self, handle: int, timeout: float = -1.0) -> bool: ...
     def release(self, handle: int) -> tuple[Optional[np.ndarray], list[int], list[int]]:
