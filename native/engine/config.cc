@@ -63,6 +63,17 @@ const ConfigEntry& entry(const char* name) {
   throw_error(ErrorKind::Internal, std::string("no config entry ") + name);
 }
 
+// A 0/1 variable: `dflt` when unset.
+bool flag(const char* name, bool dflt) {
+  const ConfigEntry& e = entry(name);
+  const char* v = lookup(e);
+  if (!v) return dflt;
+  std::string s(v);
+  if (s == "1" || s == "true") return true;
+  if (s != "0" && s != "false") bad(e, "0 or 1", v);
+  return false;
+}
+
 }  // namespace
 
 const std::vector<ConfigEntry>& config_table() { return kTable; }
@@ -94,21 +105,13 @@ Config Config::from_env() {
     else if (s == "0" || s == "false") c.hierarchical_allreduce = 0;
     else if (s != "auto") bad(entry("RING_HIERARCHICAL_ALLREDUCE"), "0, 1 or auto", v);
   }
-  if (const char* v = lookup(entry("RING_AUTOTUNE"))) {
-    std::string s(v);
-    if (s == "1" || s == "true") c.autotune = true;
-    else if (s != "0" && s != "false") bad(entry("RING_AUTOTUNE"), "0 or 1", v);
-  }
+  c.autotune = flag("RING_AUTOTUNE", c.autotune);
   if (const char* v = lookup(entry("RING_AUTOTUNE_LOG"))) c.autotune_log = v;
   c.autotune_sample_seconds = number("RING_AUTOTUNE_SAMPLE_SECONDS", "a positive number of seconds", 0.001,
                                      c.autotune_sample_seconds);
   c.autotune_warmup_samples = static_cast<int>(number("RING_AUTOTUNE_WARMUP_SAMPLES", "a non-negative integer", 0,
                                                       c.autotune_warmup_samples));
-  if (const char* v = lookup(entry("RING_TIMELINE_MARK_CYCLES"))) {
-    std::string s(v);
-    if (s == "1" || s == "true") c.timeline_mark_cycles = true;
-    else if (s != "0" && s != "false") bad(entry("RING_TIMELINE_MARK_CYCLES"), "0 or 1", v);
-  }
+  c.timeline_mark_cycles = flag("RING_TIMELINE_MARK_CYCLES", c.timeline_mark_cycles);
   if (const char* v = lookup(entry("RING_TRANSPORT"))) {
     std::string t(v);
     if (t == "tcp") c.force_tcp = true;

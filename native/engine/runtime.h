@@ -9,8 +9,9 @@
 //   h = rt.enqueue(...); rt.wait(h); rt.release(h);
 //   rt.shutdown();
 //
-// Progress: rank 0 runs the coordinator's step, other ranks the worker's
-// step (runtime_loops.cc), one at a time under progress_mu_. The background
+// Progress: rank 0 runs the coordinator's step (coordinator_loop.cc), other
+// ranks the worker's step (worker_loop.cc), one at a time under progress_mu_
+// (runtime_progress.cc). The background
 // thread steps whenever nobody else does; a caller blocked in wait() steps
 // itself while its operation is unfinished, so a synchronous operation
 // needs no hand-off between threads on its critical path. Control messages
@@ -36,6 +37,7 @@
 #include "engine/executor.h"
 #include "engine/handle_table.h"
 #include "engine/response_cache.h"
+#include "engine/stall_inspector.h"
 #include "engine/tensor_queue.h"
 #include "transport/mesh_builder.h"
 #include "transport/waiter.h"
@@ -106,6 +108,10 @@ class Runtime {
   // local rank's subgroups of the data mesh.
   void setup_hierarchy(CpuRingBackend& cpu);
   void validate_output(const EnqueueArgs& args) const;
+  // The longest control message accepted from a peer.
+  static constexpr size_t kMaxControlMessage = 64u << 20;
+  // A rank with nothing moving checks that its peers are alive this often.
+  static constexpr double kIdleLivenessSeconds = 0.1;
   // State of the progress loop; guarded by progress_mu_.
   struct LoopState {
     // Worker: requests not sent yet, RequestLists sent / acknowledged.
@@ -119,7 +125,7 @@ class Runtime {
     bool batching = false;
     std::chrono::steady_clock::time_point first_ready{};
     std::chrono::steady_clock::time_point last_check{};
-    std::chrono::steady_clock::time_point last_stall_check{}, last_stall_warning{};
+    std::unique_ptr<StallInspector> stalls;
     std::unique_ptr<Autotuner> tuner;  // RING_AUTOTUNE
     double cycle_time_ms = 0.0;
     bool finished = false;  // the job ended; the meshes are closed next
@@ -129,9 +135,15 @@ class Runtime {
   // moved something. Errors end the job: stop() and loop_.finished.
   bool step();
   bool coordinator_step();
-  // Rank 0's stall inspector: warns about, or fails, tensors that some ranks
-  // have not submitted for RING_STALL_*_SECONDS.
-  void inspect_stalls(Coordinator& coord);
+  // Creates the coordinator and what drives it (first coordinator_step).
+  void start_coordinator();
+  // Rank 0's own new entries and shutdown, and the workers' RequestLists,
+  // into `coord`; true when something arrived. A worker's failure note ends
+  // the job (loop_.finished).
+  bool gather_requests(Coordinator& coord);
+  // Sends and executes a ResponseList when a batch is due or a worker waits
+  // for its acknowledgement; true when it did. A shutdown list ends the job.
+  bool emit_responses(Coordinator& coord);
   // Feeds the autotuner what `list` schedules and applies its new settings.
   void autotune(Coordinator& coord, const ResponseList& list);
   bool worker_step();

@@ -86,11 +86,112 @@ void Mesh::sendrecv(int to, const void* sbuf, size_t slen, int from, void* rbuf,
                 [out](const uint8_t* data, size_t offset, size_t len) { std::memcpy(out + offset, data, len); });
 }
 
-void Mesh::sendrecv_sink(int to, const void* sbuf, size_t slen, int from, size_t rlen, size_t granule,
-                         const Sink& sink) {
-  if (to == -1) slen = 0;
-  if (from == -1) rlen = 0;
-  if (slen == 0 && rlen == 0) return;
+// One sendrecv_sink call in progress: a send of `slen` bytes to one channel
+// and a receive of `rlen` bytes from another, each preceded by its
+// alignment padding. pump_send / pump_recv move what the channels take or
+// hold right now and never block; `peer` names the peer being served when a
+// channel throws.
+class Mesh::Transfer {
+ public:
+  Transfer(Channel* out, const void* sbuf, size_t slen, Channel* in, size_t rlen, size_t granule, const Sink& sink)
+      : out_(out), sp_(static_cast<const uint8_t*>(sbuf)), slen_(slen), in_(in), rlen_(rlen), granule_(granule),
+        sink_(sink) {
+    spad_ = slen ? pad_for(out->stream_out, slen) : 0;
+    rpad_ = rlen ? pad_for(in->stream_in, rlen) : 0;
+  }
+
+  // Bytes (padding included) left to move in each direction.
+  bool sending() const { return sent_ < slen_ || spad_done_ < spad_; }
+  bool receiving() const { return received_ < rlen_ || rpad_done_ < rpad_; }
+  // The message itself, for liveness checks and errors.
+  bool sending_data() const { return sent_ < slen_; }
+  bool receiving_data() const { return received_ < rlen_; }
+  std::string progress_text(const std::string& to, const std::string& from) const {
+    std::ostringstream os;
+    if (sending_data()) os << "; sending " << sent_ << "/" << slen_ << " bytes to " << to;
+    if (receiving_data()) os << "; receiving " << received_ << "/" << rlen_ << " bytes from " << from;
+    return os.str();
+  }
+
+  // True when bytes moved.
+  bool pump_send() {
+    if (!sending()) return false;
+    const bool pad = spad_done_ < spad_;
+    size_t n = pad ? out_->try_write(kZeros, spad_ - spad_done_) : out_->try_write(sp_ + sent_, slen_ - sent_);
+    (pad ? spad_done_ : sent_) += n;
+    out_->stream_out += n;
+    return n > 0;
+  }
+
+  // True when bytes moved. Hands whole granules to the sink straight from
+  // the channel's memory; an element split across two spans is carried.
+  bool pump_recv() {
+    if (rpad_done_ < rpad_) return skip_padding();
+    if (received_ >= rlen_) return false;
+    auto span = in_->peek(rlen_ - received_ - carry_len_);
+    if (span.second == 0) return false;
+    const uint8_t* p = span.first;
+    size_t avail = span.second;
+    if (carry_len_ > 0) finish_carry(p, avail);
+    size_t whole = (received_ + avail == rlen_) ? avail : avail - avail % granule_;
+    if (whole > 0 && carry_len_ == 0) {
+      sink_(p, received_, whole);
+      received_ += whole;
+      p += whole;
+      avail -= whole;
+    }
+    if (avail > 0) {
+      std::memcpy(carry_ + carry_len_, p, avail);
+      carry_len_ += avail;
+    }
+    in_->consume(span.second);
+    in_->stream_in += span.second;
+    return true;
+  }
+
+ private:
+  static constexpr uint8_t kZeros[kAlignBytes] = {};
+
+  // Alignment padding, counted as part of the message on both sides.
+  static size_t pad_for(uint64_t position, size_t len) {
+    return len >= kAlignFrom ? static_cast<size_t>((kAlignBytes - position % kAlignBytes) % kAlignBytes) : 0;
+  }
+
+  bool skip_padding() {
+    auto span = in_->peek(rpad_ - rpad_done_);
+    if (span.second == 0) return false;
+    in_->consume(span.second);
+    in_->stream_in += span.second;
+    rpad_done_ += span.second;
+    return true;
+  }
+
+  // Completes the carried element from the front of the span [p, p + avail).
+  void finish_carry(const uint8_t*& p, size_t& avail) {
+    size_t k = std::min(granule_ - carry_len_, avail);
+    std::memcpy(carry_ + carry_len_, p, k);
+    carry_len_ += k;
+    p += k;
+    avail -= k;
+    if (carry_len_ == granule_ || received_ + carry_len_ == rlen_) {
+      sink_(carry_, received_, carry_len_);
+      received_ += carry_len_;
+      carry_len_ = 0;
+    }
+  }
+
+  Channel* out_;
+  const uint8_t* sp_;
+  size_t slen_, spad_ = 0, sent_ = 0, spad_done_ = 0;
+  Channel* in_;
+  size_t rlen_, rpad_ = 0, received_ = 0, rpad_done_ = 0;
+  size_t granule_;
+  const Sink& sink_;
+  uint8_t carry_[16];
+  size_t carry_len_ = 0;
+};
+
+void Mesh::check_pair(int to, size_t slen, int from, size_t rlen, size_t granule) const {
   for (int peer : {slen ? to : -1, rlen ? from : -1}) {
     if (peer == -1) continue;
     if (peer < 0 || peer >= size_ || peer == rank_ || !channels_[peer])
@@ -98,120 +199,67 @@ void Mesh::sendrecv_sink(int to, const void* sbuf, size_t slen, int from, size_t
                                            std::to_string(peer));
   }
   if (granule == 0 || granule > 16) throw_error(ErrorKind::Internal, "Mesh: granule must be 1..16");
+}
 
-  // Alignment padding, counted as part of the message on both sides.
-  auto pad_for = [](uint64_t position, size_t len) -> size_t {
-    return len >= kAlignFrom ? static_cast<size_t>((kAlignBytes - position % kAlignBytes) % kAlignBytes) : 0;
-  };
-  static const uint8_t kZeros[kAlignBytes] = {};
-  const size_t spad = slen ? pad_for(channels_[to]->stream_out, slen) : 0;
-  const size_t rpad = rlen ? pad_for(channels_[from]->stream_in, rlen) : 0;
-  size_t spad_done = 0, rpad_done = 0;
-  const uint8_t* sp = static_cast<const uint8_t*>(sbuf);
-  size_t sent = 0, received = 0;
-  uint8_t carry[16];
-  size_t carry_len = 0;
+void Mesh::sendrecv_sink(int to, const void* sbuf, size_t slen, int from, size_t rlen, size_t granule,
+                         const Sink& sink) {
+  if (to == -1) slen = 0;
+  if (from == -1) rlen = 0;
+  if (slen == 0 && rlen == 0) return;
+  check_pair(to, slen, from, rlen, granule);
+  Transfer t(slen ? channels_[to].get() : nullptr, sbuf, slen, rlen ? channels_[from].get() : nullptr, rlen, granule,
+             sink);
   Backoff backoff;
   double last_liveness = 0.0;
-  int current_peer = -1;  // for naming a peer in errors raised by a channel
+  int peer = -1;  // the peer being served, for naming it in errors raised by a channel
   try {
-    while (sent < slen || received < rlen || spad_done < spad || rpad_done < rpad) {
+    while (t.sending() || t.receiving()) {
       if (aborted()) throw_error(ErrorKind::PeerFailure, abort_reason());
-      bool progress = false;
-      if (spad_done < spad) {
-        current_peer = to;
-        size_t n = channels_[to]->try_write(kZeros, spad - spad_done);
-        spad_done += n;
-        channels_[to]->stream_out += n;
-        progress = n > 0;
-      } else if (sent < slen) {
-        current_peer = to;
-        size_t n = channels_[to]->try_write(sp + sent, slen - sent);
-        sent += n;
-        channels_[to]->stream_out += n;
-        progress = n > 0;
-      }
-      if (rpad_done < rpad) {
-        current_peer = from;
-        auto span = channels_[from]->peek(rpad - rpad_done);
-        if (span.second > 0) {
-          channels_[from]->consume(span.second);
-          channels_[from]->stream_in += span.second;
-          rpad_done += span.second;
-          progress = true;
-        }
-      } else if (received < rlen) {
-        current_peer = from;
-        Channel& ch = *channels_[from];
-        auto span = ch.peek(rlen - received - carry_len);
-        if (span.second > 0) {
-          progress = true;
-          const uint8_t* p = span.first;
-          size_t avail = span.second;
-          if (carry_len > 0) {  // finish an element split across two spans
-            size_t k = std::min(granule - carry_len, avail);
-            std::memcpy(carry + carry_len, p, k);
-            carry_len += k;
-            p += k;
-            avail -= k;
-            if (carry_len == granule || received + carry_len == rlen) {
-              sink(carry, received, carry_len);
-              received += carry_len;
-              carry_len = 0;
-            }
-          }
-          size_t whole = (received + avail == rlen) ? avail : avail - avail % granule;
-          if (whole > 0 && carry_len == 0) {
-            sink(p, received, whole);
-            received += whole;
-            p += whole;
-            avail -= whole;
-          }
-          if (avail > 0) {
-            std::memcpy(carry + carry_len, p, avail);
-            carry_len += avail;
-          }
-          ch.consume(span.second);
-          ch.stream_in += span.second;
-        }
-      }
-      current_peer = -1;
+      peer = to;
+      bool progress = t.pump_send();
+      peer = from;
+      progress |= t.pump_recv();
+      peer = -1;
       if (progress) {
         backoff.reset();
         last_liveness = 0.0;
         continue;
       }
-      double idle = backoff.idle_seconds();
-      if (idle - last_liveness >= kLivenessCheckSeconds) {
-        last_liveness = idle;
-        if (sent < slen) { current_peer = to; channels_[to]->check_alive(); }
-        if (received < rlen) { current_peer = from; channels_[from]->check_alive(); }
-        current_peer = -1;
-        if (idle > timeout()) {
-          std::ostringstream os;
-          os << "no progress for " << timeout() << " s (RING_TIMEOUT_SECONDS)";
-          if (sent < slen) os << "; sending " << sent << "/" << slen << " bytes to " << peer_names_[to];
-          if (received < rlen) os << "; receiving " << received << "/" << rlen << " bytes from " << peer_names_[from];
-          throw_error(ErrorKind::Timeout, os.str());
-        }
-      }
-      int fd_out = sent < slen || spad_done < spad ? channels_[to]->fd() : -2;
-      int fd_in = received < rlen || rpad_done < rpad ? channels_[from]->fd() : -2;
-      if (fd_out != -1 && fd_in != -1 && backoff.idle_seconds() > 20e-6) {
-        // Only sockets involved and the short spin is over: let the kernel wake us.
-        pollfd fds[2];
-        int nfds = 0;
-        if (fd_out >= 0) fds[nfds++] = {fd_out, POLLOUT, 0};
-        if (fd_in >= 0) fds[nfds++] = {fd_in, POLLIN, 0};
-        ::poll(fds, nfds, 10);
-      } else {
-        backoff.wait();
-      }
+      wait_for_progress(t, to, from, backoff, last_liveness, peer);
     }
   } catch (const RingError& e) {
-    if (current_peer >= 0 && e.kind() == ErrorKind::PeerFailure)
-      throw RingError(e.kind(), "lost " + peer_names_[current_peer] + ": " + e.what());
+    if (peer >= 0 && e.kind() == ErrorKind::PeerFailure)
+      throw RingError(e.kind(), "lost " + peer_names_[peer] + ": " + e.what());
     throw;
+  }
+}
+
+void Mesh::wait_for_progress(const Transfer& t, int to, int from, Backoff& backoff, double& last_liveness,
+                             int& peer) {
+  const double idle = backoff.idle_seconds();
+  if (idle - last_liveness >= kLivenessCheckSeconds) {
+    last_liveness = idle;
+    if (t.sending_data()) channels_[peer = to]->check_alive();
+    if (t.receiving_data()) channels_[peer = from]->check_alive();
+    peer = -1;
+    if (idle > timeout()) {
+      std::ostringstream os;
+      os << "no progress for " << timeout() << " s (RING_TIMEOUT_SECONDS)";
+      os << t.progress_text(to >= 0 ? peer_names_[to] : "", from >= 0 ? peer_names_[from] : "");
+      throw_error(ErrorKind::Timeout, os.str());
+    }
+  }
+  const int fd_out = t.sending() ? channels_[to]->fd() : -2;
+  const int fd_in = t.receiving() ? channels_[from]->fd() : -2;
+  if (fd_out != -1 && fd_in != -1 && backoff.idle_seconds() > 20e-6) {
+    // Only sockets involved and the short spin is over: let the kernel wake us.
+    pollfd fds[2];
+    int nfds = 0;
+    if (fd_out >= 0) fds[nfds++] = {fd_out, POLLOUT, 0};
+    if (fd_in >= 0) fds[nfds++] = {fd_in, POLLIN, 0};
+    ::poll(fds, nfds, 10);
+  } else {
+    backoff.wait();
   }
 }
 

@@ -23,6 +23,8 @@
 
 namespace ring {
 
+class Backoff;
+
 class Mesh {
  public:
   // Receives bytes in order: `offset` counts from the start of the message.
@@ -99,6 +101,15 @@ class Mesh {
        Mesh* parent);
   std::string abort_reason() const;
   double timeout() const { return parent_ ? parent_->timeout() : timeout_s_; }
+  class Transfer;  // one sendrecv_sink in progress (mesh.cc)
+  // Throws RingError(Internal) unless the peers that move bytes have channels
+  // and the granule is 1..16.
+  void check_pair(int to, size_t slen, int from, size_t rlen, size_t granule) const;
+  // After an iteration of `t` that moved nothing: checks the peers are alive
+  // (every kLivenessCheckSeconds), throws Timeout after timeout() without
+  // progress, else waits a little (poll() when only sockets are involved).
+  // `peer` is set while a channel of that peer is called.
+  void wait_for_progress(const Transfer& t, int to, int from, Backoff& backoff, double& last_liveness, int& peer);
 
   int rank_;
   int size_;

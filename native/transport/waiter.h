@@ -23,4 +23,9 @@ class Backoff {
   long idle_iterations_ = 0;
 };
 
+// Seconds from `t` until now.
+inline double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
 }  // namespace ring

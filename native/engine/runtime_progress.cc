@@ -1,0 +1,225 @@
+// The progress loop: one step() at a time, by the background thread or by a
+// caller waiting for its operation (see Runtime::wait), and the end of the
+// job on this rank. A step is rank 0's coordinator step (coordinator_loop.cc)
+// or a worker's step (worker_loop.cc).
+//
+// The background thread waits with Backoff when idle, so an idle job costs
+// almost no CPU and a busy one reacts within microseconds. A caller in
+// wait() steps itself while progress comes quickly and hands back to the
+// background thread (waking it) when it stops, so no work is left waiting.
+#include <algorithm>
+
+#include "common/error.h"
+#include "engine/runtime.h"
+#include "transport/waiter.h"
+
+namespace ring {
+namespace {
+
+// A rank with nothing in flight sleeps on the queue's condition variable
+// this long at most (then checks its peers), so an idle job costs nothing.
+constexpr double kQuietWaitSeconds = 0.002;
+// A waiting caller stops stepping after this long without progress (a peer
+// that is still computing) and sleeps until its operation is done.
+constexpr double kDriveIdleSeconds = 0.002;
+// The background thread stays awake this long after its last progress.
+constexpr double kLingerSeconds = 100e-6;
+
+}  // namespace
+
+void Runtime::loop() {
+  Backoff backoff;
+  while (true) {
+    bool progress = false, idle_here = false;
+    {
+      std::unique_lock<std::mutex> lock(progress_mu_, std::try_to_lock);
+      if (lock.owns_lock()) {
+        if (loop_.finished) break;
+        progress = step();
+        idle_here = quiet();
+      } else {
+        idle_here = true;  // a caller is stepping; it wakes us when it stops
+      }
+    }
+    if (progress) {
+      backoff.reset();
+      continue;
+    }
+    // Quiet: linger a little (a burst of asynchronous submissions then finds
+    // us awake, with no wake-up per entry), then sleep on the queue.
+    if (idle_here && backoff.idle_seconds() >= kLingerSeconds) queue_.wait_new(kQuietWaitSeconds);
+    else backoff.wait();
+  }
+  // Closing tells peers still waiting on us that we are gone.
+  data_->close();
+  control_->close();
+}
+
+bool Runtime::wait(int64_t handle, double timeout_s) {
+  if (timeout_s < 0 && !handles_.poll(handle)) drive(handle);
+  return handles_.wait(handle, timeout_s);
+}
+
+void Runtime::drive(int64_t handle) {
+  Backoff backoff;
+  bool done = false, left = false;
+  while (!(done = handles_.poll(handle)) && backoff.idle_seconds() < kDriveIdleSeconds) {
+    std::unique_lock<std::mutex> lock(progress_mu_, std::try_to_lock);
+    if (lock.owns_lock() && !loop_.finished) {
+      bool progress = step();
+      left = !quiet();
+      if (progress) {
+        backoff.reset();
+        continue;
+      }
+    }
+    lock = {};
+    backoff.wait();
+  }
+  // The background thread may be asleep on the queue (entries queued with
+  // wake = false, or it found us stepping): wake it for what is in flight.
+  if (!done || left) queue_.notify();
+}
+
+bool Runtime::step() {
+  if (loop_.finished) return false;
+  try {
+    return opts_.rank == 0 ? coordinator_step() : worker_step();
+  } catch (const RingError& e) {
+    end(e.kind(), e.what());
+  } catch (const std::exception& e) {
+    end(ErrorKind::Internal, std::string("background thread failed: ") + e.what());
+  }
+  return true;
+}
+
+void Runtime::end(ErrorKind kind, const std::string& reason, bool from_peer, bool quiet) {
+  loop_.finished = true;
+  std::string why = reason;
+  if (kind != ErrorKind::Shutdown) {
+    std::optional<ResponseList> orderly;
+    if (!from_peer && peer_note(&kind, &why, &orderly) && orderly) {
+      // Rank 0 had sent an orderly shutdown before it closed: end as if
+      // that list had been read first (the closed connection won the race).
+      end_by_list(*orderly);
+      return;
+    }
+    why += unfinished_names();  // what this rank loses, whoever saw the cause
+    if (!from_peer) tell_peers(kind, why);
+  }
+  stop(kind, why, quiet);
+  queue_.notify();  // the background thread closes the meshes
+}
+
+bool Runtime::peer_note(ErrorKind* kind, std::string* reason, std::optional<ResponseList>* orderly) {
+  auto no_names = [](const ResponseList&, uint32_t) -> std::string { return ""; };
+  for (int peer = 0; peer < opts_.size; ++peer) {
+    if (peer == opts_.rank || (opts_.rank != 0 && peer != 0)) continue;
+    try {
+      while (control_->readable(peer)) {
+        std::vector<uint8_t> msg = control_->recv_msg(peer, kMaxControlMessage);
+        if (opts_.rank == 0) {
+          RequestList note = RequestList::decode(msg);
+          if (!note.abort) continue;
+          *kind = note.abort_kind;
+          *reason = note.abort_reason;
+        } else {
+          ResponseList note = ResponseList::decode(msg, no_names);
+          if (!note.shutdown) continue;
+          if (note.shutdown_kind == ErrorKind::Shutdown) {
+            *orderly = std::move(note);
+            return true;
+          }
+          *kind = note.shutdown_kind;
+          *reason = note.shutdown_reason;
+        }
+        return true;
+      }
+    } catch (const std::exception&) {
+      // That peer is gone or sent something unreadable: no note from it.
+    }
+  }
+  return false;
+}
+
+void Runtime::tell_peers(ErrorKind kind, const std::string& reason) {
+  constexpr double kPatienceSeconds = 0.05;
+  if (opts_.rank != 0) {
+    RequestList note;
+    note.abort = true;
+    note.abort_kind = kind;
+    note.abort_reason = reason;
+    control_->post_msg(0, note.encode(), kPatienceSeconds);
+    return;
+  }
+  ResponseList note;
+  note.shutdown = true;
+  note.shutdown_kind = kind;
+  note.shutdown_reason = reason;
+  std::vector<uint8_t> msg = note.encode([](const std::string&) -> int64_t { return -1; });
+  for (int w = 1; w < opts_.size; ++w) control_->post_msg(w, msg, kPatienceSeconds);
+}
+
+std::string Runtime::unfinished_names() {
+  constexpr size_t kNamed = 5;
+  // Queued or executing; a finished operation whose handle is not yet
+  // released lost nothing.
+  std::vector<std::string> names = queue_.queued_names();
+  for (const auto& [name, e] : pending_) names.push_back(name);
+  if (names.empty()) return "";
+  std::sort(names.begin(), names.end());
+  const size_t total = names.size();
+  if (total > kNamed) names.resize(kNamed);
+  std::string text = "; unfinished on rank " + std::to_string(opts_.rank) + ": ";
+  for (size_t i = 0; i < names.size(); ++i) text += (i ? ", '" : "'") + names[i] + "'";
+  if (total > names.size()) text += " and " + std::to_string(total - names.size()) + " more";
+  return text;
+}
+
+void Runtime::end_by_list(const ResponseList& list) {
+  if (list.shutdown_kind != ErrorKind::Shutdown) {
+    end(list.shutdown_kind, list.shutdown_reason, true);
+  } else if (list.shutdown_rank >= 0 && list.shutdown_rank != opts_.rank) {
+    // Another rank left: to this one it is a lost peer (an error worth
+    // logging only if this rank still had work in flight).
+    end(ErrorKind::PeerFailure, "lost " + control_->peer_name(list.shutdown_rank) + ": it left the job (called shutdown())",
+        true, unfinished_names().empty());
+  } else {
+    end(ErrorKind::Shutdown, "ring has been shut down (" + list.shutdown_reason + ")");
+  }
+}
+
+std::vector<Entry> Runtime::take_fresh() {
+  std::vector<Entry> fresh = queue_.take_all();
+  for (auto& e : fresh) {
+    pending_.emplace(e.req.name, e);
+    if (e.req.op == OpType::Join) executor_->set_joined(true);
+  }
+  return fresh;
+}
+
+void Runtime::execute(const ResponseList& list) {
+  // The coordinator filled its cache while building the list.
+  if (opts_.rank != 0) {
+    for (const auto& put : list.cache_puts) {
+      cache_.put(put.name, put.id);
+      auto it = pending_.find(put.name);
+      if (it != pending_.end()) cache_.set_signature(put.id, opts_.rank, it->second.req);
+    }
+  }
+  for (const auto& r : list.responses) {
+    if (log_enabled(LogLevel::Trace))
+      log_line(LogLevel::Trace, std::string(r.kind == ResponseKind::Error ? "error for " : "") + op_type_name(r.op) +
+                                    " of " + std::to_string(r.names.size()) + " tensor(s), first '" +
+                                    (r.names.empty() ? "" : r.names[0]) + "'");
+    executor_->run(r, pending_);
+  }
+}
+
+std::string Runtime::cached_name(const ResponseList& list, uint32_t id) const {
+  for (const auto& p : list.cache_puts)
+    if (p.id == id) return p.name;
+  return cache_.name_of(id);
+}
+
+}  // namespace ring
