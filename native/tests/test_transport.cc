@@ -21,6 +21,7 @@
 #include "transport/handshake.h"
 #include "transport/mesh_builder.h"
 #include "transport/sha256.h"
+#include "transport/shm_channel.h"
 #include "transport/tcp_channel.h"
 
 using ring::ErrorKind;
@@ -44,7 +45,7 @@ std::string random_hex(size_t n) {
 
 bool shm_exists(const std::string& job_id, int rank) {
   struct stat st;
-  return ::stat(("/dev/shm/ring." + job_id + "." + std::to_string(rank)).c_str(), &st) == 0;
+  return ::stat(("/dev/shm" + ring::shm_segment_name(job_id, rank)).c_str(), &st) == 0;
 }
 
 int endpoint_port(const std::string& ep) {
