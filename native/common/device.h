@@ -14,7 +14,7 @@ enum class DeviceType : uint8_t {
   CPU = 0,   // host memory
   CUDA = 1,  // an NVIDIA GPU's memory (no backend yet)
 };
-constexpr int kNumDeviceTypes = 2;
+constexpr int kNumDeviceTypes = static_cast<int>(DeviceType::CUDA) + 1;
 
 struct Device {
   DeviceType type = DeviceType::CPU;

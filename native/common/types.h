@@ -22,7 +22,7 @@ enum class DataType : uint8_t {
   Float64 = 8,
   Bool = 9,
 };
-constexpr int kNumDataTypes = 10;
+constexpr int kNumDataTypes = static_cast<int>(DataType::Bool) + 1;
 
 enum class ReduceOp : uint8_t {
   Sum = 0,
@@ -31,7 +31,7 @@ enum class ReduceOp : uint8_t {
   Max = 3,
   Product = 4,
 };
-constexpr int kNumReduceOps = 5;
+constexpr int kNumReduceOps = static_cast<int>(ReduceOp::Product) + 1;
 
 // Bytes per element.
 size_t dtype_size(DataType t);

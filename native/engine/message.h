@@ -20,7 +20,7 @@
 namespace ring {
 
 enum class OpType : uint8_t { Allreduce = 0, Allgather, Broadcast, Alltoall, Reducescatter, Barrier, Join };
-constexpr int kNumOpTypes = 7;
+constexpr int kNumOpTypes = static_cast<int>(OpType::Join) + 1;
 const char* op_type_name(OpType t);
 
 // What one rank asks for one named tensor. Each field is also declared in
