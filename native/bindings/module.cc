@@ -65,7 +65,8 @@ void register_errors(nb::module_& m) {
   const ErrorClass classes[] = {
       {ErrorKind::Internal, "RingError", PyExc_RuntimeError, "Base class of every error raised by ring."},
       {ErrorKind::BadArgument, "BadArgumentError", PyExc_ValueError, "An argument is invalid; nothing was sent."},
-      {ErrorKind::Mismatch, "MismatchError", nullptr, "Ranks submitted the same tensor name with different properties."},
+      {ErrorKind::Mismatch, "MismatchError", nullptr,
+       "Ranks submitted the same tensor name with different properties."},
       {ErrorKind::PeerFailure, "PeerFailureError", nullptr, "A peer process died or closed its connection."},
       {ErrorKind::Timeout, "RingTimeoutError", PyExc_TimeoutError, "No progress within RING_TIMEOUT_SECONDS."},
       {ErrorKind::Shutdown, "ShutdownError", nullptr, "ring is not initialized, or has been shut down."},

@@ -169,8 +169,8 @@ void Coordinator::schedule(const std::string& name, const Pending& p, ResponseLi
   const Request& q = p.first();
   const size_t bytes = static_cast<size_t>(q.num_elements()) * dtype_size(q.dtype);
   const bool fusable = q.op == OpType::Allreduce && bytes < alone_bytes_;
-  auto it = fusable ? std::find_if(open.begin(), open.end(), [&](const OpenFusion& g) { return same_fusion_key(*g.key, q); })
-                    : open.end();
+  auto same_key = [&](const OpenFusion& g) { return same_fusion_key(*g.key, q); };
+  auto it = fusable ? std::find_if(open.begin(), open.end(), same_key) : open.end();
   if (fusable && it != open.end() && it->bytes + bytes <= fusion_threshold_) {
     Response& fused = list.responses[it->index];
     fused.names.push_back(name);
