@@ -52,14 +52,13 @@ std::string compare_rows(const std::string& name, const Field& f, const Requests
 }  // namespace
 
 std::string disagreement(const std::string& name, const Requests& by_rank) {
-  const Request* first = nullptr;
-  for (const auto& q : by_rank)
-    if (q && !first) first = &*q;
-  if (!first) return "";
+  auto submitted = std::find_if(by_rank.begin(), by_rank.end(), [](const auto& q) { return q.has_value(); });
+  if (submitted == by_rank.end()) return "";
+  // "operation" is checked before the fields that depend on it, so those
+  // are only compared once every rank asked for the same operation.
+  const OpMask op = op_bit((*submitted)->op);
   std::string err;
   for_each_request_field([&](const auto& f) {
-    // The operation is checked first, so the others see one operation.
-    const OpMask op = op_bit(first->op);
     auto same = [&](const Request& a, const Request& b) { return same_value(a.*f.member, b.*f.member); };
     auto value = [&](const Request& q) { return describe_value(q.*f.member); };
     if (err.empty() && (f.agree_ops & op)) err = compare(name, f.label, by_rank, same, value);

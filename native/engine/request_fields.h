@@ -19,7 +19,8 @@
 //   fuse()      two allreduces fuse into one response only when equal here
 //
 // The order is the wire order, and the order in which agreement is checked
-// (the first field that differs is the one reported).
+// (the first field that differs is the one reported). "operation" comes
+// before every field whose agreement depends on the operation.
 #pragma once
 
 #include <cstddef>
