@@ -17,7 +17,10 @@ import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from ring_strategy.torch.mpi_ops import Sum, allreduce_, global_process_set, size
+from ring_strategy._rules import Sum
+from ring_strategy.basics import size
+from ring_strategy.process_sets import global_process_set
+from ring_strategy.torch._async_ops import allreduce_
 
 __all__ = ["SyncBatchNorm"]
 
