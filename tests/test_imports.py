@@ -1,0 +1,64 @@
+"""Every module of the package imports first, alone, in a fresh interpreter:
+no import cycle, no module that works only after another one was imported.
+
+The modules are found by walking ring_strategy/ and keras_callbacks/.
+``__main__`` modules are skipped: importing one runs its command-line tool
+(the benchmark, the timeline renderer), and importing its package is checked
+anyway. keras_callbacks is imported on the JAX backend, where it must not
+load TensorFlow; the host-call bridge must load no framework at all.
+"""
+
+import concurrent.futures
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ["ring_strategy", "keras_callbacks"]
+# Frameworks a module must not load when imported.
+MUST_NOT_LOAD = {
+    "ring_strategy._host_call": ["tensorflow", "jax", "torch", "keras"],
+    "keras_callbacks": ["tensorflow"],
+}
+
+
+def _modules():
+    for package in PACKAGES:
+        for path in sorted((REPO_ROOT / package).rglob("*.py")):
+            parts = list(path.relative_to(REPO_ROOT).with_suffix("").parts)
+            if "__pycache__" in parts or parts[-1] == "__main__":
+                continue
+            if parts[-1] == "__init__":
+                parts.pop()
+            yield ".".join(parts)
+
+
+def _forbidden(module):
+    for prefix, frameworks in MUST_NOT_LOAD.items():
+        if module == prefix or module.startswith(prefix + "."):
+            return frameworks
+    return []
+
+
+def _import_alone(module):
+    code = f"import sys, {module}\nprint('loaded:', *sorted(m for m in {_forbidden(module)!r} if m in sys.modules))"
+    env = dict(os.environ, KERAS_BACKEND="jax", TF_CPP_MIN_LOG_LEVEL="3")
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180,
+                          cwd=REPO_ROOT, env=env)
+    if proc.returncode != 0:
+        return f"{module}: import failed\n{proc.stderr[-3000:]}"
+    loaded = proc.stdout.strip().splitlines()[-1].split()[1:] if proc.stdout.strip() else []
+    if loaded:
+        return f"{module}: importing it loads {', '.join(loaded)}"
+    return None
+
+
+def test_every_module_imports_alone_in_a_fresh_interpreter():
+    modules = list(_modules())
+    assert "ring_strategy.torch.autograd" in modules and "keras_callbacks._host" in modules, modules
+    # Two at a time: most of the time goes to starting torch, TensorFlow or JAX.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        problems = [p for p in pool.map(_import_alone, modules) if p]
+    assert not problems, "\n\n".join(problems)
