@@ -3,19 +3,21 @@ front-end state.
 
 An operation in flight is an :class:`Operation`: the engine handles it
 waits for, the buffers the engine reads and writes until then, and how the
-engine's results become what ``synchronize`` returns. Front ends wrap it as
-their users expect: the numpy core in a :class:`ring_strategy.ops.Handle`,
-torch as Horovod's integer handle (:attr:`Operation.number`).
+engine's results become what ``synchronize`` returns. The numpy core hands
+its users the object itself (:class:`ring_strategy.ops.Handle` is a
+subclass); torch hands out Horovod's integer handles, its number, and keeps
+the operation in the table of this module (:func:`register`, :func:`take`).
 
 Every operation belongs to the world (one ``init()`` to its ``shutdown()``)
 it was submitted in. The engine's handle ids restart in every world, so an
 operation of an ended world must never reach the engine again: polling or
 synchronizing it raises ``ShutdownError`` naming its handle.
 :func:`start_world`, which ``init()`` calls, drops the ended world's
-bookkeeping (its buffers, its abandoned operations) and restarts the
-counters of automatic names ("allreduce.noname.0" first again), so that
-ranks that re-initialize agree on names whatever they did before. Handle
-numbers never restart: a number names one operation of one world.
+bookkeeping (its tabled and abandoned operations and their buffers) and
+restarts the counters of automatic names ("allreduce.noname.0" first
+again), so that ranks that re-initialize agree on names whatever they did
+before. Handle numbers never restart: a number names one operation of one
+world.
 
 The dict and list operations used on this state are atomic under the GIL,
 so front ends may submit and synchronize from several threads.
@@ -28,36 +30,54 @@ import threading
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 from ring_strategy import _frontend
-from ring_strategy import basics as _basics
+from ring_strategy.basics import _state
 from ring_strategy.exceptions import BadArgumentError, RingError, ShutdownError
 
 # Engine results (one per engine handle, in order) -> what synchronize() returns.
 Finish = Callable[[List[tuple]], Any]
 
+_numbers = itertools.count(1)
+_live: Dict[int, "Operation"] = {}  # integer handles: number -> operation not yet synchronized
+_ended: Dict[int, int] = {}  # number -> world, for integer handles left behind by ended worlds
+_abandoned: List["_Dropped"] = []  # operations dropped before being synchronized
+_sweep_lock = threading.Lock()
+_names: Dict[str, Iterator[int]] = {}
+
 
 class Operation:
-    """One front-end operation in flight (one or more engine operations)."""
+    """One front-end operation in flight (one or more engine operations).
+
+    Args:
+        ids: engine handle ids, valid in the current world only.
+        keep: the buffers the engine reads or writes, referenced until the
+            operation is synchronized (or, when it is dropped first, until
+            the engine is done with them).
+        finish: turns the engine results into what synchronize() returns.
+    """
 
     __slots__ = ("number", "ids", "keep", "finish", "world", "done")
 
-    def __init__(self, number: int, ids: List[int], keep: Any, finish: Finish, world: int):
-        self.number = number  # the handle users see (torch), unique in the process
-        self.ids = ids  # engine handle ids, valid in `world` only
-        self.keep = keep  # buffers the engine reads or writes: alive until done
+    def __init__(self, ids: List[int], keep: Any, finish: Finish):
+        if _abandoned:  # operations dropped earlier are released as new ones start
+            _sweep()
+        self.number = next(_numbers)  # unique in the process, across worlds
+        self.ids = ids
+        self.keep = keep
         self.finish = finish
-        self.world = world  # basics._state.generation when submitted
-        self.done = False  # synchronized (or its result given up)
+        self.world = _state.generation
+        self.done = False  # synchronized (or given up)
 
     def __repr__(self) -> str:
         return f"handle {self.number}"
 
 
-_numbers = itertools.count(1)
-_live: Dict[int, Operation] = {}  # by number: submitted, not yet synchronized
-_ended: Dict[int, int] = {}  # number -> world, for operations left behind by ended worlds
-_abandoned: List[Operation] = []  # dropped before being synchronized (numpy Handles)
-_sweep_lock = threading.Lock()
-_names: Dict[str, Iterator[int]] = {}
+class _Dropped:
+    """What an abandoned operation leaves for the sweep."""
+
+    __slots__ = ("world", "ids", "keep")
+
+    def __init__(self, op: Operation):
+        self.world, self.ids, self.keep = op.world, op.ids, op.keep
 
 
 # ---------------------------------------------------------------- names
@@ -90,15 +110,10 @@ def start_world() -> None:
         _names.clear()
 
 
-def _check_world(op: Operation) -> None:
-    if op.world != _basics._state.generation:
-        raise _ended_error(op.number, op.world)
-
-
 def _ended_error(number: int, world: int) -> ShutdownError:
     return ShutdownError(
         f"handle {number} belongs to a ring world that ended with shutdown() (world {world}; this is world "
-        f"{_basics._state.generation}): its operation was cancelled; submit it again"
+        f"{_state.generation}): its operation was cancelled; submit it again"
     )
 
 
@@ -121,17 +136,15 @@ def enqueue_all(submits: Sequence[Callable[[], int]]) -> List[int]:
     return ids
 
 
-def register(ids: List[int], keep: Any, finish: Finish) -> Operation:
-    """Records queued engine operations as one front-end operation; ``keep``
-    stays referenced until it is synchronized or its world ends."""
-    if _abandoned:
-        _sweep()
-    op = Operation(next(_numbers), ids, keep, finish, _basics._state.generation)
-    _live[op.number] = op
-    return op
-
-
 # ---------------------------------------------------------------- integer handles
+def register(ids: List[int], keep: Any, finish: Finish) -> int:
+    """An :class:`Operation` kept in this module's table; returns its number
+    (the integer handle)."""
+    op = Operation(ids, keep, finish)
+    _live[op.number] = op
+    return op.number
+
+
 def find(number: Any) -> Optional[Operation]:
     """The operation behind a handle number; None when the number is unknown
     (never issued, or already synchronized). ShutdownError for an operation
@@ -144,13 +157,14 @@ def find(number: Any) -> Optional[Operation]:
         if world is not None:
             raise _ended_error(number, world)
         return None
-    _check_world(op)
+    if op.world != _state.generation:
+        raise _ended_error(number, op.world)
     return op
 
 
 def take(number: Any) -> Optional[Operation]:
     """:func:`find`, removing the operation from the table (its caller now
-    owns it: it synchronizes it or registers it again as part of another)."""
+    owns it: it synchronizes it or makes it part of another)."""
     op = find(number)
     return None if op is None or _live.pop(op.number, None) is None else op
 
@@ -158,7 +172,8 @@ def take(number: Any) -> Optional[Operation]:
 # ---------------------------------------------------------------- waiting
 def poll(op: Operation) -> bool:
     """True when every engine operation of ``op`` has finished."""
-    _check_world(op)
+    if op.world != _state.generation:
+        raise _ended_error(op.number, op.world)
     if op.done:
         raise BadArgumentError(f"unknown {op!r} (already synchronized?)")
     return all(_frontend.poll(i) for i in op.ids)
@@ -168,13 +183,13 @@ def synchronize(op: Operation) -> Any:
     """Waits for ``op`` and returns its result, or raises the first error of
     its engine operations. Every engine handle is released, even after an
     error."""
-    _check_world(op)
+    if op.world != _state.generation:
+        raise _ended_error(op.number, op.world)
     if op.done:
         raise BadArgumentError(f"unknown {op!r} (already synchronized?)")
     op.done = True
-    _live.pop(op.number, None)
+    ids = op.ids
     try:
-        ids = op.ids
         if len(ids) == 1:
             return op.finish([_frontend.wait(ids[0])])
         results, error = [], None
@@ -195,7 +210,8 @@ def abandon(op: Operation) -> None:
     """Marks ``op`` as dropped by its owner before being synchronized: its
     buffers are released once the engine is done with them."""
     if not op.done:
-        _abandoned.append(op)
+        op.done = True
+        _abandoned.append(_Dropped(op))
 
 
 def _sweep() -> None:
@@ -204,21 +220,18 @@ def _sweep() -> None:
     if not _sweep_lock.acquire(blocking=False):
         return  # another thread is sweeping
     try:
-        world = _basics._state.generation
-        for op in list(_abandoned):
-            if op.world == world:
+        for dropped in list(_abandoned):
+            if dropped.world == _state.generation:
                 try:
-                    if not all(_frontend.poll(i) for i in op.ids):
+                    if not all(_frontend.poll(i) for i in dropped.ids):
                         continue
                 except RingError:
                     pass  # the job ended: nothing of it is in use any more
-                for i in op.ids:
+                for i in dropped.ids:
                     try:
                         _frontend.release(i)
                     except RingError:
                         pass  # its error: nobody is left to receive it
-            _abandoned.remove(op)
-            _live.pop(op.number, None)
-            op.done, op.keep = True, None
+            _abandoned.remove(dropped)  # by identity: _Dropped has no __eq__
     finally:
         _sweep_lock.release()

@@ -33,7 +33,7 @@ _DTYPE_CODES = {
 _BFLOAT16 = _native.DTYPES["bfloat16"]
 
 
-class Handle:
+class Handle(_handles.Operation):
     """An operation in flight. Its arrays stay alive until it is synchronized
     (or, if the Handle is dropped first, until the engine is done with them).
 
@@ -42,17 +42,14 @@ class Handle:
     of it raise ``ShutdownError`` naming it.
     """
 
-    __slots__ = ("_op",)
-
-    def __init__(self, op: _handles.Operation):
-        self._op = op
+    __slots__ = ()
 
     def __del__(self) -> None:
         if _abandon is not None:  # None while the interpreter exits
-            _abandon(self._op)
+            _abandon(self)
 
     def __repr__(self) -> str:
-        return f"Handle({self._op.number})"
+        return f"Handle({self.number})"
 
 
 _abandon = _handles.abandon
@@ -109,7 +106,7 @@ def _submit(
         kind, _handles.auto_name(label, name), _raw(arr, code), None if out is None else _raw(out, code), code,
         arr.shape, op=op, root=root, prescale=prescale, postscale=postscale, splits=splits, wake=wake,
     )
-    return Handle(_handles.register([h], (arr, out), finish))
+    return Handle([h], (arr, out), finish)
 
 
 def _from_engine(dtype: np.dtype) -> Callable[[List[tuple]], np.ndarray]:
@@ -129,14 +126,14 @@ def synchronize(handle: Handle) -> Any:
     """
     if not isinstance(handle, Handle):
         raise BadArgumentError(f"synchronize() expects a Handle. Got: {handle!r}")
-    return _handles.synchronize(handle._op)
+    return _handles.synchronize(handle)
 
 
 def poll(handle: Handle) -> bool:
     """True when the operation has finished (synchronize() will not block)."""
     if not isinstance(handle, Handle):
         raise BadArgumentError(f"poll() expects a Handle. Got: {handle!r}")
-    return _handles.poll(handle._op)
+    return _handles.poll(handle)
 
 
 def allreduce_async(

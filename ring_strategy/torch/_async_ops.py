@@ -14,7 +14,7 @@ this build has no GPU path.
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, List, Optional, Sequence
 
 import torch
 
@@ -81,11 +81,8 @@ def _from_engine(result: tuple, dtype: torch.dtype) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------- handles
-def _register(ids: List[int], keep: tuple, finish: Callable[[list], Any]) -> int:
-    """Horovod's integer handle for queued engine operations."""
-    return _handles.register(ids, keep, finish).number
-
-
+# An operation is registered in the shared handle layer
+# (_handles.register), whose number is Horovod's integer handle.
 def poll(handle: int) -> bool:
     """True when the operation behind ``handle`` has finished, so that
     ``synchronize(handle)`` returns without blocking.
@@ -141,7 +138,7 @@ def _allreduce_group(tensors: Sequence[Any], label: str, name: Optional[str], op
             res = outs
         return res if grouped else res[0]
 
-    return _register(ids, (tuple(tensors), tuple(bufs), tuple(outs)), finish)
+    return _handles.register(ids, (tuple(tensors), tuple(bufs), tuple(outs)), finish)
 
 
 def allreduce_async(tensor: torch.Tensor, average: Optional[bool] = None, name: Optional[str] = None,
@@ -233,7 +230,7 @@ def _allgather_group(tensors: Sequence[Any], label: str, name: Optional[str], pr
         outs = [_from_engine(r, d) for r, d in zip(results, dtypes)]
         return outs if grouped else outs[0]
 
-    return _register(ids, tuple(bufs), finish)
+    return _handles.register(ids, tuple(bufs), finish)
 
 
 def allgather_async(tensor: torch.Tensor, name: Optional[str] = None,
@@ -267,7 +264,7 @@ def _broadcast(tensor: Any, root_rank: int, name: Optional[str], process_set: Pr
                 tensor.copy_(buf)
         return tensor
 
-    return _register([hid], (tensor, buf, out), finish)
+    return _handles.register([hid], (tensor, buf, out), finish)
 
 
 def broadcast_async(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
@@ -312,7 +309,7 @@ def alltoall_async(tensor: torch.Tensor, splits: Any = None, name: Optional[str]
     def finish(results: list) -> tuple:
         return _from_engine(results[0], buf.dtype), torch.tensor(results[0][2], dtype=splits_dtype)
 
-    return _register([hid], (buf,), finish)
+    return _handles.register([hid], (buf,), finish)
 
 
 # ---------------------------------------------------------------- reducescatter
@@ -332,7 +329,7 @@ def _reducescatter_group(tensors: Sequence[Any], label: str, name: Optional[str]
                 postscale=postscale_factor)
         for b, o, nm in zip(bufs, outs, names)
     ])
-    return _register(ids, (tuple(bufs), tuple(outs)), lambda _r: outs if grouped else outs[0])
+    return _handles.register(ids, (tuple(bufs), tuple(outs)), lambda _r: outs if grouped else outs[0])
 
 
 def reducescatter_async(tensor: torch.Tensor, name: Optional[str] = None, op: int = Average,
@@ -374,7 +371,7 @@ def sparse_allreduce_async(tensor: torch.Tensor, name: str, op: int,
             values = values / size()
         return torch.sparse_coo_tensor(indices.transpose(0, 1), values, t.size(), check_invariants=False)
 
-    return _register(parts[0].ids + parts[1].ids, (t, parts[0].keep, parts[1].keep), finish)
+    return _handles.register(parts[0].ids + parts[1].ids, (t, parts[0].keep, parts[1].keep), finish)
 
 
 # ---------------------------------------------------------------- join, barrier
