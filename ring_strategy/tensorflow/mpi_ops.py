@@ -24,21 +24,16 @@ import tensorflow as tf
 from ring_strategy import _handles
 from ring_strategy import ops as _np
 from ring_strategy._host_call import in_xla_context, tensorflow_call  # noqa: F401  (in_xla_context re-exported)
-from ring_strategy._rules import (  # noqa: F401  (re-exported)
+from ring_strategy._rules import (  # noqa: F401  (re-exported, as Horovod's mpi_ops does)
     Adasum,
     Average,
     Max,
     Min,
     Product,
     Sum,
-    alltoall_splits,
-    check_op,
-    check_root,
-    group_names,
     handle_average_backwards_compatibility,
-    reducescatter_rows,
-    require_rows,
 )
+from ring_strategy._rules import alltoall_splits, check_op, check_root, group_names, reducescatter_rows, require_rows
 from ring_strategy.basics import (  # noqa: F401  (re-exported)
     cross_rank,
     cross_size,
