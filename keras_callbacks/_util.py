@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 import keras
 
 from ring_strategy import ops as ring_ops
+from ring_strategy._fused import by_dtype
 from ring_strategy.exceptions import BadArgumentError
 
 
@@ -38,9 +39,7 @@ def broadcast_variables(variables: Sequence[Any], root_rank: int, label: str) ->
     """Overwrites every Keras variable with ``root_rank``'s value: one
     broadcast per dtype, variables in the given (rank-independent) order."""
     values = [np.asarray(keras.ops.convert_to_numpy(v.value)) for v in variables]
-    groups: Dict[str, List[int]] = {}
-    for i, a in enumerate(values):
-        groups.setdefault(a.dtype.name, []).append(i)
+    groups = by_dtype([a.dtype.name for a in values])
     handles = []
     for dtype, idx in groups.items():
         flat = np.concatenate([values[i].reshape(-1) for i in idx]) if idx else np.empty(0)

@@ -29,6 +29,7 @@ from keras import ops
 from keras_callbacks._host import backend, host_call
 from keras_callbacks.compression import Compression, Compressor
 from ring_strategy import ops as ring_ops
+from ring_strategy._fused import Flattener, fused_allreduce
 from ring_strategy.basics import size
 from ring_strategy.exceptions import BadArgumentError
 
@@ -73,46 +74,43 @@ class _DistributedMixin:
         """Averages ``grads`` over every rank in one host call (None stays None)."""
         compression = self._ring_compression
         present = [i for i, g in enumerate(grads) if g is not None]
-        wire, ctxs, shapes = [], [], []
-        for i in present:
-            g = _dense(grads[i])
-            shapes.append(tuple(g.shape))
-            t, ctx = compression.compress(g)
-            wire.append(t)
-            ctxs.append(ctx)
-        # One flat buffer per wire dtype (normally a single one).
-        groups: Dict[str, List[int]] = {}
-        for k, t in enumerate(wire):
-            groups.setdefault(ops.dtype(t), []).append(k)
-        order = list(groups)
-        flats = [
-            ops.concatenate([ops.reshape(wire[k], (-1,)) for k in groups[d]], axis=0) if len(groups[d]) > 1
-            else ops.reshape(wire[groups[d][0]], (-1,))
-            for d in order
-        ]
+        if not present:
+            return list(grads)
+        wire, ctxs = zip(*[compression.compress(_dense(grads[i])) for i in present])
         # Not self.name: Keras numbers optimizer names per process ("SGD_3"),
         # so they can differ between ranks. Steps run one after the other on
         # every backend, so a fixed name is never in flight twice.
         prefix = f"keras.DistributedOptimizer.{self._ring_name or 'grads'}"
-        op, post = self._ring_op, self._ring_postscale
-
-        def reduce_on_host(arrays: List[np.ndarray]) -> List[np.ndarray]:
-            handles = [
-                ring_ops.allreduce_async(a, op=op, name=f"{prefix}.{d}", postscale_factor=post)
-                for a, d in zip(arrays, order)
-            ]
-            return [ring_ops.synchronize(h) for h in handles]
-
-        reduced = host_call(reduce_on_host, flats, label="ring_allreduce_gradients")
+        reduced = fused_allreduce(_KerasFlattener, wire, prefix, self._ring_op, postscale=self._ring_postscale)
         out = list(grads)
-        for d, flat in zip(order, reduced):
-            offset = 0
-            for k in groups[d]:
-                n = int(np.prod(shapes[k], dtype=np.int64))
-                piece = ops.reshape(flat[offset:offset + n], shapes[k])
-                offset += n
-                out[present[k]] = compression.decompress(piece, ctxs[k])
+        for i, r, ctx in zip(present, reduced, ctxs):
+            out[i] = compression.decompress(r, ctx)
         return out
+
+
+class _KerasFlattener(Flattener):
+    @staticmethod
+    def dtype_name(tensor: Any) -> str:
+        return ops.dtype(tensor)
+
+    @staticmethod
+    def flatten(tensors: List[Any]) -> Any:
+        flat = [ops.reshape(t, (-1,)) for t in tensors]
+        return ops.concatenate(flat, axis=0) if len(flat) > 1 else flat[0]
+
+    @staticmethod
+    def split(flat: Any, likes: List[Any]) -> List[Any]:
+        pieces, offset = [], 0
+        for t in likes:
+            shape = tuple(t.shape)
+            n = int(np.prod(shape, dtype=np.int64))
+            pieces.append(ops.reshape(flat[offset:offset + n], shape))
+            offset += n
+        return pieces
+
+    @staticmethod
+    def host_call(fn: Any, flats: List[Any]) -> List[Any]:
+        return host_call(fn, flats, label="ring_allreduce_gradients")
 
 
 def _dense(g: Any) -> Any:

@@ -1,17 +1,20 @@
-"""The small internal interface every front end (numpy, torch, TensorFlow,
-Keras) uses to talk to the engine. Arrays go in through DLPack, so any
-contiguous CPU array works: numpy, torch, TensorFlow, JAX.
+"""The engine as every front end (numpy, torch, TensorFlow, Keras) sees it:
+operation kinds, dtype and reduction codes, and the calls that queue an
+operation and wait for it by engine handle id. Arrays go in through DLPack,
+so any contiguous CPU array works: numpy, torch, TensorFlow, JAX.
+
+Engine handle ids are only meaningful in the world (``init()`` to
+``shutdown()``) that issued them; front ends hold them through the handle
+layer (:mod:`ring_strategy._handles`), which keeps them in their world.
 """
 
 from __future__ import annotations
 
-import itertools
-import numbers
 from typing import Any, Optional, Sequence, Tuple
 
 from ring_strategy import _native
+from ring_strategy._rules import check_op, check_root
 from ring_strategy.basics import _runtime
-from ring_strategy.exceptions import BadArgumentError
 
 ALLREDUCE = _native.OP_ALLREDUCE
 ALLGATHER = _native.OP_ALLGATHER
@@ -23,41 +26,6 @@ JOIN = _native.OP_JOIN
 
 DTYPES = dict(_native.DTYPES)  # name -> code, e.g. "bfloat16" -> 6
 REDUCE_OPS = dict(_native.REDUCE_OPS)  # "Sum" -> 0, ...
-
-_counters: dict = {}
-
-
-def auto_name(label: str, name: Optional[str]) -> str:
-    """`name` checked, or the next generated name for `label` ("allreduce.noname.3").
-
-    Generated names follow call order, so ranks that call in the same order
-    agree on them."""
-    if name is not None:
-        if not isinstance(name, str) or not name:
-            raise BadArgumentError(f"name should be a non-empty string. Got: {name!r}")
-        return name
-    counter = _counters.setdefault(label, itertools.count())
-    return f"{label}.noname.{next(counter)}"
-
-
-_VALID_OPS = frozenset(REDUCE_OPS.values())
-
-
-def check_op(op: Any) -> int:
-    if op.__class__ is int and op in _VALID_OPS:  # the common case, first
-        return op
-    if op not in _VALID_OPS or isinstance(op, bool):
-        raise BadArgumentError(f"op should be one of Sum, Average, Min, Max, Product. Got: {op!r}")
-    return int(op)
-
-
-def check_root(root: Any) -> int:
-    """``root`` as an int if it is a whole number that fits the engine, else BadArgumentError."""
-    if root.__class__ is int and -(2**31) <= root < 2**31:
-        return root
-    if isinstance(root, bool) or not isinstance(root, numbers.Integral) or not -(2**31) <= int(root) < 2**31:
-        raise BadArgumentError(f"root_rank should be the integer rank of a process in the job. Got: {root!r}")
-    return int(root)
 
 
 def enqueue(

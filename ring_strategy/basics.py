@@ -35,6 +35,8 @@ def _start_timeout() -> float:
 class _State:
     runtime: Optional[_native.Runtime] = None
     env: Optional[ClusterEnvironment] = None
+    # Worlds started so far: the current (or last) world's number, 0 before
+    # the first init(). Operations and rendezvous keys carry it.
     generation: int = 0
 
 
@@ -86,8 +88,11 @@ def init() -> None:
         else:
             rt.connect([rt.local_endpoint()])
         rt.start()
-        _state.runtime, _state.env = rt, env
+        from ring_strategy import _handles
+
         _state.generation += 1
+        _handles.start_world()  # the ended world's handles and automatic names are left behind
+        _state.runtime, _state.env = rt, env
     watch_launcher()  # a worker whose ringrun was killed stops itself
 
 

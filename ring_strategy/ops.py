@@ -9,19 +9,23 @@ immediately; :func:`synchronize` waits for it and returns the result,
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence
 
 import numpy as np
 
-from ring_strategy import _frontend, _native
+from ring_strategy import _frontend, _handles, _native
+from ring_strategy._rules import (  # noqa: F401  (the reduction ops are part of this API)
+    Average,
+    Max,
+    Min,
+    Product,
+    Sum,
+    alltoall_splits,
+    reducescatter_rows,
+    require_rows,
+)
 from ring_strategy.basics import rank, size
-from ring_strategy.exceptions import BadArgumentError, RingError
-
-Sum = _native.REDUCE_OPS["Sum"]
-Average = _native.REDUCE_OPS["Average"]
-Min = _native.REDUCE_OPS["Min"]
-Max = _native.REDUCE_OPS["Max"]
-Product = _native.REDUCE_OPS["Product"]
+from ring_strategy.exceptions import BadArgumentError
 
 _DTYPE_CODES = {
     np.dtype(name): code for name, code in _native.DTYPES.items() if name != "bfloat16"
@@ -29,44 +33,26 @@ _DTYPE_CODES = {
 _BFLOAT16 = _native.DTYPES["bfloat16"]
 
 
-# The arrays of every operation in flight, by handle id: the engine reads
-# and writes them until the operation is done, even if its Handle is dropped.
-_in_flight: Dict[int, tuple] = {}
-# Ids of dropped Handles whose operations may still run; swept on later submits.
-_abandoned: List[int] = []
-
-
-class Handle:
+class Handle(_handles.Operation):
     """An operation in flight. Its arrays stay alive until it is synchronized
-    (or, if the Handle is dropped first, until the engine is done with them)."""
+    (or, if the Handle is dropped first, until the engine is done with them).
 
-    __slots__ = ("_id", "_finish", "_done")
+    A Handle belongs to the world (``init()`` to ``shutdown()``) it was made
+    in: once a new world has started, :func:`poll` and :func:`synchronize`
+    of it raise ``ShutdownError`` naming it.
+    """
 
-    def __init__(self, handle_id: int, arrays: tuple, finish: Callable[[Any], Any]):
-        self._id = handle_id
-        self._finish = finish
-        self._done = False
-        _in_flight[handle_id] = arrays
+    __slots__ = ()
 
     def __del__(self) -> None:
-        if not self._done and _abandoned is not None:  # None while the interpreter exits
-            _abandoned.append(self._id)
+        if _abandon is not None:  # None while the interpreter exits
+            _abandon(self)
 
     def __repr__(self) -> str:
-        return f"Handle({self._id})"
+        return f"Handle({self.number})"
 
 
-def _sweep_abandoned() -> None:
-    """Releases dropped operations the engine has finished, with their arrays."""
-    for handle_id in list(_abandoned):
-        try:
-            if not _frontend.poll(handle_id):
-                continue
-            _frontend.release(handle_id)
-        except RingError:
-            pass  # failed, or the job ended: nothing of it is in use any more
-        _abandoned.remove(handle_id)
-        _in_flight.pop(handle_id, None)
+_abandon = _handles.abandon
 
 
 def _as_array(x: Any) -> np.ndarray:
@@ -105,7 +91,7 @@ def _submit(
     arr: np.ndarray,
     out: Optional[np.ndarray],
     name: Optional[str],
-    finish: Callable[[Any], Any],
+    finish: Callable[[List[tuple]], Any],
     op: int = Sum,
     root: int = 0,
     prescale: float = 1.0,
@@ -113,38 +99,41 @@ def _submit(
     splits: Sequence[int] = (),
     wake: bool = True,
 ) -> Handle:
-    if _abandoned:
-        _sweep_abandoned()
+    """Queues one engine operation on ``arr`` (and ``out``, None: the engine
+    allocates); ``finish`` turns its results into what synchronize() returns."""
     code = _dtype_code(arr)
     h = _frontend.enqueue(
-        kind, _frontend.auto_name(label, name), _raw(arr, code), None if out is None else _raw(out, code), code,
+        kind, _handles.auto_name(label, name), _raw(arr, code), None if out is None else _raw(out, code), code,
         arr.shape, op=op, root=root, prescale=prescale, postscale=postscale, splits=splits, wake=wake,
     )
-    return Handle(h, (arr, out), finish)
+    return Handle([h], (arr, out), finish)
 
 
-def _from_engine(dtype: np.dtype) -> Callable[[Any], np.ndarray]:
-    def finish(result):
-        data, shape, _ = result
+def _from_engine(dtype: np.dtype) -> Callable[[List[tuple]], np.ndarray]:
+    def finish(results):
+        data, shape, _ = results[0]
         return data.view(dtype).reshape(shape)
 
     return finish
 
 
 def synchronize(handle: Handle) -> Any:
-    """Waits for an operation and returns its result (raises its error)."""
+    """Waits for an operation and returns its result (raises its error).
+
+    Raises:
+        ShutdownError: the handle belongs to a world that ended with
+            ``shutdown()`` (its operation was cancelled).
+    """
     if not isinstance(handle, Handle):
         raise BadArgumentError(f"synchronize() expects a Handle. Got: {handle!r}")
-    try:
-        return handle._finish(_frontend.wait(handle._id))
-    finally:
-        handle._done = True
-        _in_flight.pop(handle._id, None)
+    return _handles.synchronize(handle)
 
 
 def poll(handle: Handle) -> bool:
     """True when the operation has finished (synchronize() will not block)."""
-    return _frontend.poll(handle._id)
+    if not isinstance(handle, Handle):
+        raise BadArgumentError(f"poll() expects a Handle. Got: {handle!r}")
+    return _handles.poll(handle)
 
 
 def allreduce_async(
@@ -247,22 +236,14 @@ def broadcast(tensor: Any, root_rank: int, name: Optional[str] = None) -> np.nda
 def alltoall_async(tensor: Any, splits: Optional[Sequence[int]] = None, name: Optional[str] = None) -> Handle:
     """Starts an alltoall; see :func:`alltoall`."""
     arr = _as_array(tensor)
-    if arr.ndim == 0:
-        raise BadArgumentError("alltoall needs an array with at least one dimension. Got a scalar")
-    n = size()
+    require_rows("alltoall", arr.ndim, "array")
     want_splits = splits is not None
-    if splits is None:
-        if arr.shape[0] % n:
-            raise BadArgumentError(
-                f"alltoall without splits needs a first dimension divisible by size() ({n}). Got: {arr.shape[0]}"
-            )
-        splits = [arr.shape[0] // n] * n
-    splits = np.asarray(splits).reshape(-1).tolist()
+    splits = alltoall_splits(splits, arr.shape[0], size())
     engine = _from_engine(arr.dtype)
 
-    def finish(result):
-        out = engine(result)
-        return (out, np.asarray(result[2], dtype=np.int32)) if want_splits else out
+    def finish(results):
+        out = engine(results)
+        return (out, np.asarray(results[0][2], dtype=np.int32)) if want_splits else out
 
     return _submit(_native.OP_ALLTOALL, "alltoall", arr, None, name, finish, splits=splits)
 
@@ -287,10 +268,8 @@ def alltoall(tensor: Any, splits: Optional[Sequence[int]] = None, name: Optional
 def reducescatter_async(tensor: Any, op: int = Average, name: Optional[str] = None) -> Handle:
     """Starts a reducescatter; see :func:`reducescatter`."""
     arr = _as_array(tensor)
-    if arr.ndim == 0:
-        raise BadArgumentError("reducescatter needs an array with at least one dimension. Got a scalar")
-    n, me = size(), rank()
-    rows = arr.shape[0] // n + (1 if me < arr.shape[0] % n else 0)
+    require_rows("reducescatter", arr.ndim, "array")
+    rows = reducescatter_rows(arr.shape[0], size(), rank())
     out = np.empty((rows,) + arr.shape[1:], dtype=arr.dtype)
     return _submit(_native.OP_REDUCESCATTER, "reducescatter", arr, out, name, lambda _: out, op=op)
 
@@ -314,7 +293,7 @@ def join() -> int:
     """
     token = np.zeros(1, dtype=np.uint8)
     return synchronize(
-        _submit(_native.OP_JOIN, "join", token, None, "join", lambda res: int(res[2][0]), wake=False)
+        _submit(_native.OP_JOIN, "join", token, None, "join", lambda results: int(results[0][2][0]), wake=False)
     )
 
 

@@ -3,18 +3,18 @@ broadcast_object, allgather_object."""
 
 from __future__ import annotations
 
-import pickle
 from typing import Any, List, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
 
+from ring_strategy import _objects
 from ring_strategy import ops as _np
-from ring_strategy.basics import rank
+from ring_strategy._rules import check_root, group_names
 from ring_strategy.tensorflow.mpi_ops import (
-    _do_not_convert,
     ProcessSet,
     _check_process_set,
+    _do_not_convert,
     _op_name,
     global_process_set,
     host_call,
@@ -40,13 +40,14 @@ def broadcast_variables(variables: Sequence[tf.Variable], root_rank: int,
         In a graph, the op grouping the assignments; eagerly, None.
     """
     _check_process_set(process_set)
+    root_rank = check_root(root_rank)
     variables = list(variables)
     if not variables:
         return None
-    name = _op_name("broadcast_variables", None)
+    names = group_names(_op_name("broadcast_variables", None), len(variables), True)
 
     def bcast(arrays: List[np.ndarray]) -> List[np.ndarray]:
-        handles = [_np.broadcast_async(a, root_rank, name=f"{name}.{i}") for i, a in enumerate(arrays)]
+        handles = [_np.broadcast_async(a, root_rank, name=nm) for a, nm in zip(arrays, names)]
         return [_np.synchronize(h).reshape(a.shape) for h, a in zip(handles, arrays)]
 
     values = host_call(bcast, [tf.convert_to_tensor(v) for v in variables], [v.dtype for v in variables],
@@ -66,30 +67,10 @@ def broadcast_object(obj: Any, root_rank: int = 0, session: Any = None, name: Op
         name: names the two broadcasts; the same on every rank.
         process_set: only the global set is supported.
     """
-    _check_process_set(process_set)
-    name = name or "tf.broadcast_object"
-    if rank() == root_rank:
-        payload = np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), dtype=np.uint8)
-        length = np.array([payload.size], dtype=np.int64)
-    else:
-        payload, length = None, np.zeros(1, dtype=np.int64)
-    length = _np.broadcast(length, root_rank, name=f"{name}.sz")
-    if payload is None:
-        payload = np.zeros(int(length[0]), dtype=np.uint8)
-    payload = _np.broadcast(payload, root_rank, name=f"{name}.t")
-    return obj if rank() == root_rank else pickle.loads(payload.tobytes())
+    return _objects.broadcast_object(obj, root_rank, name or "tf.broadcast_object", process_set)
 
 
 def allgather_object(obj: Any, session: Any = None, name: Optional[str] = None,
                      process_set: ProcessSet = global_process_set) -> List[Any]:
     """Returns the list of every rank's ``obj``, in rank order (eager only)."""
-    _check_process_set(process_set)
-    name = name or "tf.allgather_object"
-    payload = np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), dtype=np.uint8)
-    sizes = _np.allgather(np.array([payload.size], dtype=np.int64), name=f"{name}.sz")
-    data = _np.allgather(payload, name=f"{name}.t")
-    out, offset = [], 0
-    for n in sizes.tolist():
-        out.append(pickle.loads(data[offset:offset + n].tobytes()))
-        offset += n
-    return out
+    return _objects.allgather_object(obj, name or "tf.allgather_object", process_set)

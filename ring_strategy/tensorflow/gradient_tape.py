@@ -2,27 +2,48 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, List
+from typing import Any, List
 
-import numpy as np
 import tensorflow as tf
 
-from ring_strategy import ops as _np
+from ring_strategy._fused import Flattener, fused_allreduce
 from ring_strategy.basics import size
 from ring_strategy.exceptions import BadArgumentError
 from ring_strategy.tensorflow.compression import Compression
 from ring_strategy.tensorflow.mpi_ops import (
-    _do_not_convert,
     Average,
     ProcessSet,
     Sum,
-    _check_op,
     _check_process_set,
+    _do_not_convert,
     _op_name,
     allreduce,
+    check_op,
     global_process_set,
     host_call,
 )
+
+
+class _TensorFlowFlattener(Flattener):
+    @staticmethod
+    def dtype_name(tensor: tf.Tensor) -> str:
+        return tensor.dtype.name
+
+    @staticmethod
+    def flatten(tensors: List[tf.Tensor]) -> tf.Tensor:
+        return tf.concat([tf.reshape(t, [-1]) for t in tensors], 0)
+
+    @staticmethod
+    def split(flat: tf.Tensor, likes: List[tf.Tensor]) -> List[tf.Tensor]:
+        sizes = [tf.size(t) for t in likes] if len(likes) > 1 else [tf.size(flat)]
+        pieces = [tf.reshape(p, tf.shape(t)) for p, t in zip(tf.split(flat, sizes, 0), likes)]
+        for p, t in zip(pieces, likes):
+            p.set_shape(t.shape)
+        return pieces
+
+    @staticmethod
+    def host_call(fn: Any, flats: List[tf.Tensor]) -> List[tf.Tensor]:
+        return host_call(fn, flats, [f.dtype for f in flats], [f.shape for f in flats], "RingDistributedGradientTape")
 
 
 class _DistributedGradientTape(tf.GradientTape):
@@ -60,30 +81,11 @@ class _DistributedGradientTape(tf.GradientTape):
             dense.append(i)
         if not dense:
             return out
-        wire, ctxs = [], []
-        for i in dense:
-            t, ctx = compression.compress(out[i])
-            wire.append(t)
-            ctxs.append(ctx)
-        groups: Dict[tf.DType, List[int]] = {}
-        for k, t in enumerate(wire):
-            groups.setdefault(t.dtype, []).append(k)
-        order = list(groups)
-        flats = [tf.concat([tf.reshape(wire[k], [-1]) for k in groups[d]], 0) for d in order]
+        wire, ctxs = zip(*[compression.compress(out[i]) for i in dense])
         name = _op_name("DistributedGradientTape", None)
-
-        def reduce(arrays: List[np.ndarray]) -> List[np.ndarray]:
-            handles = [_np.allreduce_async(a, wire_op, f"{name}.{d.name}", prescale, postscale)
-                       for a, d in zip(arrays, order)]
-            return [_np.synchronize(h) for h in handles]
-
-        reduced = host_call(reduce, flats, order, [f.shape for f in flats], "RingDistributedGradientTape")
-        for d, flat in zip(order, reduced):
-            sizes = [tf.size(wire[k]) for k in groups[d]]
-            pieces = tf.split(flat, sizes if len(sizes) > 1 else [tf.size(flat)], 0)
-            for k, piece in zip(groups[d], pieces):
-                out[dense[k]] = compression.decompress(tf.reshape(piece, tf.shape(wire[k])), ctxs[k])
-                out[dense[k]].set_shape(wire[k].shape)
+        reduced = fused_allreduce(_TensorFlowFlattener, wire, name, wire_op, prescale, postscale)
+        for i, r, ctx in zip(dense, reduced, ctxs):
+            out[i] = compression.decompress(r, ctx)
         return out
 
 
@@ -126,7 +128,7 @@ def DistributedGradientTape(gradtape: tf.GradientTape, device_dense: str = "", d
     """
     if not isinstance(gradtape, tf.GradientTape):
         raise BadArgumentError(f"gradtape should be a tf.GradientTape. Got: {gradtape!r}")
-    op = _check_op(op)
+    op = check_op(op)
     if op not in (Average, Sum):
         raise BadArgumentError(f"op should be Average or Sum. Got: {op!r}")
     if not isinstance(gradient_predivide_factor, (int, float)) or gradient_predivide_factor <= 0:

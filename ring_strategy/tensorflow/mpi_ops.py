@@ -16,14 +16,24 @@ an alltoall's the reverse alltoall, a reducescatter's an allgather.
 
 from __future__ import annotations
 
-import warnings
 from typing import Any, Callable, List, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
 
-from ring_strategy import _frontend
+from ring_strategy import _handles
 from ring_strategy import ops as _np
+from ring_strategy._host_call import in_xla_context, tensorflow_call  # noqa: F401  (in_xla_context re-exported)
+from ring_strategy._rules import (  # noqa: F401  (re-exported, as Horovod's mpi_ops does)
+    Adasum,
+    Average,
+    Max,
+    Min,
+    Product,
+    Sum,
+    handle_average_backwards_compatibility,
+)
+from ring_strategy._rules import alltoall_splits, check_op, check_root, group_names, reducescatter_rows, require_rows
 from ring_strategy.basics import (  # noqa: F401  (re-exported)
     cross_rank,
     cross_size,
@@ -44,58 +54,10 @@ from ring_strategy.tensorflow.compression import Compression
 # costs a second of tracing per call site.
 _do_not_convert = tf.autograph.experimental.do_not_convert
 
-Sum = _np.Sum
-Average = _np.Average
-Min = _np.Min
-Max = _np.Max
-Product = _np.Product
-# Accepted as a name so Horovod scripts import; using it raises NotImplementedError.
-Adasum = max(_frontend.REDUCE_OPS.values()) + 100
-
-_XLA_ERROR = (
-    "ring's TensorFlow collectives cannot run inside XLA-compiled code (jit_compile=True): the tensors leave "
-    "the graph to reach the engine. Use jit_compile=False (with Keras: model.compile(..., jit_compile=False))."
-)
-
-
-def handle_average_backwards_compatibility(op: Optional[int], average: Optional[bool]) -> int:
-    """Resolves Horovod's deprecated ``average=`` flag against ``op``."""
-    if op is not None:
-        if average is not None:
-            raise BadArgumentError("The op parameter supersedes average. Please provide only one of them.")
-        return op
-    if average is not None:
-        warnings.warn("Parameter `average` has been replaced with `op` and will be removed in a future version",
-                      DeprecationWarning, stacklevel=3)
-        return Average if average else Sum
-    return Average
-
-
-def _check_op(op: Any) -> int:
-    if op == Adasum and not isinstance(op, bool):
-        raise NotImplementedError("op=Adasum is not implemented in ring yet; use op=Average (the default) or op=Sum")
-    return _frontend.check_op(op)
-
-
-def in_xla_context() -> bool:
-    """True while building a graph that XLA will compile (``jit_compile=True``)."""
-    from tensorflow.python.ops import control_flow_util
-
-    graph = tf.compat.v1.get_default_graph()
-    if control_flow_util.GraphOrParentsInXlaContext(graph):
-        return True
-    while graph is not None:
-        if getattr(graph, "_xla_compile", False):
-            return True
-        graph = getattr(graph, "outer_graph", None)
-    return False
-
 
 def _op_name(label: str, name: Optional[str]) -> str:
-    if name is not None:
-        return _frontend.auto_name(label, name)
-    if tf.executing_eagerly():
-        return _frontend.auto_name(label, None)
+    if name is not None or tf.executing_eagerly():
+        return _handles.auto_name(label, name)
     return "tf." + tf.compat.v1.get_default_graph().unique_name(label)
 
 
@@ -103,19 +65,9 @@ def _op_name(label: str, name: Optional[str]) -> str:
 def host_call(fn: Callable[[List[np.ndarray]], List[np.ndarray]], inputs: Sequence[tf.Tensor],
               out_dtypes: Sequence[tf.DType], out_shapes: Sequence[Any], label: str) -> List[tf.Tensor]:
     """``fn`` (numpy arrays in, numpy arrays out) on ``inputs``: called at once
-    in eager mode, as a stateful ``tf.numpy_function`` in a graph."""
-    if tf.executing_eagerly():
-        outs = fn([t.numpy() for t in inputs])
-        return [tf.convert_to_tensor(o, dtype=d) for o, d in zip(outs, out_dtypes)]
-    if in_xla_context():
-        raise RuntimeError(_XLA_ERROR)
-    outs = tf.numpy_function(lambda *arrays: list(fn(list(arrays))), list(inputs), list(out_dtypes),
-                             stateful=True, name=label)
-    if not isinstance(outs, (list, tuple)):
-        outs = [outs]
-    for o, s in zip(outs, out_shapes):
-        o.set_shape(s)
-    return list(outs)
+    in eager mode, as a stateful ``tf.numpy_function`` in a graph; refused
+    under XLA (see :mod:`ring_strategy._host_call`)."""
+    return tensorflow_call(fn, inputs, out_dtypes, out_shapes, label)
 
 
 def _tensor(x: Any, what: str = "tensor") -> tf.Tensor:
@@ -134,12 +86,11 @@ def _allreduce(x: tf.Tensor, op: int, prescale: float, postscale: float, name: O
 
 def _grouped(xs: List[tf.Tensor], op: int, prescale: float, postscale: float, name: Optional[str],
              label: str) -> List[tf.Tensor]:
-    name = _op_name(label, name)
     single = len(xs) == 1
+    names = group_names(_op_name(label, name), len(xs), not single)
 
     def reduce(arrays):
-        handles = [_np.allreduce_async(a, op, name if single else f"{name}.{i}", prescale, postscale)
-                   for i, a in enumerate(arrays)]
+        handles = [_np.allreduce_async(a, op, nm, prescale, postscale) for a, nm in zip(arrays, names)]
         # The numpy API returns 0-d inputs as shape (1,); keep the input's shape.
         return [_np.synchronize(h).reshape(a.shape) for h, a in zip(handles, arrays)]
 
@@ -182,7 +133,7 @@ def allreduce(tensor: Any, average: Optional[bool] = None, device_dense: str = "
     Returns:
         The reduced tensor (or IndexedSlices), identical on every rank.
     """
-    op = _check_op(handle_average_backwards_compatibility(op, average))
+    op = check_op(handle_average_backwards_compatibility(op, average))
     _check_process_set(process_set)
     tensor = _tensor(tensor)
     if isinstance(tensor, tf.IndexedSlices):
@@ -206,7 +157,7 @@ def grouped_allreduce(tensors: Sequence[Any], average: Optional[bool] = None, de
                       process_set: ProcessSet = global_process_set, name: Optional[str] = None) -> List[tf.Tensor]:
     """Reduces every tensor of ``tensors`` in one operation (one host call;
     the engine fuses them). Arguments as for :func:`allreduce`."""
-    op = _check_op(handle_average_backwards_compatibility(op, average))
+    op = check_op(handle_average_backwards_compatibility(op, average))
     _check_process_set(process_set)
     tensors = [_tensor(t) for t in tensors]
     if not tensors:
@@ -253,6 +204,7 @@ def broadcast(tensor: Any, root_rank: int, name: Optional[str] = None, ignore_na
               process_set: ProcessSet = global_process_set) -> tf.Tensor:
     """Returns ``root_rank``'s ``tensor`` on every rank."""
     _check_process_set(process_set)
+    root_rank = check_root(root_rank)
     x = _tensor(tensor)
     name = _op_name("broadcast", name)
 
@@ -288,8 +240,7 @@ def alltoall(tensor: Any, splits: Any = None, name: Optional[str] = None, ignore
     """
     _check_process_set(process_set)
     x = _tensor(tensor)
-    if x.shape.rank == 0:
-        raise BadArgumentError("alltoall needs a tensor with at least one dimension. Got a scalar")
+    require_rows("alltoall", x.shape.rank)
     name = _op_name("alltoall", name)
     n = size()
     out_shape = tf.TensorShape([None]).concatenate(x.shape[1:])
@@ -299,13 +250,7 @@ def alltoall(tensor: Any, splits: Any = None, name: Optional[str] = None, ignore
 
     def exchange(arrays):
         a = arrays[0]
-        if len(arrays) > 1:
-            s = arrays[1].tolist()
-        else:
-            if a.shape[0] % n:
-                raise BadArgumentError(
-                    f"alltoall without splits needs a first dimension divisible by size() ({n}). Got: {a.shape[0]}")
-            s = [a.shape[0] // n] * n
+        s = alltoall_splits(arrays[1] if len(arrays) > 1 else None, a.shape[0], n)
         out, received = _np.alltoall(a, s, name=name)
         return [out, received.astype(np.int32)]
 
@@ -330,14 +275,13 @@ def reducescatter(tensor: Any, device_dense: str = "", compression: Any = Compre
                   postscale_factor: float = 1.0) -> tf.Tensor:
     """Reduces ``tensor`` over all ranks and returns this rank's block of rows
     (lower ranks get one extra row when the rows do not divide evenly)."""
-    op = _check_op(op)
+    op = check_op(op)
     _check_process_set(process_set)
     x = _tensor(tensor)
-    if x.shape.rank == 0:
-        raise BadArgumentError("reducescatter needs a tensor with at least one dimension. Got a scalar")
+    require_rows("reducescatter", x.shape.rank)
     name = _op_name("reducescatter", name)
-    n, me = size(), rank()
-    rows = None if x.shape[0] is None else x.shape[0] // n + (1 if me < x.shape[0] % n else 0)
+    n = size()
+    rows = None if x.shape[0] is None else reducescatter_rows(x.shape[0], n, rank())
     out_shape = tf.TensorShape([rows]).concatenate(x.shape[1:])
     compressed, ctx = compression.compress(x)
 

@@ -22,24 +22,20 @@ from typing import Any, List, Optional, Sequence
 
 import torch
 
-from ring_strategy.torch import mpi_ops as _ops
+from ring_strategy._rules import Average, Sum, handle_average_backwards_compatibility
+from ring_strategy.basics import rank, size
+from ring_strategy.process_sets import ProcessSet, global_process_set
+from ring_strategy.torch import _async_ops as _ops
+from ring_strategy.torch._async_ops import synchronize
 from ring_strategy.torch.compression import Compression
-from ring_strategy.torch.mpi_ops import (
-    Average,
-    ProcessSet,
-    Sum,
-    global_process_set,
-    handle_average_backwards_compatibility,
-    synchronize,
-)
 
 
 def _process_set_size(process_set: ProcessSet) -> int:
-    return _ops.size() if process_set is global_process_set else process_set.size()
+    return size() if process_set is global_process_set else process_set.size()
 
 
 def _process_set_rank(process_set: ProcessSet) -> int:
-    return _ops.rank() if process_set is global_process_set else process_set.rank()
+    return rank() if process_set is global_process_set else process_set.rank()
 
 
 # ---------------------------------------------------------------- allreduce
@@ -118,7 +114,7 @@ def grouped_allreduce(tensors: Sequence[torch.Tensor], average: Optional[bool] =
 # ---------------------------------------------------------------- allgather
 def _my_rows_of(grad: torch.Tensor, rows: int, process_set: ProcessSet) -> torch.Tensor:
     """This rank's block of an allgather result, from every rank's row count."""
-    counts = _ops.allgather(torch.tensor([rows], dtype=torch.int64), process_set=process_set)
+    counts = allgather(torch.tensor([rows], dtype=torch.int64), process_set=process_set)
     offset = int(counts[:_process_set_rank(process_set)].sum())
     return grad.narrow(0, offset, rows)
 
@@ -161,8 +157,7 @@ class _GroupedAllgather(torch.autograd.Function):
     def backward(ctx, *grads):
         averaged = grouped_allreduce(list(grads), op=Average, process_set=ctx.process_set)
         rows = [s[0] if len(s) else 1 for s in ctx.shapes]
-        counts = _ops.allgather(torch.tensor(rows, dtype=torch.int64).reshape(1, -1),
-                                process_set=ctx.process_set)
+        counts = allgather(torch.tensor(rows, dtype=torch.int64).reshape(1, -1), process_set=ctx.process_set)
         offsets = counts[:_process_set_rank(ctx.process_set)].sum(dim=0)
         return (None, None, *[g.narrow(0, int(o), r).reshape(s)
                               for g, o, r, s in zip(averaged, offsets, rows, ctx.shapes)])

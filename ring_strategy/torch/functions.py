@@ -9,12 +9,14 @@ Typical start of a training script::
 
 from __future__ import annotations
 
-import pickle
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import torch
 
-from ring_strategy.torch.mpi_ops import allgather, broadcast_, broadcast_async_, global_process_set, rank, synchronize
+from ring_strategy import _objects
+from ring_strategy.basics import rank
+from ring_strategy.process_sets import global_process_set
+from ring_strategy.torch._async_ops import broadcast_async_, synchronize
 
 __all__ = ["broadcast_parameters", "broadcast_optimizer_state", "broadcast_object", "allgather_object"]
 
@@ -78,19 +80,7 @@ def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None,
     Returns:
         The root's object (the root gets ``obj`` itself back).
     """
-    name = name or "broadcast_object"
-    if rank() == root_rank:
-        payload = torch.frombuffer(bytearray(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)), dtype=torch.uint8)
-        length = torch.tensor([payload.numel()], dtype=torch.int64)
-        broadcast_(length, root_rank, name=f"{name}.sz", process_set=process_set)
-    else:
-        length = torch.zeros(1, dtype=torch.int64)
-        broadcast_(length, root_rank, name=f"{name}.sz", process_set=process_set)
-        payload = torch.empty(int(length.item()), dtype=torch.uint8)
-    broadcast_(payload, root_rank, name=f"{name}.t", process_set=process_set)
-    if rank() == root_rank:
-        return obj
-    return pickle.loads(payload.numpy().tobytes())
+    return _objects.broadcast_object(obj, root_rank, name or "broadcast_object", process_set)
 
 
 def allgather_object(obj: Any, name: Optional[str] = None, process_set: Any = global_process_set) -> List[Any]:
@@ -101,15 +91,7 @@ def allgather_object(obj: Any, name: Optional[str] = None, process_set: Any = gl
         name: names the two allgathers; the same on every rank.
         process_set: the ranks that take part.
     """
-    name = name or "allgather_object"
-    payload = torch.frombuffer(bytearray(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)), dtype=torch.uint8)
-    sizes = allgather(torch.tensor([payload.numel()], dtype=torch.int64), name=f"{name}.sz", process_set=process_set)
-    gathered = allgather(payload, name=f"{name}.t", process_set=process_set).numpy()
-    out, start = [], 0
-    for n in sizes.tolist():
-        out.append(pickle.loads(gathered[start:start + n].tobytes()))
-        start += n
-    return out
+    return _objects.allgather_object(obj, name or "allgather_object", process_set)
 
 
 def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int,

@@ -1,0 +1,82 @@
+"""Many tensors allreduced in one host call: flattened into one buffer per
+dtype inside the framework's step (graph, jit or eager), the buffers reduced
+by the engine, the results split back into tensors of the original shapes.
+TensorFlow's ``DistributedGradientTape`` and Keras' ``DistributedOptimizer``
+reduce their gradients this way.
+
+A front end says how its tensors are flattened, split and handed to the host
+by subclassing :class:`Flattener`; nothing here imports a framework.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Sequence
+
+import numpy as np
+
+from ring_strategy import ops
+
+
+class Flattener:
+    """How one framework's tensors become flat buffers and back."""
+
+    @staticmethod
+    def dtype_name(tensor: Any) -> str:
+        """The tensor's dtype as numpy names it ("float32", "bfloat16")."""
+        raise NotImplementedError
+
+    @staticmethod
+    def flatten(tensors: List[Any]) -> Any:
+        """The tensors (of one dtype) raveled and concatenated into one 1-D tensor."""
+        raise NotImplementedError
+
+    @staticmethod
+    def split(flat: Any, likes: List[Any]) -> List[Any]:
+        """``flat`` cut into pieces shaped like ``likes`` (the inverse of :meth:`flatten`)."""
+        raise NotImplementedError
+
+    @staticmethod
+    def host_call(fn: Any, flats: List[Any]) -> List[Any]:
+        """``fn`` (numpy arrays in and out, same shapes and dtypes) run on the host."""
+        raise NotImplementedError
+
+
+def by_dtype(dtype_names: Sequence[str]) -> Dict[str, List[int]]:
+    """Positions grouped by dtype name, in order of first appearance (the
+    same on every rank when the tensors are)."""
+    groups: Dict[str, List[int]] = {}
+    for i, d in enumerate(dtype_names):
+        groups.setdefault(d, []).append(i)
+    return groups
+
+
+def fused_allreduce(flattener: type, tensors: Sequence[Any], name: str, op: int,
+                    prescale: float = 1.0, postscale: float = 1.0) -> List[Any]:
+    """Every tensor reduced over all ranks, in one host call.
+
+    Args:
+        flattener: the framework's :class:`Flattener` subclass.
+        tensors: dense tensors, the same shapes and dtypes in the same order
+            on every rank.
+        name: engine name prefix; the buffer of dtype D is ``"<name>.<D>"``.
+        op: the engine's reduction op.
+        prescale, postscale: multiply the input before and the result after
+            the reduction.
+
+    Returns:
+        The reduced tensors, in the order given.
+    """
+    tensors = list(tensors)
+    groups = by_dtype([flattener.dtype_name(t) for t in tensors])
+    flats = [flattener.flatten([tensors[k] for k in idx]) for idx in groups.values()]
+    names = [f"{name}.{d}" for d in groups]
+
+    def reduce_on_host(arrays: List[np.ndarray]) -> List[np.ndarray]:
+        handles = [ops.allreduce_async(a, op, nm, prescale, postscale) for a, nm in zip(arrays, names)]
+        return [ops.synchronize(h) for h in handles]
+
+    out: List[Any] = [None] * len(tensors)
+    for idx, flat in zip(groups.values(), flattener.host_call(reduce_on_host, flats)):
+        for k, piece in zip(idx, flattener.split(flat, [tensors[k] for k in idx])):
+            out[k] = piece
+    return out

@@ -1,0 +1,130 @@
+"""Argument rules every front end (numpy, torch, TensorFlow, Keras) applies
+the same way, written once: reduction ops and Horovod's ``average=`` flag,
+root ranks, alltoall splits and the rows of a reducescatter. Front ends
+convert their tensors to the plain Python values these functions take
+(shapes, ints, lists) and call them; nothing here imports a framework.
+
+Process sets are checked by :func:`ring_strategy.process_sets._check_process_set`.
+"""
+
+from __future__ import annotations
+
+import numbers
+import warnings
+from typing import Any, List, Optional
+
+import numpy as np
+
+from ring_strategy import _native
+from ring_strategy.exceptions import BadArgumentError
+
+Sum: int = _native.REDUCE_OPS["Sum"]
+Average: int = _native.REDUCE_OPS["Average"]
+Min: int = _native.REDUCE_OPS["Min"]
+Max: int = _native.REDUCE_OPS["Max"]
+Product: int = _native.REDUCE_OPS["Product"]
+# Accepted as a name so Horovod scripts import; using it raises NotImplementedError.
+Adasum: int = max(_native.REDUCE_OPS.values()) + 100
+
+_ENGINE_OPS = frozenset(_native.REDUCE_OPS.values())
+_ADASUM_ERROR = "op=Adasum is not implemented in ring yet; use op=Average (the default) or op=Sum"
+
+
+def check_op(op: Any) -> int:
+    """``op`` as the engine's reduction code.
+
+    Raises:
+        NotImplementedError: for ``Adasum``.
+        BadArgumentError: for anything that is not Sum, Average, Min, Max or Product.
+    """
+    if op.__class__ is int and op in _ENGINE_OPS:  # the common case, first
+        return op
+    try:
+        known = not isinstance(op, bool) and bool(op in _ENGINE_OPS)
+        adasum = not isinstance(op, bool) and bool(op == Adasum)
+    except (TypeError, ValueError):  # unhashable, or no truth value (an array)
+        known = adasum = False
+    if adasum:
+        raise NotImplementedError(_ADASUM_ERROR)
+    if not known:
+        raise BadArgumentError(f"op should be one of Sum, Average, Min, Max, Product. Got: {op!r}")
+    return int(op)
+
+
+def handle_average_backwards_compatibility(op: Optional[int], average: Optional[bool]) -> int:
+    """Resolves Horovod's deprecated ``average=`` flag against ``op``.
+
+    Returns ``op`` when given; otherwise Average, or Sum for ``average=False``
+    (with a DeprecationWarning pointing at the caller's caller: the user's
+    call of a front-end function). Giving both is a BadArgumentError (a
+    ValueError).
+    """
+    if op is not None:
+        if average is not None:
+            raise BadArgumentError("The op parameter supersedes average. Please provide only one of them.")
+        return op
+    if average is not None:
+        warnings.warn(
+            "Parameter `average` has been replaced with `op` and will be removed in a future version",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        return Average if average else Sum
+    return Average
+
+
+def check_root(root: Any) -> int:
+    """``root`` as an int when it is a whole number that fits the engine
+    (a Python or numpy integer, not a bool), else BadArgumentError. Whether
+    it names a rank of the job is checked by the engine, on every rank."""
+    if root.__class__ is int and -(2**31) <= root < 2**31:
+        return root
+    if isinstance(root, bool) or not isinstance(root, numbers.Integral) or not -(2**31) <= int(root) < 2**31:
+        raise BadArgumentError(f"root_rank should be the integer rank of a process in the job. Got: {root!r}")
+    return int(root)
+
+
+def require_rows(op_label: str, ndim: int, noun: str = "tensor") -> None:
+    """BadArgumentError unless the input has a first dimension (alltoall and
+    reducescatter split it into blocks of rows)."""
+    if ndim == 0:
+        raise BadArgumentError(f"{op_label} needs a {noun} with at least one dimension. Got a 0-d {noun}")
+
+
+def alltoall_splits(splits: Any, rows: int, size: int) -> List[int]:
+    """The rows an alltoall sends to each rank.
+
+    Args:
+        splits: None for an even split of ``rows``, else the rows for each
+            rank as a sequence or array of integers (a framework tensor
+            converted with ``.tolist()`` or ``numpy()`` by its front end).
+        rows: the input's first dimension.
+        size: the number of ranks.
+
+    Raises:
+        BadArgumentError: ``splits`` is None and ``rows`` does not divide by
+            ``size``, or ``splits`` is not made of integers. Their count and
+            sum are checked by the engine.
+    """
+    if splits is None:
+        if rows % size:
+            raise BadArgumentError(
+                f"alltoall without splits needs a first dimension divisible by size() ({size}). Got: {rows}"
+            )
+        return [rows // size] * size
+    try:
+        return [int(s) for s in np.asarray(splits).reshape(-1).tolist()]
+    except (TypeError, ValueError):
+        raise BadArgumentError(f"splits should be a sequence of ints. Got: {splits!r}") from None
+
+
+def reducescatter_rows(rows: int, size: int, rank: int) -> int:
+    """Rows of a reducescatter result on ``rank``: ``rows`` split as evenly as
+    possible, the lower ranks getting one extra row when it does not divide."""
+    return rows // size + (1 if rank < rows % size else 0)
+
+
+def group_names(base: str, count: int, grouped: bool) -> List[str]:
+    """Engine names of a group's tensors: ``"<base>.<i>"``; a single
+    operation's tensor is ``base`` itself."""
+    return [f"{base}.{i}" for i in range(count)] if grouped else [base]

@@ -1,0 +1,393 @@
+"""The non-differentiable torch collectives: every ``*_async`` operation, the
+in-place forms, and Horovod's integer handles, over the shared handle layer
+(:mod:`ring_strategy._handles`) and argument rules (:mod:`ring_strategy._rules`).
+The differentiable forms (:mod:`ring_strategy.torch.autograd`) are built on
+these; :mod:`ring_strategy.torch.mpi_ops` gives both under Horovod's names.
+
+Tensors cross into the engine through DLPack: a contiguous CPU tensor is read
+(and, for the in-place ``*_`` forms, written) where it lies, without a copy.
+Non-contiguous tensors are copied to a contiguous buffer first and, for the
+in-place forms, the result is copied back. Only CPU tensors are accepted:
+this build has no GPU path.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any, List, Optional, Sequence
+
+import torch
+
+from ring_strategy import _frontend, _handles
+from ring_strategy import ops as _core_ops
+from ring_strategy._rules import (
+    Average,
+    Sum,
+    alltoall_splits,
+    check_op,
+    check_root,
+    group_names,
+    handle_average_backwards_compatibility,
+    reducescatter_rows,
+    require_rows,
+)
+from ring_strategy.basics import rank, size
+from ring_strategy.exceptions import BadArgumentError
+from ring_strategy.process_sets import ProcessSet, _check_process_set, global_process_set
+
+# ---------------------------------------------------------------- tensors in and out
+_DTYPE_CODES = {
+    getattr(torch, name): code for name, code in _frontend.DTYPES.items()
+}
+
+
+def _checked(tensor: Any, what: str = "tensor") -> torch.Tensor:
+    """``tensor`` detached from autograd, after checking it can be sent."""
+    if not isinstance(tensor, torch.Tensor):
+        raise BadArgumentError(f"{what} should be a torch.Tensor. Got: {type(tensor).__name__}")
+    if tensor.device.type != "cpu":
+        raise BadArgumentError(
+            f"{what} is on device '{tensor.device}': ring_strategy.torch handles CPU tensors only "
+            "(this build has no GPU path); move it with .cpu()"
+        )
+    if tensor.layout != torch.strided:
+        raise BadArgumentError(f"{what} should be a dense (strided) tensor. Got layout: {tensor.layout}")
+    if tensor.dtype not in _DTYPE_CODES:
+        names = ", ".join(_frontend.DTYPES)
+        raise BadArgumentError(f"{what}: dtype should be one of {names}. Got: '{tensor.dtype}'")
+    return tensor.detach()
+
+
+def _contiguous(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor if tensor.is_contiguous() else tensor.contiguous()
+
+
+def _enqueue(kind: int, name: str, inp: torch.Tensor, out: Optional[torch.Tensor], **kw: Any) -> int:
+    # inp and out are contiguous; the caller keeps them alive until the handle is released.
+    return _frontend.enqueue(kind, name, inp, out, _DTYPE_CODES[inp.dtype], inp.shape, **kw)
+
+
+def _same_memory(tensor: torch.Tensor, buf: torch.Tensor) -> bool:
+    """True when ``buf`` is ``tensor`` itself (it was contiguous), not a copy."""
+    return buf.data_ptr() == tensor.data_ptr() and tensor.is_contiguous()
+
+
+def _from_engine(result: tuple, dtype: torch.dtype) -> torch.Tensor:
+    """The engine-allocated output as a tensor (zero-copy)."""
+    data, shape, _ = result
+    if data is None or data.size == 0:
+        return torch.empty(shape, dtype=dtype)
+    return torch.from_numpy(data).view(dtype).reshape(shape)
+
+
+# ---------------------------------------------------------------- handles
+# An operation is registered in the shared handle layer
+# (_handles.register), whose number is Horovod's integer handle.
+def poll(handle: int) -> bool:
+    """True when the operation behind ``handle`` has finished, so that
+    ``synchronize(handle)`` returns without blocking.
+
+    Raises:
+        BadArgumentError: the handle is unknown (or already synchronized).
+        ShutdownError: the handle belongs to a world that ended with ``shutdown()``.
+    """
+    op = _handles.find(handle)
+    if op is None:
+        raise BadArgumentError(f"unknown handle {handle!r} (already synchronized?)")
+    return _handles.poll(op)
+
+
+def synchronize(handle: int) -> Any:
+    """Waits for an asynchronous operation and returns its result.
+
+    Returns the output tensor (the input tensor itself, filled, for in-place
+    operations), a list of tensors for grouped operations, and
+    ``(output, received_splits)`` for alltoall. Raises the operation's error
+    (``MismatchError``, ``PeerFailureError``, ...), and ``ShutdownError`` for
+    a handle of a world that ended with ``shutdown()``. As in Horovod, a
+    handle that is unknown or already synchronized gives None.
+    """
+    op = _handles.take(handle)
+    return None if op is None else _handles.synchronize(op)
+
+
+# ---------------------------------------------------------------- allreduce
+def _allreduce_group(tensors: Sequence[Any], label: str, name: Optional[str], op: int,
+                     prescale_factor: float, postscale_factor: float,
+                     process_set: ProcessSet, inplace: bool, grouped: bool) -> int:
+    op = check_op(op)
+    _check_process_set(process_set)
+    bufs = [_contiguous(_checked(t)) for t in tensors]
+    names = group_names(_handles.auto_name(label, name), len(bufs), grouped)
+    outs = bufs if inplace else [torch.empty_like(b) for b in bufs]
+    ids = _handles.enqueue_all([
+        partial(_enqueue, _frontend.ALLREDUCE, nm, b, o, op=op, prescale=prescale_factor, postscale=postscale_factor)
+        for b, o, nm in zip(bufs, outs, names)
+    ])
+
+    copies = [(t, b) for t, b in zip(tensors, bufs) if inplace and not _same_memory(t, b)]
+
+    def finish(_results: list) -> Any:
+        if copies:
+            with torch.no_grad():
+                for t, b in copies:
+                    t.copy_(b)
+        if inplace:
+            res = list(tensors)
+        else:
+            res = outs
+        return res if grouped else res[0]
+
+    return _handles.register(ids, (tuple(tensors), tuple(bufs), tuple(outs)), finish)
+
+
+def allreduce_async(tensor: torch.Tensor, average: Optional[bool] = None, name: Optional[str] = None,
+                    op: Optional[int] = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                    process_set: ProcessSet = global_process_set) -> int:
+    """Starts reducing ``tensor`` over all ranks; the input is not modified.
+
+    Ranks match tensors by ``name`` (generated in call order when omitted);
+    dtype and shape must agree on every rank.
+
+    Args:
+        tensor: a CPU tensor.
+        average: deprecated; use ``op``.
+        name: unique name while in flight.
+        op: Average (default), Sum, Min, Max or Product. Integer Average
+            divides with truncation toward zero.
+        prescale_factor: multiplies the input before the reduction.
+        postscale_factor: multiplies the result after it.
+        process_set: only ``global_process_set`` for now.
+
+    Returns:
+        A handle for :func:`poll` and :func:`synchronize`.
+    """
+    op = handle_average_backwards_compatibility(op, average)
+    return _allreduce_group([tensor], "allreduce", name, op, prescale_factor, postscale_factor,
+                            process_set, inplace=False, grouped=False)
+
+
+def allreduce_async_(tensor: torch.Tensor, average: Optional[bool] = None, name: Optional[str] = None,
+                     op: Optional[int] = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                     process_set: ProcessSet = global_process_set) -> int:
+    """In-place :func:`allreduce_async`: ``synchronize`` fills and returns ``tensor``."""
+    op = handle_average_backwards_compatibility(op, average)
+    return _allreduce_group([tensor], "allreduce", name, op, prescale_factor, postscale_factor,
+                            process_set, inplace=True, grouped=False)
+
+
+def allreduce_(tensor: torch.Tensor, average: Optional[bool] = None, name: Optional[str] = None,
+               op: Optional[int] = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+               process_set: ProcessSet = global_process_set) -> torch.Tensor:
+    """Reduces ``tensor`` over all ranks in place and returns it; see :func:`allreduce_async`."""
+    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor, process_set))
+
+
+def grouped_allreduce_async(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
+                            name: Optional[str] = None, op: Optional[int] = None,
+                            prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                            process_set: ProcessSet = global_process_set) -> int:
+    """Starts reducing a list of tensors (each with the same op and factors);
+    ``synchronize`` returns the list of results. Tensor ``i`` is named
+    ``"<name>.<i>"``; the engine fuses the group where it fits."""
+    op = handle_average_backwards_compatibility(op, average)
+    return _allreduce_group(list(tensors), "grouped_allreduce", name, op, prescale_factor,
+                            postscale_factor, process_set, inplace=False, grouped=True)
+
+
+def grouped_allreduce_async_(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
+                             name: Optional[str] = None, op: Optional[int] = None,
+                             prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                             process_set: ProcessSet = global_process_set) -> int:
+    """In-place :func:`grouped_allreduce_async`: ``synchronize`` fills and returns the tensors."""
+    op = handle_average_backwards_compatibility(op, average)
+    return _allreduce_group(list(tensors), "grouped_allreduce", name, op, prescale_factor,
+                            postscale_factor, process_set, inplace=True, grouped=True)
+
+
+def grouped_allreduce_(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
+                       name: Optional[str] = None, op: Optional[int] = None,
+                       prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                       process_set: ProcessSet = global_process_set) -> List[torch.Tensor]:
+    """Reduces a list of tensors in place and returns them."""
+    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor, postscale_factor,
+                                                process_set))
+
+
+# ---------------------------------------------------------------- allgather
+def _allgather_group(tensors: Sequence[Any], label: str, name: Optional[str], process_set: ProcessSet,
+                     grouped: bool) -> int:
+    _check_process_set(process_set)
+    bufs = []
+    for t in tensors:
+        b = _contiguous(_checked(t))
+        bufs.append(b.reshape(1) if b.dim() == 0 else b)
+    names = group_names(_handles.auto_name(label, name), len(bufs), grouped)
+    ids = _handles.enqueue_all([partial(_enqueue, _frontend.ALLGATHER, nm, b, None) for b, nm in zip(bufs, names)])
+    dtypes = [b.dtype for b in bufs]
+
+    def finish(results: list) -> Any:
+        outs = [_from_engine(r, d) for r, d in zip(results, dtypes)]
+        return outs if grouped else outs[0]
+
+    return _handles.register(ids, tuple(bufs), finish)
+
+
+def allgather_async(tensor: torch.Tensor, name: Optional[str] = None,
+                    process_set: ProcessSet = global_process_set) -> int:
+    """Starts concatenating every rank's ``tensor`` along dimension 0, in rank
+    order. The first dimension may differ between ranks; the others, and the
+    dtype, must agree. A 0-d tensor counts as shape ``(1,)``."""
+    return _allgather_group([tensor], "allgather", name, process_set, grouped=False)
+
+
+def grouped_allgather_async(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
+                            process_set: ProcessSet = global_process_set) -> int:
+    """Starts an allgather of each tensor in a list; ``synchronize`` returns the list."""
+    return _allgather_group(list(tensors), "grouped_allgather", name, process_set, grouped=True)
+
+
+# ---------------------------------------------------------------- broadcast
+def _broadcast(tensor: Any, root_rank: int, name: Optional[str], process_set: ProcessSet, inplace: bool) -> int:
+    _check_process_set(process_set)
+    root_rank = check_root(root_rank)
+    buf = _contiguous(_checked(tensor))
+    name = _handles.auto_name("broadcast", name)
+    out = buf if inplace else torch.empty_like(buf)
+    hid = _enqueue(_frontend.BROADCAST, name, buf, out, root=root_rank)
+
+    def finish(_results: list) -> torch.Tensor:
+        if not inplace:
+            return out
+        if not _same_memory(tensor, buf):
+            with torch.no_grad():
+                tensor.copy_(buf)
+        return tensor
+
+    return _handles.register([hid], (tensor, buf, out), finish)
+
+
+def broadcast_async(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
+                    process_set: ProcessSet = global_process_set) -> int:
+    """Starts sending ``root_rank``'s ``tensor`` to every rank; the input is not
+    modified. Shape and dtype must agree on every rank."""
+    return _broadcast(tensor, root_rank, name, process_set, inplace=False)
+
+
+def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
+                     process_set: ProcessSet = global_process_set) -> int:
+    """In-place :func:`broadcast_async`: ``synchronize`` fills and returns ``tensor``."""
+    return _broadcast(tensor, root_rank, name, process_set, inplace=True)
+
+
+def broadcast_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
+               process_set: ProcessSet = global_process_set) -> torch.Tensor:
+    """Overwrites ``tensor`` with ``root_rank``'s on every rank and returns it."""
+    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
+
+
+# ---------------------------------------------------------------- alltoall
+def alltoall_async(tensor: torch.Tensor, splits: Any = None, name: Optional[str] = None,
+                   process_set: ProcessSet = global_process_set) -> int:
+    """Starts an alltoall: rows ``splits[r]`` of ``tensor`` (consecutive blocks
+    along dimension 0) go to rank r; the rows received from every rank are
+    concatenated in rank order. Without ``splits`` dimension 0 is split evenly.
+
+    ``synchronize`` returns ``(output, received_splits)``, received_splits an
+    int32 tensor (the dtype of ``splits`` when that is a tensor).
+    """
+    _check_process_set(process_set)
+    buf = _contiguous(_checked(tensor))
+    require_rows("alltoall", buf.dim())
+    splits_dtype = torch.int32
+    if isinstance(splits, torch.Tensor):
+        splits_dtype, splits = splits.dtype, splits.detach().cpu().tolist()
+    split_list = alltoall_splits(splits, buf.shape[0], size())
+    name = _handles.auto_name("alltoall", name)
+    hid = _enqueue(_frontend.ALLTOALL, name, buf, None, splits=split_list)
+
+    def finish(results: list) -> tuple:
+        return _from_engine(results[0], buf.dtype), torch.tensor(results[0][2], dtype=splits_dtype)
+
+    return _handles.register([hid], (buf,), finish)
+
+
+# ---------------------------------------------------------------- reducescatter
+def _reducescatter_group(tensors: Sequence[Any], label: str, name: Optional[str], op: int,
+                         process_set: ProcessSet, prescale_factor: float, postscale_factor: float,
+                         grouped: bool) -> int:
+    op = check_op(op)
+    _check_process_set(process_set)
+    bufs = [_contiguous(_checked(t)) for t in tensors]
+    for b in bufs:
+        require_rows("reducescatter", b.dim())
+    names = group_names(_handles.auto_name(label, name), len(bufs), grouped)
+    n, me = size(), rank()
+    outs = [torch.empty((reducescatter_rows(b.shape[0], n, me),) + tuple(b.shape[1:]), dtype=b.dtype) for b in bufs]
+    ids = _handles.enqueue_all([
+        partial(_enqueue, _frontend.REDUCESCATTER, nm, b, o, op=op, prescale=prescale_factor,
+                postscale=postscale_factor)
+        for b, o, nm in zip(bufs, outs, names)
+    ])
+    return _handles.register(ids, (tuple(bufs), tuple(outs)), lambda _r: outs if grouped else outs[0])
+
+
+def reducescatter_async(tensor: torch.Tensor, name: Optional[str] = None, op: int = Average,
+                        process_set: ProcessSet = global_process_set, prescale_factor: float = 1.0,
+                        postscale_factor: float = 1.0) -> int:
+    """Starts reducing ``tensor`` over all ranks and keeping this rank's block
+    of rows. Dimension 0 is split as evenly as possible; lower ranks get one
+    extra row when it does not divide by ``size()``."""
+    return _reducescatter_group([tensor], "reducescatter", name, op, process_set, prescale_factor,
+                                postscale_factor, grouped=False)
+
+
+def grouped_reducescatter_async(tensors: Sequence[torch.Tensor], name: Optional[str] = None, op: int = Average,
+                                process_set: ProcessSet = global_process_set, prescale_factor: float = 1.0,
+                                postscale_factor: float = 1.0) -> int:
+    """Starts a reducescatter of each tensor in a list; ``synchronize`` returns the list."""
+    return _reducescatter_group(list(tensors), "grouped_reducescatter", name, op, process_set, prescale_factor,
+                                postscale_factor, grouped=True)
+
+
+# ---------------------------------------------------------------- sparse
+def sparse_allreduce_async(tensor: torch.Tensor, name: str, op: int,
+                           process_set: ProcessSet = global_process_set) -> int:
+    """Starts reducing a sparse COO tensor by gathering every rank's indices
+    and values; ``synchronize`` returns the (uncoalesced) sparse sum, divided
+    by ``size()`` for Average. Used by DistributedOptimizer for sparse gradients."""
+    op = check_op(op)
+    if op not in (Sum, Average):
+        raise BadArgumentError(f"sparse allreduce supports op=Sum or op=Average. Got: {op!r}")
+    t = tensor.coalesce() if not tensor.is_coalesced() else tensor
+    idx = allgather_async(t._indices().transpose(0, 1).contiguous(), name=f"{name}.indices", process_set=process_set)
+    val = allgather_async(t._values(), name=f"{name}.values", process_set=process_set)
+    parts = [_handles.take(idx), _handles.take(val)]
+
+    def finish(results: list) -> torch.Tensor:
+        indices = parts[0].finish(results[:1])
+        values = parts[1].finish(results[1:])
+        if op == Average:
+            values = values / size()
+        return torch.sparse_coo_tensor(indices.transpose(0, 1), values, t.size(), check_invariants=False)
+
+    return _handles.register(parts[0].ids + parts[1].ids, (t, parts[0].keep, parts[1].keep), finish)
+
+
+# ---------------------------------------------------------------- join, barrier
+def join(device: int = -1) -> int:
+    """Declares that this rank has run out of data, as Horovod's ``join``.
+
+    Until every rank has joined, this rank takes part in the allreduces the
+    others still submit (DistributedOptimizer's gradients included) by adding
+    zeros; ``Average`` still divides by ``size()``. Other collectives raise
+    ``BadArgumentError`` while a rank has joined. Returns the rank that joined
+    last. ``device`` is accepted for compatibility and ignored.
+    """
+    return _core_ops.join()
+
+
+def barrier(process_set: ProcessSet = global_process_set) -> None:
+    """Returns once every rank has called ``barrier()``."""
+    _check_process_set(process_set)
+    _core_ops.barrier()

@@ -1,0 +1,121 @@
+"""Every module of the package imports first, alone, in a fresh interpreter:
+no import cycle, no module that works only after another one was imported.
+
+The modules are found by walking ring_strategy/ and keras_callbacks/.
+``__main__`` modules are skipped: importing one runs its command-line tool
+(the benchmark, the timeline renderer), and importing its package is checked
+anyway. keras_callbacks is imported on the JAX backend, where it must not
+load TensorFlow; the host-call bridge must load no framework at all.
+"""
+
+import ast
+import concurrent.futures
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ["ring_strategy", "keras_callbacks"]
+# Frameworks a module must not load when imported.
+MUST_NOT_LOAD = {
+    "ring_strategy._host_call": ["tensorflow", "jax", "torch", "keras"],
+    "keras_callbacks": ["tensorflow"],
+}
+
+
+def _modules():
+    for package in PACKAGES:
+        for path in sorted((REPO_ROOT / package).rglob("*.py")):
+            parts = list(path.relative_to(REPO_ROOT).with_suffix("").parts)
+            if "__pycache__" in parts or parts[-1] == "__main__":
+                continue
+            if parts[-1] == "__init__":
+                parts.pop()
+            yield ".".join(parts)
+
+
+def _forbidden(module):
+    for prefix, frameworks in MUST_NOT_LOAD.items():
+        if module == prefix or module.startswith(prefix + "."):
+            return frameworks
+    return []
+
+
+def _import_alone(module):
+    code = f"import sys, {module}\nprint('loaded:', *sorted(m for m in {_forbidden(module)!r} if m in sys.modules))"
+    env = dict(os.environ, KERAS_BACKEND="jax", TF_CPP_MIN_LOG_LEVEL="3")
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180,
+                          cwd=REPO_ROOT, env=env)
+    if proc.returncode != 0:
+        return f"{module}: import failed\n{proc.stderr[-3000:]}"
+    loaded = proc.stdout.strip().splitlines()[-1].split()[1:] if proc.stdout.strip() else []
+    if loaded:
+        return f"{module}: importing it loads {', '.join(loaded)}"
+    return None
+
+
+def test_every_module_imports_alone_in_a_fresh_interpreter():
+    modules = list(_modules())
+    assert "ring_strategy.torch.autograd" in modules and "keras_callbacks._host" in modules, modules
+    # Two at a time, the slow ones (those that start TensorFlow, Lightning,
+    # Keras or torch) first so that the two workers finish together.
+    modules.sort(key=lambda m: not any(f in m for f in ("tensorflow", "lightning", "keras", "torch")))
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        problems = [p for p in pool.map(_import_alone, modules) if p]
+    assert not problems, "\n\n".join(problems)
+
+
+def _module_level_imports(path, module):
+    """Modules of PACKAGES that ``module`` imports when it is loaded (not in
+    functions, not under ``if TYPE_CHECKING``)."""
+    tree = ast.parse(path.read_text(), str(path))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = set()
+    stack = list(tree.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            stack.extend(node.orelse)
+        elif isinstance(node, (ast.If, ast.Try)):
+            stack.extend(node.body + node.orelse + getattr(node, "finalbody", []))
+            stack.extend(h for handler in getattr(node, "handlers", []) for h in handler.body)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return {m for m in found if m.split(".")[0] in PACKAGES}
+
+
+def test_no_import_cycle_between_modules():
+    paths = {}
+    for package in PACKAGES:
+        for path in (REPO_ROOT / package).rglob("*.py"):
+            parts = list(path.relative_to(REPO_ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            paths[".".join(parts)] = path
+    graph = {m: _module_level_imports(p, m) & set(paths) - {m} for m, p in paths.items()}
+    # A package's __init__ importing its own submodules is how packages work;
+    # a cycle is modules importing each other, whichever is imported first.
+    graph = {m: {d for d in deps if not m.startswith(d + ".")} for m, deps in graph.items()}
+    state, cycles = {}, []
+
+    def visit(m, trail):
+        state[m] = "open"
+        for d in sorted(graph[m]):
+            if state.get(d) == "open":
+                cycles.append(" -> ".join(trail[trail.index(d):] + [d]))
+            elif d not in state:
+                visit(d, trail + [d])
+        state[m] = "done"
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [m])
+    assert not cycles, "\n".join(cycles)
