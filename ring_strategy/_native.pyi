@@ -20,6 +20,8 @@ OP_ALLTOALL: int
 OP_REDUCESCATTER: int
 OP_BARRIER: int
 OP_JOIN: int
+NUM_OP_TYPES: int
+NUM_ERROR_KINDS: int
 DTYPES: dict[str, int]
 REDUCE_OPS: dict[str, int]
 

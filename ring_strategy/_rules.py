@@ -120,8 +120,10 @@ def alltoall_splits(splits: Any, rows: int, size: int) -> List[int]:
 
 def reducescatter_rows(rows: int, size: int, rank: int) -> int:
     """Rows of a reducescatter result on ``rank``: ``rows`` split as evenly as
-    possible, the lower ranks getting one extra row when it does not divide."""
-    return rows // size + (1 if rank < rows % size else 0)
+    possible, the lower ranks getting one extra row when it does not divide.
+    The engine's own rule (native/collectives/slices.h), so front ends size
+    their outputs exactly as the engine fills them."""
+    return _native.reducescatter_rows(rows, size, rank)
 
 
 def group_names(base: str, count: int, grouped: bool) -> List[str]:

@@ -160,6 +160,8 @@ void register_constants(nb::module_& m) {
   m.attr("OP_REDUCESCATTER") = int(ring::OpType::Reducescatter);
   m.attr("OP_BARRIER") = int(ring::OpType::Barrier);
   m.attr("OP_JOIN") = int(ring::OpType::Join);
+  m.attr("NUM_OP_TYPES") = ring::kNumOpTypes;
+  m.attr("NUM_ERROR_KINDS") = ring::kNumErrorKinds;  // kinds 0 .. NUM_ERROR_KINDS - 1 (common/error.h)
   nb::dict dtypes;
   for (int i = 0; i < ring::kNumDataTypes; ++i) dtypes[ring::dtype_name(static_cast<ring::DataType>(i))] = i;
   m.attr("DTYPES") = dtypes;

@@ -30,8 +30,8 @@ SHORT = settings(max_examples=150, deadline=timedelta(seconds=2), database=None,
 LONG = settings(max_examples=10_000, deadline=timedelta(seconds=2), database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 KINDS = ["request_list", "response_list", "handshake", "endpoint"]
-OP_TYPES = 7
-ERROR_KINDS = 6  # Internal .. Shutdown (native/common/error.h)
+OP_TYPES = _native.NUM_OP_TYPES  # allreduce .. join (engine/message.h)
+ERROR_KINDS = _native.NUM_ERROR_KINDS  # Internal .. Shutdown (native/common/error.h)
 DTYPES = sorted(_native.DTYPES.values())
 REDUCE_OPS = sorted(_native.REDUCE_OPS.values())
 
