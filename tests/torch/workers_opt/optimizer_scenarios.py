@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 import ring_strategy.torch as hvd
 from scenario_main import run_scenarios
-import ring_strategy.torch.optimizer as hvd_optimizer
+import ring_strategy.torch.grad_sync as grad_sync
 
 TOL = 1e-5
 STEPS = 4
@@ -95,24 +95,24 @@ def overlap():
     opt = hvd.DistributedOptimizer(make_sgd(model), named_parameters=model.named_parameters())
     first_weight = model[0].weight
     seen = []
-    real = hvd_optimizer.allreduce_async_
+    real = grad_sync.allreduce_async_
 
     def spy(tensor, *args, **kwargs):
         seen.append((kwargs.get("name"), first_weight.grad is None))
         return real(tensor, *args, **kwargs)
 
-    hvd_optimizer.allreduce_async_ = spy
+    grad_sync.allreduce_async_ = spy
     try:
         opt.zero_grad()
         F.mse_loss(model(torch.randn(B, IN)), torch.randn(B, OUT)).backward()
         if hvd.size() > 1:
-            assert len(opt._handles) == 4 and all(f is not None for f in opt._handles.values()), opt._handles
+            assert len(opt._sync.handles) == 4 and all(f is not None for f in opt._sync.handles.values()), opt._sync.handles
             assert seen and seen[0][1], f"no allreduce submitted before backward reached the first layer: {seen}"
         else:
-            assert not seen and not opt._handles
+            assert not seen and not opt._sync.handles
         opt.step()
     finally:
-        hvd_optimizer.allreduce_async_ = real
+        grad_sync.allreduce_async_ = real
 
 
 def passes2():
@@ -126,7 +126,7 @@ def passes2():
     opt.zero_grad()
     F.mse_loss(model(x), y).backward()
     if hvd.size() > 1:
-        assert opt._handles and all(f is None for f in opt._handles.values()), "sent before the last pass"
+        assert opt._sync.handles and all(f is None for f in opt._sync.handles.values()), "sent before the last pass"
         try:
             opt.zero_grad()
         except AssertionError as e:
@@ -135,7 +135,7 @@ def passes2():
             raise AssertionError("zero_grad between accumulation passes did not raise")
     F.mse_loss(model(x), y).backward()
     if hvd.size() > 1:
-        assert all(f is not None for f in opt._handles.values())
+        assert all(f is not None for f in opt._sync.handles.values())
         try:  # a third pass before step()
             F.mse_loss(model(x), y).backward()
         except AssertionError as e:
@@ -147,7 +147,7 @@ def passes2():
     opt.zero_grad()
     F.mse_loss(model(x), y).backward()
     opt.step()
-    assert not opt._handles
+    assert not opt._sync.handles
 
 
 def predivide():
@@ -166,12 +166,12 @@ def groups():
     """groups=int and groups=list fuse gradients and keep the result."""
     model, opt = train(groups=2)
     check_close(model, reference(), what="groups=2")
-    assert len(opt._ring_groups) == 2, opt._ring_groups
+    assert len(opt._sync.groups) == 2, opt._sync.groups
     model = make_model()
     params = list(model.parameters())
     opt = hvd.DistributedOptimizer(make_sgd(model), named_parameters=model.named_parameters(),
                                    groups=[[params[0], params[3]]])
-    assert sorted(len(g) for g in opt._ring_groups) == [1, 1, 2], opt._ring_groups
+    assert sorted(len(g) for g in opt._sync.groups) == [1, 1, 2], opt._sync.groups
     del opt
     check_close(train(make_groups=lambda ps: [[ps[0], ps[3]]])[0], reference(), what="groups=list")
     for bad in (0, -1, "2", [[torch.zeros(2)]]):
@@ -393,7 +393,7 @@ def validation():
     # Generated names are unique across param groups.
     opt = hvd.DistributedOptimizer(torch.optim.SGD([{"params": model[0].parameters()},
                                                     {"params": model[2].parameters(), "lr": 0.2}], lr=0.1))
-    assert len(set(opt._parameter_names.values())) == 4
+    assert len(set(opt._sync.names.values())) == 4
 
 
 SCENARIOS = {f.__name__: f for f in [
