@@ -16,7 +16,7 @@ pl = pytest.importorskip("pytorch_lightning")
 import torch  # noqa: E402
 
 from ring_strategy.lightning import RingStrategy  # noqa: E402
-from ring_strategy.lightning.strategy import _ring_op  # noqa: E402
+from ring_strategy.lightning._strategy_mixin import ring_op as _ring_op  # noqa: E402
 import ring_strategy.torch as rt  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
