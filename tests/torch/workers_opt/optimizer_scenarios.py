@@ -136,13 +136,26 @@ def passes2():
     F.mse_loss(model(x), y).backward()
     if hvd.size() > 1:
         assert all(f is not None for f in opt._sync.handles.values())
-        try:  # a third pass before step()
-            F.mse_loss(model(x), y).backward()
+        try:  # a third pass before step(), on different data on every rank
+            F.mse_loss(model(x + hvd.rank()), y).backward()
         except AssertionError as e:
             assert "backward_passes_per_step" in str(e), e
         else:
             raise AssertionError("a third backward pass did not raise")
-    opt.step()
+        # It raised before autograd accumulated into .grad (which the second
+        # pass's reduction may still be reading or writing): the gradients
+        # are the average of the two passes (the data is the same on every
+        # rank), nothing of the third.
+        opt.synchronize()
+        ref = make_model()
+        for _ in range(2):
+            F.mse_loss(ref(x), y).backward()
+        for p, q in zip(model.parameters(), ref.parameters()):
+            assert torch.allclose(p.grad, q.grad, atol=1e-6), "the failed pass changed .grad"
+        with opt.skip_synchronize():
+            opt.step()
+    else:
+        opt.step()
     # step() after fewer passes than backward_passes_per_step still averages.
     opt.zero_grad()
     F.mse_loss(model(x), y).backward()
