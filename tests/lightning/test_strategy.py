@@ -19,16 +19,15 @@ import torch  # noqa: E402
 from ring_strategy.lightning import RingStrategy  # noqa: E402
 from ring_strategy.lightning._strategy_mixin import ring_op as _ring_op  # noqa: E402
 import ring_strategy.torch as rt  # noqa: E402
-from tests.jobs import run_ringrun  # noqa: E402
+from tests.jobs import job_environment, run_job, run_ringrun  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[2]
 WORKERS = Path(__file__).parent / "workers"
 
 
 def _python(code: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RING_")}
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    """One plain Python process (no job) running ``code``."""
+    return subprocess.run([sys.executable, "-c", code], env=job_environment(drop_ring=True), capture_output=True,
+                          text=True, timeout=120)
 
 
 def test_import_registers_ring_before_and_after_lightning():
@@ -219,10 +218,9 @@ def test_gpu_accelerator_is_rejected():
 
 
 def test_one_rank_failing_ends_the_self_launched_job(tmp_path):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RING_") and k != "PYTHONUNBUFFERED"}
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    proc = subprocess.run([sys.executable, str(WORKERS / "failing_worker.py")], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=240, start_new_session=True)
+    base = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    proc = run_job([sys.executable, WORKERS / "failing_worker.py"], env=job_environment(base=base, drop_ring=True),
+                   cwd=tmp_path, timeout=240)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out[-8000:]
     # Both ranks write to the same stderr, each line whole.
