@@ -65,7 +65,7 @@ from ring_strategy.torch.mpi_ops import (
     synchronize,
 )
 
-__all__ = ["GradientSync", "check_passes", "is_active", "remove_hooks", "run_all"]
+__all__ = ["GradientSync", "check_passes", "is_active", "remove_hooks"]
 
 # Finishes one submitted reduction: waits for it and writes the result into
 # the parameters' .grad. Raises the operation's error.
@@ -90,7 +90,7 @@ def check_passes(passes: Any) -> None:
         raise ValueError(f"backward_passes_per_step should be a positive integer. Got: {passes!r}")
 
 
-def run_all(finishers: Sequence[Finisher]) -> None:
+def _run_all(finishers: Sequence[Finisher]) -> None:
     """Runs every finisher even when one fails, then raises the first error,
     so no reduction is left in flight."""
     error: Optional[BaseException] = None
@@ -179,7 +179,7 @@ class _Reducer:
                     _store(p, tensor, self.compression.decompress(output, ctx), was_sparse)
 
             finishers.append(finish_dense)
-        return lambda: run_all(finishers)
+        return lambda: _run_all(finishers)
 
     def _sparse(self, p: torch.Tensor, name: str) -> Finisher:
         """Sparse gradients travel as allgathered (indices, values) pairs."""
@@ -343,7 +343,7 @@ class GradientSync:
                 for p in self.hooks:
                     if self.handles.get(p) is None and p.requires_grad:
                         self.handles[p] = self._reducer.one(p, self.names[p])
-            run_all([f for f in self.handles.values() if f is not None])
+            _run_all([f for f in self.handles.values() if f is not None])
         finally:
             self.handles.clear()
             for group in self._group_counts:
@@ -367,7 +367,7 @@ class GradientSync:
         """Waits for the reductions already started, without starting others."""
         pending = [f for f in self.handles.values() if f is not None]
         self.handles = {}
-        run_all(pending)
+        _run_all(pending)
 
     @contextmanager
     def paused(self) -> Iterator[None]:
