@@ -22,6 +22,8 @@ import threading
 import time
 from typing import Mapping, Optional
 
+from ring_strategy._contracts import LAUNCHER_GRACE_SECONDS, LAUNCHER_PIPE
+
 __all__ = ["GRACE_SECONDS", "watch_launcher"]
 
 GRACE_SECONDS = 5.0
@@ -34,7 +36,7 @@ def _launcher_fd(environ: Mapping[str, str]) -> Optional[int]:
     (not started by ringrun, or a process that inherited the variable but
     not the pipe, whose descriptor number may now be another file)."""
     try:
-        fd_text, inode_text = environ.get("RING_LAUNCHER_PIPE", "").split(":")
+        fd_text, inode_text = environ.get(LAUNCHER_PIPE, "").split(":")
         fd, inode = int(fd_text), int(inode_text)
         st = os.fstat(fd)
     except (ValueError, OSError):
@@ -45,7 +47,7 @@ def _launcher_fd(environ: Mapping[str, str]) -> Optional[int]:
 def _grace_seconds(environ: Mapping[str, str]) -> float:
     """ringrun's grace period between SIGTERM and SIGKILL."""
     try:
-        grace = float(environ.get("RING_LAUNCHER_GRACE_SECONDS", GRACE_SECONDS))
+        grace = float(environ.get(LAUNCHER_GRACE_SECONDS, GRACE_SECONDS))
     except ValueError:
         return GRACE_SECONDS
     return grace if math.isfinite(grace) and grace >= 0 else GRACE_SECONDS

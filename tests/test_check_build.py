@@ -6,26 +6,21 @@ import importlib.util
 import os
 import re
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Dict, Optional
 
 import ring_strategy
 from ring_strategy.runner.check_build import FRAMEWORKS, installed_version
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from tests.jobs import run_ringrun
 
 
 def _check_build(extra_path: Optional[Path] = None, env: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess:
-    """Runs ``ringrun --check-build`` with ``extra_path`` (also the working directory) first on the path."""
-    paths = [str(p) for p in (extra_path, REPO_ROOT) if p is not None]
-    full_env = dict(os.environ, **(env or {}))
-    full_env["PYTHONPATH"] = os.pathsep.join(paths + [p for p in [full_env.get("PYTHONPATH")] if p])
-    return subprocess.run(
-        [sys.executable, "-m", "ring_strategy.runner.launch", "--check-build"],
-        capture_output=True, text=True, timeout=300, env=full_env, cwd=extra_path or REPO_ROOT,
-    )
+    """Runs ``ringrun --check-build`` with ``extra_path`` (also the working directory) on the path."""
+    extra = dict(env or {})
+    if extra_path is not None:
+        extra["PYTHONPATH"] = os.pathsep.join(p for p in (str(extra_path), os.environ.get("PYTHONPATH")) if p)
+    return run_ringrun(None, ["--check-build"], env=extra, timeout=300, cwd=extra_path)
 
 
 def _row(out: str, name: str) -> str:

@@ -8,21 +8,18 @@ from pathlib import Path
 
 import pytest
 
+from tests.jobs import job_environment, ringrun_command, run_ringrun, start_job
+
 HERE = Path(__file__).parent
 WORKERS = HERE / "workers"
-RINGRUN = str(Path(sys.executable).parent / "ringrun")
 SIZES = [1, 2, 3, 4]
 TRANSPORTS = ["shm", "tcp"]
 
 
 def ringrun(np_: int, args, transport="shm", timeout=300, extra_env=None):
-    env = dict(os.environ, RING_TRANSPORT=transport)
-    env.update(extra_env or {})
-    proc = subprocess.run(
-        [RINGRUN, "-np", str(np_), sys.executable, *map(str, args)],
-        env=env, capture_output=True, text=True, timeout=timeout,
-    )
-    return proc
+    """``ringrun -np NP python ARGS...`` over ``transport``."""
+    return run_ringrun(np_, [sys.executable, *args], env={"RING_TRANSPORT": transport, **(extra_env or {})},
+                       timeout=timeout)
 
 
 def assert_ok(proc, np_):
@@ -99,10 +96,9 @@ def test_ctrl_c_leaves_no_process_or_segment(transport):
     import time
 
     before = _ring_segments()
-    proc = subprocess.Popen(
-        [RINGRUN, "-np", "3", sys.executable, str(WORKERS / "scenarios.py"), "forever"],
-        env=dict(os.environ, RING_TRANSPORT=transport), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
+    # What Ctrl-C does is the test: the signal is sent here, not by tests.jobs.
+    proc = start_job(ringrun_command(3, [sys.executable, WORKERS / "scenarios.py", "forever"]),
+                     env=job_environment({"RING_TRANSPORT": transport}), merge_output=True)
     started = 0
     deadline = time.time() + 60
     while started < 3 and time.time() < deadline:

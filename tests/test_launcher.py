@@ -1,4 +1,9 @@
-"""Tests of ringrun with real processes and plain Python workers (no engine)."""
+"""Tests of ringrun with real processes and plain Python workers (no engine).
+
+Jobs start through :mod:`tests.jobs`; the tests of ringrun's own signal
+handling (SIGINT or SIGTERM to ringrun, ringrun killed) signal the process
+:func:`tests.jobs.start_job` returned themselves, since that is what they test.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,6 @@ import os
 import re
 import shutil
 import signal
-import subprocess
 import sys
 import textwrap
 import time
@@ -15,14 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.jobs import ringrun_command, run_job, run_ringrun, start_job
+
 PY = sys.executable
-REPO_ROOT = Path(__file__).resolve().parents[1]
-
-
-def _with_repo_on_path(env: dict) -> dict:
-    """Lets ringrun and its workers import ring_strategy from this checkout."""
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    return env
 
 
 def _script(code: str) -> list:
@@ -178,11 +177,7 @@ def test_signal_to_ringrun_leaves_no_process_behind(tmp_path, sig, code):
         os.rename(path + ".tmp", path)
         time.sleep(60)
     """)
-    cmd = [PY, "-m", "ring_strategy.runner.launch", "-np", "2", PY, "-c", worker]
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=_with_repo_on_path(dict(os.environ)), cwd=REPO_ROOT,
-    )
+    proc = start_job(ringrun_command(2, [PY, "-c", worker]))
     try:
         deadline = time.monotonic() + 20
         while not all((tmp_path / f"pids{r}").exists() for r in range(2)):
@@ -212,9 +207,7 @@ def _kill_ringrun(tmp_path, launcher_args, before_init="") -> float:
         os.rename(path + ".tmp", path)
         time.sleep(60)
     """)
-    cmd = [PY, "-m", "ring_strategy.runner.launch", "-np", "2", *launcher_args, PY, "-c", worker]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env=_with_repo_on_path(dict(os.environ)), cwd=REPO_ROOT)
+    proc = start_job(ringrun_command(2, [*launcher_args, PY, "-c", worker]))
     pids = []
     try:
         deadline = time.monotonic() + 60
@@ -424,11 +417,7 @@ def test_remote_start_command_line_has_no_secret():
 
 def test_slots_give_the_number_of_workers_without_np():
     code = "import os; print(os.environ['RING_SIZE'])"
-    result = subprocess.run(
-        [PY, "-m", "ring_strategy.runner.launch", "-H", "localhost:3", PY, "-c", code],
-        capture_output=True, text=True, timeout=60,
-        env=_with_repo_on_path(dict(os.environ)), cwd=REPO_ROOT,
-    )
+    result = run_ringrun(None, ["-H", "localhost:3", PY, "-c", code], timeout=60)
     assert result.returncode == 0, result.stderr
     assert sorted(result.stdout.split()) == ["3", "3", "3", "[0]", "[1]", "[2]"]
 
@@ -442,10 +431,9 @@ def test_bad_command_lines(ringrun):
 
 @pytest.mark.skipif(shutil.which("ringrun") is None, reason="ringrun is not installed")
 def test_console_script():
-    result = subprocess.run(
-        ["ringrun", "-np", "2", PY, "-c", "import os; print(os.environ['RING_RANK'])"],
-        capture_output=True, text=True, timeout=60, cwd=Path.home(),
-    )
+    # The installed script, with this process's environment as it is.
+    result = run_job(["ringrun", "-np", "2", PY, "-c", "import os; print(os.environ['RING_RANK'])"],
+                     env=dict(os.environ), cwd=Path.home(), timeout=60)
     assert result.returncode == 0, result.stderr
     assert sorted(result.stdout.splitlines()) == ["[0] 0", "[1] 1"]
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 import sys
 
-from tests.conftest import run_ringrun
+from tests.jobs import run_ringrun
 
 LINE = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6} ring rank (\d) (trace|debug|info|warning|error)\] ")
 

@@ -7,6 +7,7 @@ import dataclasses
 import os
 from typing import Callable, Optional, TypeVar
 
+from ring_strategy import _contracts as names
 from ring_strategy.environments.network import route_address
 
 __all__ = ["ClusterEnvironment", "Layout", "override"]
@@ -162,7 +163,7 @@ class ClusterEnvironment(abc.ABC):
         """
         if self.cross_size == 1:
             return "127.0.0.1"
-        explicit = os.environ.get("RING_ADVERTISE_HOST", "").strip()
+        explicit = os.environ.get(names.ADVERTISE_HOST, "").strip()
         if explicit:
             return explicit
         return route_address(self.rendezvous_address)

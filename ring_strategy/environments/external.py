@@ -28,6 +28,7 @@ import socket
 import warnings
 from typing import ClassVar, Mapping, Optional
 
+from ring_strategy import _contracts as names
 from ring_strategy.environments.base import ClusterEnvironment, Layout, override
 from ring_strategy.environments.network import is_local_address, is_loopback, split_address
 from ring_strategy.environments.ringrun import _secret
@@ -105,7 +106,7 @@ class ExternalLauncherEnvironment(ClusterEnvironment):
         layout = self._layout(env)
         layout.check(self.launcher)
         key = f"{self.launcher}|{self._job_key(env, layout)}"
-        explicit = _secret(env, "RING_SECRET", required=False)
+        explicit = _secret(env, names.SECRET, required=False)
         self._secret_derived = explicit is None
         super().__init__(
             layout,
@@ -147,12 +148,12 @@ class ExternalLauncherEnvironment(ClusterEnvironment):
     # -- derived values ---------------------------------------------------------
 
     def _read_address(self, env: Mapping[str, str], layout: Layout, key: str) -> str:
-        explicit = env.get("RING_RENDEZVOUS_ADDR", "").strip()
+        explicit = env.get(names.RENDEZVOUS_ADDR, "").strip()
         if explicit:
             try:
                 split_address(explicit)
             except ValueError:
-                raise ValueError(f"RING_RENDEZVOUS_ADDR should look like 'host:port'. Got: {explicit!r}") from None
+                raise ValueError(f"{names.RENDEZVOUS_ADDR} should look like 'host:port'. Got: {explicit!r}") from None
             return explicit
         port = read_int(env, "RING_RENDEZVOUS_PORT")
         if port is None:

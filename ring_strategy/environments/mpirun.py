@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import Mapping
 
+from ring_strategy import _contracts as names
 from ring_strategy.environments.base import override
 from ring_strategy.environments.external import ExternalLauncherEnvironment, Layout, read_int
 
@@ -97,7 +98,7 @@ class MpirunEnvironment(ExternalLauncherEnvironment):
         if not found:
             if layout.cross_size > 1:
                 # Only RING_RENDEZVOUS_ADDR can place such a job; it names the run.
-                found = [env.get("RING_RENDEZVOUS_ADDR", "")]
+                found = [env.get(names.RENDEZVOUS_ADDR, "")]
             else:
                 found = [f"ppid={os.getppid()}"]
         return "|".join([*found, str(layout.size)])
@@ -105,8 +106,8 @@ class MpirunEnvironment(ExternalLauncherEnvironment):
     @override
     def _rendezvous_host(self, env: Mapping[str, str]) -> str:
         raise ValueError(
-            "mpirun started this job on several hosts: export RING_RENDEZVOUS_ADDR=<rank 0's host>:<port> "
-            "to every rank (mpirun -x RING_RENDEZVOUS_ADDR ...)"
+            f"mpirun started this job on several hosts: export {names.RENDEZVOUS_ADDR}=<rank 0's host>:<port> "
+            f"to every rank (mpirun -x {names.RENDEZVOUS_ADDR} ...)"
         )
 
 

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import os
-import re
 import secrets
 import socket
 from typing import Mapping, Optional
 
+from ring_strategy import _contracts as names
 from ring_strategy.environments.base import ClusterEnvironment, Layout, override
 
 __all__ = ["RingrunEnvironment"]
-
-_JOB_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
 class RingrunEnvironment(ClusterEnvironment):
@@ -40,38 +38,36 @@ class RingrunEnvironment(ClusterEnvironment):
 
     def __init__(self, environ: Optional[Mapping[str, str]] = None) -> None:
         env = os.environ if environ is None else environ
-        size = _int(env, "RING_SIZE", minimum=1)
-        rank = _int(env, "RING_RANK", minimum=0, below=("RING_SIZE", size))
-        local_size = _int(env, "RING_LOCAL_SIZE", minimum=1, default=size)
+        size = _int(env, names.SIZE, minimum=1)
+        rank = _int(env, names.RANK, minimum=0, below=(names.SIZE, size))
+        local_size = _int(env, names.LOCAL_SIZE, minimum=1, default=size)
         if local_size > size:
-            raise ValueError(f"RING_LOCAL_SIZE should be at most RING_SIZE={size}. Got: {env.get('RING_LOCAL_SIZE')!r}")
-        local_rank = _int(env, "RING_LOCAL_RANK", minimum=0, default=rank, below=("RING_LOCAL_SIZE", local_size))
-        cross_size = _int(env, "RING_CROSS_SIZE", minimum=1, default=1)
-        cross_rank = _int(env, "RING_CROSS_RANK", minimum=0, default=0, below=("RING_CROSS_SIZE", cross_size))
+            raise ValueError(f"{names.LOCAL_SIZE} should be at most {names.SIZE}={size}. Got: {env.get(names.LOCAL_SIZE)!r}")
+        local_rank = _int(env, names.LOCAL_RANK, minimum=0, default=rank, below=(names.LOCAL_SIZE, local_size))
+        cross_size = _int(env, names.CROSS_SIZE, minimum=1, default=1)
+        cross_rank = _int(env, names.CROSS_RANK, minimum=0, default=0, below=(names.CROSS_SIZE, cross_size))
         needed = size > 1
         super().__init__(
             Layout(rank, size, local_rank, local_size, cross_rank, cross_size),
-            rendezvous_address=_address(env, "RING_RENDEZVOUS_ADDR", required=needed),
-            secret=_secret(env, "RING_SECRET", required=needed),
+            rendezvous_address=_address(env, names.RENDEZVOUS_ADDR, required=needed),
+            secret=_secret(env, names.SECRET, required=needed),
             job_id=_job_id(env, required=needed),
-            host_id=env.get("RING_HOSTNAME") or socket.gethostname(),
+            host_id=env.get(names.HOSTNAME) or socket.gethostname(),
         )
 
     @classmethod
     @override
     def detect(cls) -> bool:
-        return "RING_RANK" in os.environ or "RING_SIZE" in os.environ
+        return names.RANK in os.environ or names.SIZE in os.environ
 
 
 def _job_id(env: Mapping[str, str], *, required: bool) -> str:
-    job_id = env.get("RING_JOB_ID")
+    job_id = env.get(names.JOB_ID)
     if job_id is None:
         if required:
-            raise ValueError("RING_JOB_ID is not set; start the job with ringrun")
+            raise ValueError(f"{names.JOB_ID} is not set; start the job with ringrun")
         return secrets.token_hex(8)
-    if not _JOB_ID.match(job_id):
-        raise ValueError(f"RING_JOB_ID should be 1 to 64 letters, digits, '_' or '-'. Got: {job_id!r}")
-    return job_id
+    return names.check_job_id(job_id)
 
 
 def _int(

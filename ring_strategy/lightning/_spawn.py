@@ -16,7 +16,6 @@ a crashed worker left behind. Nothing here imports torch or Lightning.
 from __future__ import annotations
 
 import atexit
-import glob
 import os
 import secrets
 import signal
@@ -26,16 +25,15 @@ import sys
 import threading
 from typing import List, Optional, Sequence
 
-from ring_strategy.runner.launch import worker_environment
+from ring_strategy import _contracts as names
 from ring_strategy.runner.store import StoreServer
+from ring_strategy.runner.worker_env import worker_environment
 
 __all__ = ["child_command", "is_running", "signal_workers", "start_workers"]
 
 # Seconds rank 0 waits at exit for its children before it stops them.
 _EXIT_WAIT_SECONDS = 60.0
 _TERM_WAIT_SECONDS = 5.0
-# Same pattern as ringrun's: the engine's segments are /dev/shm/ring.<job id>*.
-_SHM_PATTERN = "/dev/shm/ring.{job_id}*"
 
 
 class _Job:
@@ -76,11 +74,7 @@ class _Job:
         if failed:
             print("ring_strategy.lightning: " + "; ".join(failed), file=sys.stderr, flush=True)
         self.server.stop()
-        for path in glob.glob(_SHM_PATTERN.format(job_id=self.job_id)):
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
+        names.remove_job_shm(self.job_id)
 
 
 _job: Optional[_Job] = None
@@ -126,7 +120,7 @@ def start_workers(size: int, command: Optional[Sequence[str]] = None, start_time
     """
     global _job
     with _lock:
-        if _job is not None or "RING_RANK" in os.environ:
+        if _job is not None or names.RANK in os.environ:
             raise RuntimeError("this process already belongs to a ring job; it cannot start another")
         cmd = list(command) if command is not None else child_command()
         secret = secrets.token_bytes(32)
@@ -157,7 +151,7 @@ def start_workers(size: int, command: Optional[Sequence[str]] = None, start_time
             server.stop()
             raise
         own = env_of(0)
-        os.environ.update({k: v for k, v in own.items() if k.startswith("RING_")})
+        os.environ.update({k: own[k] for k in names.WORKER_VARIABLES})
         _job = _Job(server, job_id, procs)
         atexit.register(_job.finish)
 

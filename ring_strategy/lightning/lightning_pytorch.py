@@ -1,27 +1,39 @@
-"""RingStrategy for the unified ``lightning`` package (``lightning.pytorch``).
+"""RingStrategy and RingEnvironment for the unified ``lightning`` package (``lightning.pytorch``).
 
 ``lightning.pytorch`` and ``pytorch_lightning`` ship the same code under two
 names, and their classes are distinct: a Trainer of one rejects a strategy
-built on the other's base class. Lightning produces the ``lightning`` package
-by renaming imports in the sources, and this module does the same with
-:mod:`ring_strategy.lightning.strategy`: it compiles that file's source with
-``pytorch_lightning`` read as ``lightning.pytorch`` and ``lightning_fabric``
-as ``lightning.fabric``. Importing it imports ``lightning``.
+built on the other's base classes. This module puts the strategy of
+:mod:`ring_strategy.lightning._strategy_mixin` and
+:mod:`ring_strategy.lightning._environment` on ``lightning.pytorch``'s base
+classes, as :mod:`ring_strategy.lightning.strategy` does on
+``pytorch_lightning``'s. Importing it imports ``lightning``.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+from lightning.fabric.plugins.environments.cluster_environment import ClusterEnvironment
+from lightning.fabric.utilities.optimizer import _optimizers_to_device
+from lightning.pytorch.accelerators import CPUAccelerator
+from lightning.pytorch.strategies.launchers.launcher import _Launcher
+from lightning.pytorch.strategies.parallel import ParallelStrategy
 
-_SOURCE = Path(__file__).with_name("strategy.py")
-_RENAMES = (("pytorch_lightning", "lightning.pytorch"), ("lightning_fabric", "lightning.fabric"))
+from ring_strategy.lightning._environment import RingEnvironmentMixin
+from ring_strategy.lightning._strategy_mixin import RingLauncherMixin, RingStrategyMixin
+
+__all__ = ["RingEnvironment", "RingStrategy"]
 
 
-def _compiled() -> object:
-    text = _SOURCE.read_text(encoding="utf-8")
-    for old, new in _RENAMES:
-        text = text.replace(old, new)
-    return compile(text, str(_SOURCE), "exec")
+class RingEnvironment(RingEnvironmentMixin, ClusterEnvironment):
+    __doc__ = RingEnvironmentMixin.__doc__
 
 
-exec(_compiled(), globals())  # defines RingEnvironment, RingStrategy, __all__
+class _RingLauncher(RingLauncherMixin, _Launcher):
+    __doc__ = RingLauncherMixin.__doc__
+
+
+class RingStrategy(RingStrategyMixin, ParallelStrategy):
+    __doc__ = RingStrategyMixin.__doc__
+    _environment_class = RingEnvironment
+    _launcher_class = _RingLauncher
+    _cpu_accelerator = CPUAccelerator
+    _optimizers_to_device = staticmethod(_optimizers_to_device)

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import glob
 import math
-import os
 import secrets
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set
 
+from ring_strategy._contracts import remove_job_shm
 from ring_strategy.ray.layout import Placement, place, placement_environment
 from ring_strategy.ray.worker import RingWorker
-from ring_strategy.runner.launch import DEFAULT_START_TIMEOUT_SECONDS, _SHM_PATTERN
+from ring_strategy.runner.launch import DEFAULT_START_TIMEOUT_SECONDS
 from ring_strategy.runner.store import StoreServer
 
 __all__ = ["RayExecutor"]
@@ -215,12 +214,8 @@ class RayExecutor:
             ray.util.remove_placement_group(self._placement_group)
         if self._store is not None:
             self._store.stop()
-        if self.job_id:
-            for path in glob.glob(_SHM_PATTERN.format(job_id=self.job_id)):
-                try:
-                    os.unlink(path)
-                except OSError:
-                    pass
+        if self.job_id:  # on the driver's node, where an actor that did not leave may have left some
+            remove_job_shm(self.job_id)
         self._actors, self._workers, self._placement_group, self._store = [], [], None, None
 
     def __enter__(self) -> RayExecutor:

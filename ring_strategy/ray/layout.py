@@ -3,7 +3,7 @@
 Ranks are contiguous per node, nodes in the order in which their first actor
 appears, so that ``local_rank`` and ``cross_rank`` mean what they mean under
 ``ringrun``. Each actor gets the ``RING_*`` variables ``ringrun`` gives a
-worker (:func:`ring_strategy.runner.launch.worker_environment`), with its own
+worker (:func:`ring_strategy.runner.worker_env.worker_environment`), with its own
 node's local and cross rank and size.
 """
 
@@ -12,7 +12,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Dict, List, Sequence, Tuple
 
-from ring_strategy.runner.launch import worker_environment
+from ring_strategy import _contracts as names
+from ring_strategy.runner.worker_env import worker_environment
 
 __all__ = ["Placement", "place", "placement_environment"]
 
@@ -87,11 +88,8 @@ def placement_environment(
     env = worker_environment(
         {}, rank=p.rank, size=size, rendezvous_address=rendezvous_address, secret=secret,
         job_id=job_id, start_timeout=start_timeout, hostname=p.node_id,
-    )
-    env.update(
-        RING_LOCAL_RANK=str(p.local_rank), RING_LOCAL_SIZE=str(p.local_size),
-        RING_CROSS_RANK=str(p.cross_rank), RING_CROSS_SIZE=str(p.cross_size),
+        local_rank=p.local_rank, local_size=p.local_size, cross_rank=p.cross_rank, cross_size=p.cross_size,
     )
     if p.cross_size > 1:  # peers on other nodes connect to this node's Ray address
-        env["RING_ADVERTISE_HOST"] = p.node_ip
+        env[names.ADVERTISE_HOST] = p.node_ip
     return env

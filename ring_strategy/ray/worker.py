@@ -6,11 +6,10 @@ here imports Ray or the native engine at import time.
 
 from __future__ import annotations
 
-import glob
 import os
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
-from ring_strategy.runner.launch import _SHM_PATTERN
+from ring_strategy._contracts import remove_job_shm
 
 __all__ = ["RingWorker"]
 
@@ -57,8 +56,4 @@ class RingWorker:
         try:
             basics.shutdown()
         finally:
-            for path in glob.glob(_SHM_PATTERN.format(job_id=job_id)):
-                try:
-                    os.unlink(path)
-                except OSError:
-                    pass
+            remove_job_shm(job_id)

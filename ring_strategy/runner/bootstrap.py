@@ -8,9 +8,11 @@ the whole protocol between ringrun and one host:
 ringrun -> host (stdin)
     One JSON line, the job spec: ``cwd``, ``command`` (argv), ``grace``
     (seconds between SIGTERM and SIGKILL), ``job_id``, ``interface`` (a network
-    interface whose IPv4 address the workers advertise, or null), ``env``
-    (variables for every worker) and ``workers`` (a list of ``{"rank": R,
-    "env": {...}}``). It holds the job secret, which is why it travels here
+    interface whose IPv4 address the workers advertise, or null) and
+    ``advertise_variable`` (the variable that tells them that address),
+    ``env`` (variables for every worker), ``workers`` (a list of ``{"rank": R,
+    "env": {...}}``) and ``shm_paths`` (the shared-memory files these ranks
+    create, removed when they have exited). It holds the job secret, which is why it travels here
     and never on a command line. Then any number of control lines: ``TERM``
     (SIGTERM to every worker's process group, SIGKILL after the grace period)
     or ``KILL`` (SIGKILL now). End of file, which is also what ringrun's death
@@ -28,7 +30,6 @@ updated by ``env`` and its own ``env``, its stdin on /dev/null.
 """
 
 import fcntl
-import glob
 import json
 import os
 import queue
@@ -126,7 +127,7 @@ class Host:
         env = dict(os.environ)
         env.update(self.spec["env"])
         if self.spec.get("interface"):
-            env["RING_ADVERTISE_HOST"] = interface_address(self.spec["interface"])
+            env[self.spec["advertise_variable"]] = interface_address(self.spec["interface"])
         return env
 
     def start(self, common):
@@ -202,7 +203,7 @@ class Host:
                     os.killpg(proc.pid, signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
                     pass
-        for path in glob.glob(f"/dev/shm/ring.{self.spec['job_id']}*"):
+        for path in self.spec["shm_paths"]:
             try:
                 os.unlink(path)
             except OSError:

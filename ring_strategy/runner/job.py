@@ -11,7 +11,6 @@ same way: SIGTERM, then SIGKILL after the grace period.
 from __future__ import annotations
 
 import dataclasses
-import glob
 import os
 import queue
 import secrets
@@ -23,6 +22,7 @@ import threading
 import time
 from typing import Dict, List, Optional, Tuple, Union
 
+from ring_strategy import _contracts as names
 from ring_strategy.environments.network import route_address
 from ring_strategy.runner.bootstrap import interface_address
 from ring_strategy.runner.hosts import HostRanks
@@ -31,10 +31,8 @@ from ring_strategy.runner.remote import RemoteWorkers, SshSettings, bootstrap_sp
 from ring_strategy.runner.store import StoreServer
 from ring_strategy.runner.worker_env import forwarded_environment, worker_environment
 
-__all__ = ["SHM_PATTERN", "Job", "JobPlan", "LocalWorkers"]
+__all__ = ["Job", "JobPlan", "LocalWorkers"]
 
-#: The engine names its shared-memory segments /dev/shm/ring.<job_id>[-suffix].<rank>
-SHM_PATTERN = "/dev/shm/ring.{job_id}*"
 _Events = "queue.SimpleQueue[Tuple[str, int, int]]"
 
 
@@ -130,7 +128,7 @@ class LocalWorkers:
         # have another file under the same number.
         pipe = f"{watch_read}:{os.fstat(watch_read).st_ino}"
         for rank, env in sorted(self.envs.items()):
-            env = dict(env, RING_LAUNCHER_PIPE=pipe, RING_LAUNCHER_GRACE_SECONDS=repr(self.grace))
+            env = dict(env, **{names.LAUNCHER_PIPE: pipe, names.LAUNCHER_GRACE_SECONDS: repr(self.grace)})
             try:
                 proc = subprocess.Popen(
                     self.command, env=env, stdin=subprocess.DEVNULL,
@@ -231,7 +229,7 @@ class Job:
             for sig, handler in old_handlers.items():
                 signal.signal(sig, handler)
             store.stop()
-            self._remove_shm()
+            names.remove_job_shm(self.job_id)  # what workers killed on this host left
 
     def _store_bind_host(self) -> str:
         """Loopback for a job on this machine only, else the interface's address or all."""
@@ -270,7 +268,7 @@ class Job:
                 cross_rank=host.cross_rank, cross_size=len(self.plan.hosts),
             )
             if not one_host and not self.plan.remote:
-                env["RING_ADVERTISE_HOST"] = "127.0.0.1"  # "hosts" that are all this machine
+                env[names.ADVERTISE_HOST] = "127.0.0.1"  # "hosts" that are all this machine
             envs[rank] = env
         return envs
 
@@ -281,7 +279,7 @@ class Job:
             if here:
                 base = dict(os.environ)
                 if self.plan.remote and self.plan.interface:
-                    base["RING_ADVERTISE_HOST"] = interface_address(self.plan.interface)
+                    base[names.ADVERTISE_HOST] = interface_address(self.plan.interface)
                 group = LocalWorkers(self.plan.command, self._environments(host, True, base, address),
                                      self.output, self.events, self.plan.grace)
             else:
@@ -353,10 +351,3 @@ class Job:
     def _kill_all(self, sig: int, only_live: bool = False) -> None:
         for group in self.groups:
             group.signal(sig, only_live)
-
-    def _remove_shm(self) -> None:
-        for path in glob.glob(SHM_PATTERN.format(job_id=self.job_id)):
-            try:
-                os.unlink(path)
-            except OSError:
-                pass

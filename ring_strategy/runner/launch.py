@@ -31,9 +31,9 @@ import shlex
 import sys
 from typing import List, Optional, Sequence
 
+from ring_strategy import _contracts as names
 from ring_strategy.launcher_watch import GRACE_SECONDS
 from ring_strategy.runner.hosts import HostSlots, assign_ranks, is_this_host, parse_hostfile, parse_hosts
-from ring_strategy.runner.job import SHM_PATTERN as _SHM_PATTERN  # noqa: F401 (the Ray executor's)
 from ring_strategy.runner.job import Job, JobPlan
 from ring_strategy.runner.remote import SshSettings
 from ring_strategy.runner.worker_env import worker_environment
@@ -141,11 +141,11 @@ def _hosts(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Optiona
 def _start_timeout(parser: argparse.ArgumentParser, given: Optional[float]) -> float:
     start_timeout = given
     if start_timeout is None:
-        raw = os.environ.get("RING_START_TIMEOUT", os.environ.get("HOROVOD_START_TIMEOUT"))
+        raw = os.environ.get(names.START_TIMEOUT, os.environ.get("HOROVOD_START_TIMEOUT"))
         try:
             start_timeout = float(raw) if raw else DEFAULT_START_TIMEOUT_SECONDS
         except ValueError:
-            parser.error(f"RING_START_TIMEOUT should be a number of seconds. Got: {raw!r}")
+            parser.error(f"{names.START_TIMEOUT} should be a number of seconds. Got: {raw!r}")
     if not (math.isfinite(start_timeout) and start_timeout > 0):
         parser.error(f"--start-timeout should be a positive number of seconds. Got: {start_timeout:g}")
     return start_timeout

@@ -23,6 +23,7 @@ import subprocess
 import threading
 from typing import IO, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
+from ring_strategy import _contracts as names
 from ring_strategy.runner.output import MAX_LINE_BYTES, Output, log as _log
 
 __all__ = ["REMOTE_LOADER", "RemoteWorkers", "SshSettings", "ssh_command"]
@@ -315,6 +316,7 @@ def bootstrap_spec(
     """
     return {
         "command": list(command), "cwd": cwd, "job_id": job_id, "grace": grace,
-        "interface": interface, "env": dict(env),
+        "interface": interface, "advertise_variable": names.ADVERTISE_HOST, "env": dict(env),
         "workers": [{"rank": r, "env": dict(e)} for r, e in sorted(workers.items())],
+        "shm_paths": names.shm_segment_paths(job_id, sorted(workers)),
     }

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 from typing import Dict, Mapping, Optional
 
+from ring_strategy import _contracts as names
+
 __all__ = ["forwarded_environment", "worker_environment"]
 
 # Variables that describe ringrun's host or login session, not the job: a
 # remote worker keeps its own host's values.
 _HOST_ONLY = frozenset({
     "_", "DBUS_SESSION_BUS_ADDRESS", "DISPLAY", "HOME", "HOSTNAME", "LOGNAME", "LS_COLORS",
-    "MAIL", "OLDPWD", "PS1", "PWD", "RING_ADVERTISE_HOST", "SHELL", "SHLVL", "TERM", "TMPDIR",
+    "MAIL", "OLDPWD", "PS1", "PWD", names.ADVERTISE_HOST, "SHELL", "SHLVL", "TERM", "TMPDIR",
     "USER", "XAUTHORITY",
 })
 _HOST_ONLY_PREFIXES = ("BASH_FUNC_", "SSH_", "XDG_")
@@ -62,21 +64,21 @@ def worker_environment(
         A new environment mapping.
     """
     env = dict(base)
-    env.update(
-        RING_RANK=str(rank),
-        RING_SIZE=str(size),
-        RING_LOCAL_RANK=str(rank if local_rank is None else local_rank),
-        RING_LOCAL_SIZE=str(size if local_size is None else local_size),
-        RING_CROSS_RANK=str(cross_rank),
-        RING_CROSS_SIZE=str(cross_size),
-        RING_RENDEZVOUS_ADDR=rendezvous_address,
-        RING_SECRET=secret.hex(),
-        RING_JOB_ID=job_id,
-        RING_HOSTNAME=hostname,
-        RING_START_TIMEOUT=f"{start_timeout:g}",
+    env.update({
+        names.RANK: str(rank),
+        names.SIZE: str(size),
+        names.LOCAL_RANK: str(rank if local_rank is None else local_rank),
+        names.LOCAL_SIZE: str(size if local_size is None else local_size),
+        names.CROSS_RANK: str(cross_rank),
+        names.CROSS_SIZE: str(cross_size),
+        names.RENDEZVOUS_ADDR: rendezvous_address,
+        names.SECRET: secret.hex(),
+        names.JOB_ID: names.check_job_id(job_id),
+        names.HOSTNAME: hostname,
+        names.START_TIMEOUT: f"{start_timeout:g}",
         # Prompt, whole lines from Python workers (and any Python they start).
-        PYTHONUNBUFFERED="1",
-    )
+        "PYTHONUNBUFFERED": "1",
+    })
     return env
 
 

@@ -9,7 +9,7 @@ import csv
 import sys
 from pathlib import Path
 
-from tests.conftest import run_ringrun
+from tests.jobs import run_ringrun
 
 WORKER = Path(__file__).with_name("worker.py")
 

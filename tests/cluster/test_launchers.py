@@ -7,7 +7,6 @@ the global batch and against each other. Rank 0 serves the rendezvous store.
 
 from __future__ import annotations
 
-import glob
 import os
 import re
 import shutil
@@ -19,26 +18,21 @@ from typing import Dict, List, Optional
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from ring_strategy._contracts import job_shm_paths
+from tests.jobs import job_environment, run_job
+
 WORKER = Path(__file__).with_name("train_worker.py")
 
 
 def _environment(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
     """This process's environment without launcher variables, this checkout on the path."""
     launcher = re.compile(r"^(RING_|OMPI_|PMIX?_|SLURM_|TORCHELASTIC_)|^(RANK|WORLD_SIZE|LOCAL_RANK|MASTER_ADDR|MASTER_PORT)$")
-    env = {k: v for k, v in os.environ.items() if not launcher.match(k)}
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    env["RING_START_TIMEOUT"] = "60"
-    env.update(extra or {})
-    return env
+    base = {k: v for k, v in os.environ.items() if not launcher.match(k)}
+    return job_environment({"RING_START_TIMEOUT": "60", **(extra or {})}, base=base)
 
 
 def _run(cmd: List[str], extra: Optional[Dict[str, str]] = None, timeout: float = 180) -> subprocess.CompletedProcess:
-    try:
-        return subprocess.run(cmd, cwd=REPO, env=_environment(extra), capture_output=True, text=True,
-                              timeout=timeout, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired as e:
-        pytest.fail(f"{' '.join(cmd)} timed out after {timeout:g} s\n{e.stdout}\n{e.stderr}", pytrace=False)
+    return run_job(cmd, env=_environment(extra), timeout=timeout)
 
 
 def _torchrun(*args: str) -> List[str]:
@@ -68,7 +62,7 @@ def _check_trained(proc: subprocess.CompletedProcess, environment: str) -> None:
     assert len(jobs) == 1, f"ranks disagree on the job id: {jobs}"
     job = jobs.pop()
     assert job.startswith(environment[: -len("Environment")].lower() + "-"), job
-    assert not glob.glob(f"/dev/shm/ring.{job}*"), "shared memory left behind"
+    assert not job_shm_paths(job), "shared memory left behind"
 
 
 def test_torchrun_trains_two_workers():

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 
 import ring_strategy.torch as hvd
 from ring_strategy.basics import _env
+from tests.workers.checks import identical_rows
 
 STEPS, ROWS, IN, OUT = 5, 4, 6, 3
 
@@ -52,8 +53,7 @@ def main() -> None:
     diff = (distributed - train(None, size)).abs().max().item()
     assert diff < 1e-5, f"rank {rank}: differs from the single-process run by {diff:g}"
     hvd.init()  # a second rendezvous in the same processes
-    gathered = hvd.allgather(distributed.unsqueeze(0))
-    assert all(torch.equal(gathered[0], row) for row in gathered), "replicas differ"
+    identical_rows(hvd.allgather(distributed.unsqueeze(0)))
     hvd.shutdown()
     # One write per line: the launcher merges both ranks' output.
     sys.stdout.write(f"{rank}: {type(env).__name__} ok job {env.job_id}\n")

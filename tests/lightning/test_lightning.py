@@ -5,44 +5,30 @@ workers/fit_worker.py); the tests below check what the ranks wrote."""
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List
+from typing import List
 
 import pytest
 
+from ring_strategy._contracts import job_shm_paths
+from tests.jobs import job_environment, ringrun_command, run_job
+
 pytest.importorskip("pytorch_lightning")
 
-REPO = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).parent / "workers" / "fit_worker.py"
 TIMEOUT = 300
 TOLERANCE = 1e-5
 
 
-def _env() -> Dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RING_")}
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
 def _run(cmd: List[str], cwd: Path) -> subprocess.CompletedProcess:
-    """Runs ``cmd`` in its own session; on timeout the whole session is killed."""
-    proc = subprocess.Popen(cmd, cwd=cwd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, errors="replace", start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        pytest.fail(f"{' '.join(cmd)} timed out after {TIMEOUT} s\n{out[-8000:]}", pytrace=False)
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, "")
+    """Runs the job ``cmd`` (stdout and stderr merged) without launcher variables of this process."""
+    return run_job(cmd, env=job_environment({"PYTHONUNBUFFERED": "1"}, drop_ring=True), cwd=cwd, timeout=TIMEOUT,
+                   merge_output=True)
 
 
 class Run:
@@ -67,8 +53,7 @@ def self_launched(tmp_path_factory) -> Run:
 @pytest.fixture(scope="module")
 def under_ringrun(tmp_path_factory) -> Run:
     out = tmp_path_factory.mktemp("ringrun")
-    cmd = [sys.executable, "-m", "ring_strategy.runner.launch", "-np", "2",
-           sys.executable, str(WORKER), "--devices", "2", "--out", str(out)]
+    cmd = ringrun_command(2, [sys.executable, WORKER, "--devices", "2", "--out", out])
     return Run(_run(cmd, out), out, 2)
 
 
@@ -146,6 +131,6 @@ def test_early_stopping_stops_every_rank_together(job):
 def test_self_launch_leaves_nothing_behind(self_launched):
     r0, r1 = self_launched.ranks
     assert r0["job_id"] and r0["job_id"] == r1["job_id"] and r0["job_id"].startswith("pl-")
-    assert not glob.glob(f"/dev/shm/ring.{r0['job_id']}*")
+    assert not job_shm_paths(r0["job_id"])
     with pytest.raises(ProcessLookupError):
         os.kill(r1["pid"], 0)  # rank 1 has exited (and was reaped by rank 0)

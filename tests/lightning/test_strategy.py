@@ -3,6 +3,7 @@ one in this process, and mismatched Trainers on two real workers."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -16,17 +17,17 @@ pl = pytest.importorskip("pytorch_lightning")
 import torch  # noqa: E402
 
 from ring_strategy.lightning import RingStrategy  # noqa: E402
-from ring_strategy.lightning.strategy import _ring_op  # noqa: E402
+from ring_strategy.lightning._strategy_mixin import ring_op as _ring_op  # noqa: E402
 import ring_strategy.torch as rt  # noqa: E402
+from tests.jobs import job_environment, run_job, run_ringrun  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[2]
 WORKERS = Path(__file__).parent / "workers"
 
 
 def _python(code: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RING_")}
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    """One plain Python process (no job) running ``code``."""
+    return subprocess.run([sys.executable, "-c", code], env=job_environment(drop_ring=True), capture_output=True,
+                          text=True, timeout=120)
 
 
 def test_import_registers_ring_before_and_after_lightning():
@@ -179,18 +180,33 @@ def test_strategy_instance_world_of_one(tmp_path):
     strategy.barrier()
 
 
-def test_devices_one_under_ringrun_then_mismatched_trainers_fail_on_every_rank():
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RING_")}
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    cmd = [sys.executable, "-m", "ring_strategy.runner.launch", "-np", "2",
-           sys.executable, str(WORKERS / "mismatch_worker.py")]
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-8000:]
+def _has(package: str) -> bool:
+    try:
+        return importlib.util.find_spec(package) is not None
+    except ImportError:
+        return False
+
+
+@pytest.mark.parametrize("package", ["pytorch_lightning", "lightning.pytorch"])
+def test_jobs_under_ringrun_fit_and_fail_on_every_rank(package):
+    """devices=1 fits, accumulation done right, LBFGS; a second averaged
+    backward pass before a step and mismatched Trainers fail on every rank
+    with a clear error. With each Lightning package."""
+    if not _has(package):
+        pytest.skip(f"{package} is not installed")
+    result = run_ringrun(2, [sys.executable, WORKERS / "ringrun_worker.py", package], timeout=240, drop_ring=True)
+    out = result.stdout + result.stderr[-4000:]
+    assert result.returncode == 0, out
     for r in (0, 1):
         # 16 samples, 2 ranks, batch 4: 2 steps each
-        assert f"[{r}] rank {r}: devices=1 world=2 steps=2 same=True" in proc.stdout, proc.stdout + proc.stderr[-4000:]
+        assert f"[{r}] rank {r}: devices=1 world=2 steps=2 same=True" in result.stdout, out
+        assert f"[{r}] rank {r}: manual accumulation steps=2 same=True" in result.stdout, out
+        assert f"[{r}] rank {r}: lbfgs steps=2 same=True" in result.stdout, out
+        assert (f"[{r}] rank {r}: two backward passes: error: RingStrategy: a parameter's gradient was "
+                "averaged in a second backward pass before the optimizer step") in result.stdout, out
+        assert "Trainer(accumulate_grad_batches=N)" in result.stdout and "block_backward_sync()" in result.stdout
         assert (f"[{r}] rank {r}: error: RingStrategy: the ranks' Trainer settings differ: "
-                "max_epochs: rank 0=1, rank 1=2") in proc.stdout, proc.stdout + proc.stderr[-4000:]
+                "max_epochs: rank 0=1, rank 1=2") in result.stdout, out
 
 
 def test_gpu_accelerator_is_rejected():
@@ -202,10 +218,9 @@ def test_gpu_accelerator_is_rejected():
 
 
 def test_one_rank_failing_ends_the_self_launched_job(tmp_path):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RING_") and k != "PYTHONUNBUFFERED"}
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    proc = subprocess.run([sys.executable, str(WORKERS / "failing_worker.py")], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=240, start_new_session=True)
+    base = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    proc = run_job([sys.executable, WORKERS / "failing_worker.py"], env=job_environment(base=base, drop_ring=True),
+                   cwd=tmp_path, timeout=240)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out[-8000:]
     # Both ranks write to the same stderr, each line whole.

@@ -1,5 +1,5 @@
-"""Running real ``ringrun`` jobs for the reliability tests and checking what
-they leave behind.
+"""Running real ``ringrun`` jobs for the reliability tests (through
+:mod:`tests.jobs`) and checking what they leave behind.
 
 A job runs ``ringrun -v`` (its first line names the job id, which names the
 job's shared-memory segments) with a unique tag appended to the worker's
@@ -19,7 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from ring_strategy._contracts import job_shm_paths
+from tests.jobs import finish_job, job_environment, ringrun_command, start_job
+
+__all__ = ["WORKERS", "Caught", "JobResult", "finish", "job_environment", "run_job", "start_job_tagged"]
+
 WORKERS = Path(__file__).resolve().parent / "workers"
 _JOB_LINE = re.compile(r"^ringrun: job ([0-9a-f]+):", re.M)
 _CAUGHT = re.compile(r"^\[(\d+)\] rank (\d+) caught (\w+) at ([\d.]+): (.*)$", re.M)
@@ -65,11 +69,6 @@ class JobResult:
         return f"[ringrun exit code {self.returncode}]\n{self.output[-n:]}"
 
 
-def ring_segments(job_id: str) -> List[str]:
-    """The job's shared-memory segments that still exist."""
-    return sorted(p.name for p in Path("/dev/shm").glob(f"ring.{job_id}*"))
-
-
 def processes_with(tag: str) -> List[str]:
     """Command lines of live processes whose command line contains ``tag``."""
     found = []
@@ -96,60 +95,31 @@ def wait_gone(tag: str, seconds: float = 5.0) -> List[str]:
         time.sleep(0.1)
 
 
-def job_environment(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
-    """This process's environment with this checkout importable and ``extra`` on top."""
-    env = dict(os.environ)
-    env.update(extra or {})
-    parts = [str(REPO_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(parts))
-    return env
-
-
-def ringrun_command(np_: int, worker_args: Sequence[str], tag: str, grace: float = 5.0) -> List[str]:
-    """``ringrun -v -np N --grace-period G python WORKER_ARGS... TAG`` as an argv list."""
-    return [sys.executable, "-m", "ring_strategy.runner.launch", "-v", "-np", str(np_),
-            "--grace-period", f"{grace:g}", sys.executable, *map(str, worker_args), tag]
-
-
-def new_tag() -> str:
-    """A string unique to one job, appended to its workers' command lines."""
-    return f"reliability-tag-{uuid.uuid4().hex[:12]}"
-
-
 def finish(proc: subprocess.Popen, tag: str, timeout: float) -> JobResult:
-    """Waits for a started ringrun (stdout and stderr merged) and collects what it left behind.
+    """Waits for a job from :func:`start_job_tagged` and collects what it left behind.
 
-    On timeout ringrun gets SIGTERM, then SIGKILL; the output then ends with a
-    line saying so, and the caller's assertions fail on it.
+    On timeout the job is stopped as every job of the suite is
+    (:func:`tests.jobs.finish_job`); the output then ends with a line saying
+    so, and the caller's assertions fail on it.
     """
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.terminate()
-        try:
-            out, _ = proc.communicate(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, _ = proc.communicate()
-        out += f"\n[the test stopped ringrun after {timeout:g} s]"
-    m = _JOB_LINE.search(out)
+    done = finish_job(proc, timeout, fail_on_timeout=False)
+    m = _JOB_LINE.search(done.stdout)
     job_id = m[1] if m else None
-    return JobResult(proc.returncode, out, job_id, wait_gone(tag), ring_segments(job_id) if job_id else [])
+    segments = [os.path.basename(p) for p in job_shm_paths(job_id)] if job_id else []
+    return JobResult(done.returncode, done.stdout, job_id, wait_gone(tag), segments)
 
 
-def start_job(np_: int, worker_args: Sequence[str], env: Optional[Dict[str, str]] = None,
-              grace: float = 5.0) -> Tuple[subprocess.Popen, str]:
-    """Starts ``ringrun -np N python WORKER_ARGS... TAG``; returns the process and TAG."""
-    tag = new_tag()
-    proc = subprocess.Popen(
-        ringrun_command(np_, worker_args, tag, grace), env=job_environment(env), cwd=str(REPO_ROOT),
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
-    )
-    return proc, tag
+def start_job_tagged(np_: int, worker_args: Sequence[object], env: Optional[Dict[str, str]] = None,
+                     grace: float = 5.0) -> Tuple[subprocess.Popen, str]:
+    """Starts ``ringrun -v -np N --grace-period G python WORKER_ARGS... TAG``
+    (stdout and stderr merged); returns the process and TAG."""
+    tag = f"reliability-tag-{uuid.uuid4().hex[:12]}"
+    args = ["-v", "--grace-period", f"{grace:g}", sys.executable, *worker_args, tag]
+    return start_job(ringrun_command(np_, args), env=job_environment(env), merge_output=True), tag
 
 
-def run_job(np_: int, worker_args: Sequence[str], env: Optional[Dict[str, str]] = None,
+def run_job(np_: int, worker_args: Sequence[object], env: Optional[Dict[str, str]] = None,
             timeout: float = 120, grace: float = 5.0) -> JobResult:
-    """Runs a job to its end; see :func:`start_job` and :func:`finish`."""
-    proc, tag = start_job(np_, worker_args, env, grace)
+    """Runs a job to its end; see :func:`start_job_tagged` and :func:`finish`."""
+    proc, tag = start_job_tagged(np_, worker_args, env, grace)
     return finish(proc, tag, timeout)

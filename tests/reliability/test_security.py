@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Set
 
 import pytest
-from reliability_jobs import WORKERS, JobResult, finish, start_job
+from reliability_jobs import WORKERS, JobResult, finish, start_job_tagged
 from reliability_net import (Listener, all_command_lines, closed_by_peer, dial, environment, job_listeners,
                              job_processes, mac, recv_exact, start_handshake)
 
@@ -219,7 +219,7 @@ def _attack(transport: str) -> Findings:
     """Runs the job on ``transport`` and every attack on it."""
     findings = Findings()
     gate = Path(tempfile.mkdtemp(prefix="ring-security-"))
-    proc, tag = start_job(NP, [WORKER, gate], env={"RING_TRANSPORT": transport})
+    proc, tag = start_job_tagged(NP, [WORKER, gate], env={"RING_TRANSPORT": transport})
     try:
         parked = _setup_phase(findings, tag, transport, gate)
         (gate / "connect").touch()

@@ -3,21 +3,15 @@ replicas identical (the example asserts it)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.jobs import REPO_ROOT, run_ringrun
 
 
 def test_tensorflow_synthetic_example():
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RING_")}
-    env.update(TF_CPP_MIN_LOG_LEVEL="2", OMP_NUM_THREADS="1")
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    cmd = [sys.executable, "-m", "ring_strategy.runner.launch", "-np", "2", sys.executable,
-           str(REPO / "examples" / "tensorflow_synthetic.py"), "--steps", "60"]
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
+    env = {"TF_CPP_MIN_LOG_LEVEL": "2", "OMP_NUM_THREADS": "1"}
+    proc = run_ringrun(2, [sys.executable, REPO_ROOT / "examples" / "tensorflow_synthetic.py", "--steps", "60"],
+                       env=env, timeout=180, drop_ring=True)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-6000:]
     assert "60 steps in" in out, out[-6000:]

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import REPO_ROOT, run_ringrun
+from tests.jobs import REPO_ROOT, run_ringrun
 from ring_strategy.timeline import load, phases
 
 WORKER = Path(__file__).with_name("worker.py")

@@ -11,6 +11,7 @@ import ml_dtypes
 import numpy as np
 
 import ring_strategy as rs
+from tests.workers.checks import close, equal
 
 DTYPES = ["uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64", "bool"]
 OPS = {"Sum": rs.Sum, "Average": rs.Average, "Min": rs.Min, "Max": rs.Max, "Product": rs.Product}
@@ -56,17 +57,14 @@ def reference_allreduce(name, op, count, n):
 
 
 def check(label, got, want, tol=0.0):
-    got = np.asarray(got)
-    want = np.asarray(want)
-    if got.shape != want.shape or got.dtype != want.dtype:
-        failures.append(f"{label}: shape/dtype {got.shape} {got.dtype} != {want.shape} {want.dtype}")
-        return
-    if tol:
-        ok = np.allclose(got.astype(np.float64), want.astype(np.float64), rtol=tol, atol=tol)
-    else:
-        ok = np.array_equal(got, want)
-    if not ok:
-        failures.append(f"{label}: values differ, got {got.reshape(-1)[:5]} want {want.reshape(-1)[:5]}")
+    """Records a failure rather than raising, so that one run lists every broken case."""
+    try:
+        if tol:
+            close(got, want, label, rtol=tol, atol=tol)
+        else:
+            equal(got, want, label)
+    except AssertionError as e:
+        failures.append(str(e))
 
 
 def test_allreduce(n, me):

@@ -11,32 +11,20 @@ from __future__ import annotations
 import gc
 import re
 import sys
-import traceback
-from typing import Any, Callable, List, Tuple, Type
+from typing import Any, Callable, List, Tuple
 
 import numpy as np
 
 import ring_strategy as rs
+from tests.workers.checks import equal, raises, run_scenarios
 
 N = ME = 0
 
 
-def raises(cls: Type[BaseException], call: Callable[[], Any], *needles: str) -> str:
-    """Runs ``call``; it must raise ``cls`` with every needle in its message."""
-    try:
-        got = call()
-    except cls as e:
-        msg = str(e)
-        missing = [s for s in needles if s not in msg]
-        assert not missing, f"{cls.__name__} without {missing}: {msg}"
-        return msg
-    raise AssertionError(f"no {cls.__name__} (returned {got!r})")
-
-
 def engine_works(label: str) -> None:
     """An allreduce after an error gives the right answer."""
-    got = rs.allreduce(np.ones(3, np.float32), op=rs.Sum, name=f"works.after.{label}")
-    assert np.array_equal(got, np.full(3, N, np.float32)), (label, got)
+    equal(rs.allreduce(np.ones(3, np.float32), op=rs.Sum, name=f"works.after.{label}"), np.full(3, N, np.float32),
+          f"works after {label}")
 
 
 def _mismatch_cases() -> List[Tuple[str, str, Callable[[], Any], Callable[[int], str]]]:
@@ -71,7 +59,7 @@ def mismatch_values() -> None:
     """Every rank gets a MismatchError naming the tensor, the field, every
     rank and each rank's value; the engine goes on."""
     for name, field, call, value_of in _mismatch_cases():
-        msg = raises(rs.MismatchError, call, f"'{name}'", field)
+        msg = str(raises(rs.MismatchError, call, f"'{name}'", field))
         for r in range(N):
             assert re.search(rf"\brank[s]?\b[^:;]*\b{r}\b", msg), f"{name}: rank {r} not named: {msg}"
             assert value_of(r) in msg, f"{name}: value {value_of(r)!r} of rank {r} not shown: {msg}"
@@ -96,10 +84,6 @@ def alltoall_splits() -> None:
     engine_works("alltoall")
 
 
-def _check(label: str, got: np.ndarray, want: np.ndarray) -> None:
-    assert got.shape == want.shape and np.array_equal(got, want), (label, got, want)
-
-
 def non_contiguous() -> None:
     """Strided, transposed, reversed and Fortran-ordered inputs give the
     same results as their contiguous copies, and stay untouched."""
@@ -109,15 +93,15 @@ def non_contiguous() -> None:
     for label, x in views.items():
         before = x.copy()
         want_sum = sum(np.ascontiguousarray(x) - ME + r for r in range(N))
-        _check(label, rs.allreduce(x, op=rs.Sum, name=f"nc.ar.{label}"), want_sum)
+        equal(rs.allreduce(x, op=rs.Sum, name=f"nc.ar.{label}"), want_sum, label)
         gathered = np.concatenate([np.ascontiguousarray(x) - ME + r for r in range(N)])
-        _check(label, rs.allgather(x, name=f"nc.ag.{label}"), gathered)
-        _check(label, rs.broadcast(x, root_rank=N - 1, name=f"nc.bc.{label}"), np.ascontiguousarray(x) - ME + N - 1)
+        equal(rs.allgather(x, name=f"nc.ag.{label}"), gathered, label)
+        equal(rs.broadcast(x, root_rank=N - 1, name=f"nc.bc.{label}"), np.ascontiguousarray(x) - ME + N - 1, label)
         assert np.array_equal(x, before), f"{label}: input modified"
     rows = base.T[: 2 * N]  # 2 rows per rank, strided
     got = rs.alltoall(rows, name="nc.a2a")
     want = np.concatenate([np.ascontiguousarray(rows[2 * ME: 2 * ME + 2]) - ME + r for r in range(N)])
-    _check("alltoall", got, want)
+    equal(got, want, "alltoall")
     engine_works("non_contiguous")
 
 
@@ -126,16 +110,16 @@ def zero_size() -> None:
     for shape in [(0,), (0, 3), (3, 0), (2, 0, 4)]:
         x = np.zeros(shape, np.float32)
         for op in (rs.Sum, rs.Average, rs.Min, rs.Max, rs.Product):
-            _check(f"allreduce{shape}", rs.allreduce(x, op=op, name=f"z.ar.{shape}.{op}"), x)
-        _check(f"broadcast{shape}", rs.broadcast(x, root_rank=N - 1, name=f"z.bc.{shape}"), x)
+            equal(rs.allreduce(x, op=op, name=f"z.ar.{shape}.{op}"), x, f"allreduce{shape}")
+        equal(rs.broadcast(x, root_rank=N - 1, name=f"z.bc.{shape}"), x, f"broadcast{shape}")
     # Rank 0 has no rows to gather; the others have one each.
     got = rs.allgather(np.full((0 if ME == 0 else 1, 2), ME, np.int32), name="z.ag")
-    _check("allgather", got, np.array([[r, r] for r in range(1, N)], np.int32).reshape(-1, 2))
+    equal(got, np.array([[r, r] for r in range(1, N)], np.int32).reshape(-1, 2), "allgather")
     out, received = rs.alltoall(np.zeros((0, 2), np.float32), splits=[0] * N, name="z.a2a")
     assert out.shape == (0, 2) and received.tolist() == [0] * N, (out.shape, received)
     # Fewer rows than ranks: the last ranks get empty blocks.
     got = rs.reducescatter(np.ones((1, 2), np.float32), op=rs.Sum, name="z.rs")
-    _check("reducescatter", got, np.full((1 if ME == 0 else 0, 2), N, np.float32))
+    equal(got, np.full((1 if ME == 0 else 0, 2), N, np.float32), "reducescatter")
     engine_works("zero_size")
 
 
@@ -159,8 +143,8 @@ def duplicate_names() -> None:
     h = rs.allreduce_async(np.ones(2, np.float32), op=rs.Sum, name="dup.any")
     raises(rs.BadArgumentError, lambda: rs.allgather_async(np.ones(2), name="dup.any"), "dup.any", "in flight")
     raises(rs.BadArgumentError, lambda: rs.broadcast_async(np.ones(2), 0, name="dup.any"), "in flight")
-    _check("dup", rs.synchronize(h), np.full(2, N, np.float32))
-    _check("reuse", rs.allgather(np.ones(1), name="dup.any"), np.ones(N))  # free again
+    equal(rs.synchronize(h), np.full(2, N, np.float32), "dup")
+    equal(rs.allgather(np.ones(1), name="dup.any"), np.ones(N), "reuse")  # free again
     engine_works("duplicate_names")
 
 
@@ -229,13 +213,7 @@ def main() -> None:
     global N, ME
     rs.init()
     N, ME = rs.size(), rs.rank()
-    for scenario in [a for a in sys.argv[1:] if a in globals()]:
-        try:
-            globals()[scenario]()
-            print(f"{ME}: {scenario} ok", flush=True)
-        except Exception as e:  # report and go on with the next scenario
-            traceback.print_exc()
-            print(f"{ME}: {scenario} FAILED: {type(e).__name__}: {e}", flush=True)
+    run_scenarios(globals(), [a for a in sys.argv[1:] if a in globals()], ME)
     rs.shutdown()
 
 

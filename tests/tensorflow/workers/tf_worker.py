@@ -6,21 +6,12 @@ Usage: tf_worker.py SCENARIO...
 """
 
 import sys
-import time
 
 import numpy as np
 import tensorflow as tf
 
 import ring_strategy.tensorflow as hvd
-
-
-def check(a, b, tol=0.0):
-    a, b = np.asarray(a), np.asarray(b)
-    assert a.shape == b.shape, (a.shape, b.shape)
-    if tol:
-        np.testing.assert_allclose(a.astype(np.float64), b.astype(np.float64), rtol=tol, atol=tol)
-    else:
-        np.testing.assert_array_equal(a, b)
+from tests.workers.checks import close, equal, identical_rows, raises, run_scenarios
 
 
 def ops_cases():
@@ -73,11 +64,11 @@ def ops_checks(run):
     results = run(compute)
     assert len(results) == len(expected)
     for got, (want, tol) in zip(results, expected):
-        if isinstance(want, list):
-            for g, w in zip(got, want):
-                check(g, w, tol)
-        else:
-            check(got, want, tol)
+        for g, w in zip(got, want) if isinstance(want, list) else [(got, want)]:
+            if tol:
+                close(g, w, rtol=tol, atol=tol, dtype=False)
+            else:
+                equal(g, w, dtype=False)
 
 
 def scenario_eager_ops():
@@ -104,7 +95,7 @@ def scenario_gradients():
     got = grads(tf.ones([2]))
     # d/dx: allreduce Sum grad = n * (r+1); allgather: summed 2*n; broadcast: 3*n on root, 0 elsewhere.
     expected = n * (r + 1) + 2 * n + (3 * n if r == 0 else 0)
-    check(got, np.full(2, expected, np.float32))
+    equal(got, np.full(2, expected, np.float32))
 
 
 def scenario_broadcast_helpers():
@@ -112,15 +103,15 @@ def scenario_broadcast_helpers():
     v = tf.Variable(tf.fill([3], float(r)))
     w = tf.Variable(tf.fill([2, 2], r), dtype=tf.int32)
     hvd.broadcast_variables([v, w], root_rank=1)
-    check(v, np.full(3, 1.0, np.float32))
-    check(w, np.full((2, 2), 1, np.int32))
+    equal(v, np.full(3, 1.0, np.float32))
+    equal(w, np.full((2, 2), 1, np.int32))
     v2 = tf.Variable(tf.fill([2], float(r)))
     @tf.function
     def bcast():
         hvd.broadcast_variables([v2], root_rank=0)
 
     bcast()
-    check(v2, np.zeros(2, np.float32))
+    equal(v2, np.zeros(2, np.float32))
     obj = hvd.broadcast_object({"rank": r, "data": list(range(r + 3))}, root_rank=1)
     assert obj == {"rank": 1, "data": [0, 1, 2, 3]}, obj
     assert hvd.allgather_object(("r", r)) == [("r", q) for q in range(hvd.size())]
@@ -134,18 +125,9 @@ def scenario_errors():
         (lambda: hvd.DistributedGradientTape("tape"), "Got: 'tape'"),
         (lambda: hvd.allreduce(tf.ones(2), process_set="x"), "Got: 'x'"),
     ]:
-        try:
-            call()
-        except (ValueError, NotImplementedError) as e:
-            assert text in str(e), (text, str(e))
-        else:
-            raise AssertionError(f"no error for {text}")
-    try:
-        tf.function(lambda t: hvd.allreduce(t), jit_compile=True)(tf.ones(2))
-    except Exception as e:  # noqa: BLE001
-        assert "jit_compile=False" in str(e), str(e)[-2000:]
-    else:
-        raise AssertionError("no error under jit_compile=True")
+        raises((ValueError, NotImplementedError), call, text)
+    raises(Exception, lambda: tf.function(lambda t: hvd.allreduce(t), jit_compile=True)(tf.ones(2)),
+           "jit_compile=False")
 
 
 def _model_and_data():
@@ -189,8 +171,7 @@ def scenario_gradient_tape():
     xs, ys = x[r::n], y[r::n]
     got = _train(variables, xs, ys, batch=8 // n, distributed=True, steps_per_epoch=len(xs) // (8 // n))
     flat = np.concatenate([g.ravel() for g in got])
-    gathered = hvd.allgather(tf.constant(flat[None])).numpy()
-    assert all(np.array_equal(gathered[0], g) for g in gathered), "replicas differ"
+    identical_rows(hvd.allgather(tf.constant(flat[None])))
     _, _, ref_vars = _model_and_data()
     ref = _train(ref_vars, x, y, batch=8, distributed=False, steps_per_epoch=len(x) // 8)
     diff = max(np.abs(a - b).max() for a, b in zip(got, ref))
@@ -200,14 +181,12 @@ def scenario_gradient_tape():
     with tf.GradientTape() as tape:
         loss = tf.reduce_sum(w * float(r + 1))
     g, = hvd.DistributedGradientTape(tape, compression=hvd.Compression.bf16).gradient(loss, [w])
-    check(g, np.full(3, (n + 1) / 2, np.float32))
+    equal(g, np.full(3, (n + 1) / 2, np.float32))
     print(f"{r}: max diff to single process {diff:.2g}", flush=True)
 
 
 if __name__ == "__main__":
     hvd.init()
-    for name in sys.argv[1:]:
-        t0 = time.time()
-        globals()[f"scenario_{name}"]()
-        print(f"{hvd.rank()}: {name} ok ({time.time() - t0:.1f} s)", flush=True)
+    scenarios = {name[len("scenario_"):]: f for name, f in list(globals().items()) if name.startswith("scenario_")}
+    run_scenarios(scenarios, sys.argv[1:], hvd.rank(), stop_at_failure=True)
     hvd.shutdown()

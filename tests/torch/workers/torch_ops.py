@@ -1,19 +1,18 @@
 """ring_strategy.torch collectives on real workers: `python torch_ops.py SCENARIO...`.
 
 Each scenario runs on every rank and prints "<rank>: <scenario> ok" when its
-checks pass. The first failure prints its traceback and exits at once (ringrun
-then stops the other ranks), so a broken scenario cannot leave ranks waiting
-on each other's collectives.
+checks pass (tests/workers/checks.py). The first failure prints its traceback
+and exits at once (ringrun then stops the other ranks), so a broken scenario
+cannot leave ranks waiting on each other's collectives.
 """
 
-import os
 import sys
-import traceback
 import warnings
 
 import torch
 
 import ring_strategy.torch as hvd
+from tests.workers.checks import close, equal, raises, run_scenarios
 
 N = ME = 0
 
@@ -50,31 +49,6 @@ def reduce_expected(op, xs, dtype):
     return red.to(dtype)
 
 
-def same(a, b, what):
-    assert a.dtype == b.dtype, (what, a.dtype, b.dtype)
-    assert a.shape == b.shape, (what, a.shape, b.shape)
-    assert torch.equal(a, b), (what, a, b)
-
-
-def close(a, b, what, rtol=1e-6):
-    """Equal up to rounding: for results that divide (Average) or go through 16 bits."""
-    assert a.dtype == b.dtype, (what, a.dtype, b.dtype)
-    assert a.shape == b.shape, (what, a.shape, b.shape)
-    if a.dtype in (torch.float16, torch.bfloat16):
-        rtol = max(rtol, 1e-2)
-    assert torch.allclose(a.double(), b.double(), rtol=rtol, atol=1e-6), (what, a, b)
-
-
-def raises(exc, call, *fragments):
-    try:
-        call()
-    except exc as e:
-        for f in fragments:
-            assert f in str(e), (f, str(e))
-        return e
-    raise AssertionError(f"no {exc.__name__} from {call}")
-
-
 # ---------------------------------------------------------------- scenarios
 def allreduce():
     for dtype, ops in DTYPES.items():
@@ -82,7 +56,7 @@ def allreduce():
             xs = [value(r, (3, 4), dtype) for r in range(N)]
             want = reduce_expected(op, xs, dtype)
             code = getattr(hvd, op)
-            check = close if op == "Average" and dtype.is_floating_point else same
+            check = close if op == "Average" and dtype.is_floating_point else equal
             check(hvd.allreduce(xs[ME], op=code), want, (dtype, op))
             t = xs[ME].clone()
             res = hvd.allreduce_(t, op=code)
@@ -96,52 +70,52 @@ def allreduce():
     while not hvd.poll(h2):
         pass
     want_sum = reduce_expected("Sum", [value(r, (100,), torch.float32) for r in range(N)], torch.float32)
-    same(out, want_sum, "async")
+    equal(out, want_sum, "async")
     assert hvd.synchronize(h2) is x
-    same(x, reduce_expected("Max", [value(r, (100,), torch.float32) for r in range(N)], torch.float32), "async_")
+    equal(x, reduce_expected("Max", [value(r, (100,), torch.float32) for r in range(N)], torch.float32), "async_")
     # scale factors, default op Average
     y = hvd.allreduce(torch.full((5,), float(ME + 1), dtype=torch.float64), prescale_factor=2.0,
                       postscale_factor=0.5)
-    same(y, torch.full((5,), (N + 1) / 2, dtype=torch.float64), "scaled average")
+    equal(y, torch.full((5,), (N + 1) / 2, dtype=torch.float64), "scaled average")
     # non-contiguous: a transposed and a strided view
     base = torch.arange(12, dtype=torch.float32).reshape(3, 4) + ME
     view = base.t()
     assert not view.is_contiguous()
     want = (torch.arange(12, dtype=torch.float32).reshape(3, 4) * N + N * (N - 1) / 2).t()
-    same(hvd.allreduce(view, op=hvd.Sum), want.contiguous(), "transposed")
+    equal(hvd.allreduce(view, op=hvd.Sum), want.contiguous(), "transposed")
     res = hvd.allreduce_(view, op=hvd.Sum)
     assert res is view
-    same(base, want.t().contiguous(), "transposed in place writes through")
+    equal(base, want.t().contiguous(), "transposed in place writes through")
     col = torch.zeros(4, 3, dtype=torch.int64)
     col[:, 1] = ME + 1
     hvd.allreduce_(col[:, 1], op=hvd.Sum)
     assert col[:, 1].tolist() == [N * (N + 1) // 2] * 4 and col[:, 0].abs().sum() == 0, col
     # 0-d and empty tensors, a tensor that requires grad through the async form
-    same(hvd.allreduce(torch.tensor(float(ME)), op=hvd.Sum), torch.tensor(N * (N - 1) / 2), "0-d")
-    same(hvd.allreduce(torch.zeros(0, 3)), torch.zeros(0, 3), "empty")
+    equal(hvd.allreduce(torch.tensor(float(ME)), op=hvd.Sum), torch.tensor(N * (N - 1) / 2), "0-d")
+    equal(hvd.allreduce(torch.zeros(0, 3)), torch.zeros(0, 3), "empty")
     w = torch.ones(3, requires_grad=True)
-    same(hvd.synchronize(hvd.allreduce_async(w, op=hvd.Sum)), torch.full((3,), float(N)), "requires_grad")
+    equal(hvd.synchronize(hvd.allreduce_async(w, op=hvd.Sum)), torch.full((3,), float(N)), "requires_grad")
 
 
 def grouped_allreduce():
     xs = [value(ME, (7,), torch.float32), value(ME, (2, 3), torch.int32), value(ME, (4,), torch.bfloat16)]
     wants = [reduce_expected("Sum", [value(r, x.shape, x.dtype) for r in range(N)], x.dtype) for x in xs]
     for got, want in zip(hvd.grouped_allreduce(xs, op=hvd.Sum), wants):
-        same(got, want, "grouped")
+        equal(got, want, "grouped")
     for got, want in zip(hvd.synchronize(hvd.grouped_allreduce_async(xs, op=hvd.Sum, name="grp")), wants):
-        same(got, want, "grouped async")
+        equal(got, want, "grouped async")
     ts = [x.clone() for x in xs] + [torch.arange(6.0).reshape(2, 3).t() + ME]
     wants.append((torch.arange(6.0).reshape(2, 3).t() * N + N * (N - 1) / 2).contiguous())
     res = hvd.grouped_allreduce_(ts, op=hvd.Sum)
     assert all(a is b for a, b in zip(res, ts))
     for got, want in zip(ts, wants):
-        same(got.contiguous(), want, "grouped in place")
+        equal(got.contiguous(), want, "grouped in place")
     ts = [x.clone() for x in xs]
     h = hvd.grouped_allreduce_async_(ts, op=hvd.Sum)
     res = hvd.synchronize(h)
     assert all(a is b for a, b in zip(res, ts))
     for got, want in zip(ts, wants):
-        same(got, want, "grouped async in place")
+        equal(got, want, "grouped async in place")
     assert hvd.grouped_allreduce([]) == []
 
 
@@ -149,24 +123,24 @@ def allgather():
     for dtype in DTYPES:
         rows = [r + 1 for r in range(N)]
         want = torch.cat([value(r, (rows[r], 3), dtype) for r in range(N)])
-        same(hvd.allgather(value(ME, (rows[ME], 3), dtype)), want, dtype)
+        equal(hvd.allgather(value(ME, (rows[ME], 3), dtype)), want, dtype)
     # a rank with no rows, a 0-d tensor, a non-contiguous one, the async form
     rows = [0 if r == 0 else 2 for r in range(N)]
     want = torch.cat([torch.full((rows[r], 2), float(r)) for r in range(N)])
-    same(hvd.allgather(torch.full((rows[ME], 2), float(ME))), want, "zero rows")
-    same(hvd.allgather(torch.tensor(ME)), torch.arange(N), "0-d")
+    equal(hvd.allgather(torch.full((rows[ME], 2), float(ME))), want, "zero rows")
+    equal(hvd.allgather(torch.tensor(ME)), torch.arange(N), "0-d")
     base = torch.arange(6.0).reshape(2, 3) + 10 * ME
     want = torch.cat([(torch.arange(6.0).reshape(2, 3) + 10 * r).t() for r in range(N)])
-    same(hvd.allgather(base.t()), want, "transposed")
+    equal(hvd.allgather(base.t()), want, "transposed")
     h = hvd.allgather_async(torch.full((2,), ME, dtype=torch.int16), name="ag.async")
-    same(hvd.synchronize(h), torch.arange(N, dtype=torch.int16).repeat_interleave(2), "async")
+    equal(hvd.synchronize(h), torch.arange(N, dtype=torch.int16).repeat_interleave(2), "async")
     xs = [torch.full((ME + 1,), ME, dtype=torch.float16), torch.full((1, 2), ME, dtype=torch.bool)]
     wants = [torch.cat([torch.full((r + 1,), r, dtype=torch.float16) for r in range(N)]),
              torch.cat([torch.full((1, 2), r, dtype=torch.bool) for r in range(N)])]
     for got, want in zip(hvd.grouped_allgather(xs), wants):
-        same(got, want, "grouped")
+        equal(got, want, "grouped")
     for got, want in zip(hvd.synchronize(hvd.grouped_allgather_async(xs)), wants):
-        same(got, want, "grouped async")
+        equal(got, want, "grouped async")
 
 
 def broadcast():
@@ -174,14 +148,14 @@ def broadcast():
         for dtype in (torch.float32, torch.bfloat16, torch.bool, torch.int64, torch.uint8):
             x = value(ME, (3, 5), dtype)
             want = value(root, (3, 5), dtype)
-            same(hvd.broadcast(x, root), want, (root, dtype))
-            same(x, value(ME, (3, 5), dtype), "input untouched")
+            equal(hvd.broadcast(x, root), want, (root, dtype))
+            equal(x, value(ME, (3, 5), dtype), "input untouched")
             res = hvd.broadcast_(x, root_rank=root)
             assert res is x
-            same(x, want, (root, dtype, "in place"))
+            equal(x, want, (root, dtype, "in place"))
         x = torch.full((4,), float(ME))
         h = hvd.broadcast_async(x, root, name=f"bc.async.{root}")
-        same(hvd.synchronize(h), torch.full((4,), float(root)), "async")
+        equal(hvd.synchronize(h), torch.full((4,), float(root)), "async")
         h = hvd.broadcast_async_(x, root)
         assert hvd.synchronize(h) is x and x.tolist() == [float(root)] * 4
         # in place into a column of a larger tensor
@@ -195,7 +169,7 @@ def alltoall():
     # even split, no splits given: the output alone
     x = torch.arange(2 * N) + 100 * ME
     want = torch.cat([torch.arange(2 * ME, 2 * ME + 2) + 100 * r for r in range(N)])
-    same(hvd.alltoall(x), want, "even")
+    equal(hvd.alltoall(x), want, "even")
     # uneven splits (rank r sends r + d + 1 rows to rank d), 2-D, bfloat16
     splits = [ME + d + 1 for d in range(N)]
     rows = sum(splits)
@@ -207,16 +181,16 @@ def alltoall():
         start = sum(r + d + 1 for d in range(ME))
         parts.append((torch.arange(start, start + r + ME + 1, dtype=torch.float32)[:, None] + 1000 * r)
                      .repeat(1, 2).to(torch.bfloat16))
-    same(out, torch.cat(parts), "uneven")
+    equal(out, torch.cat(parts), "uneven")
     # splits as an int64 tensor; the async form returns the pair
     h = hvd.alltoall_async(x, splits=torch.tensor(splits, dtype=torch.int64), name="a2a.async")
     out2, received2 = hvd.synchronize(h)
-    same(out2, out, "async")
+    equal(out2, out, "async")
     assert received2.dtype == torch.int64 and received2.tolist() == received.tolist()
     # a rank that sends nothing to anyone
     zs = [0] * N if ME == 0 else [1] * N
     out, received = hvd.alltoall(torch.full((sum(zs),), float(ME)), splits=zs)
-    same(out, torch.full((N - 1,), 0.0) + torch.arange(1, N, dtype=torch.float32), "zero splits")
+    equal(out, torch.full((N - 1,), 0.0) + torch.arange(1, N, dtype=torch.float32), "zero splits")
 
 
 def reducescatter():
@@ -226,11 +200,11 @@ def reducescatter():
         counts = [rows // N + (1 if r < rows % N else 0) for r in range(N)]
         start = sum(counts[:ME])
         mine = total[start:start + counts[ME]]
-        same(hvd.reducescatter(base[ME], op=hvd.Sum), mine, ("sum", rows))
+        equal(hvd.reducescatter(base[ME], op=hvd.Sum), mine, ("sum", rows))
         close(hvd.reducescatter(base[ME]), mine / N, ("average", rows))
-        same(hvd.synchronize(hvd.reducescatter_async(base[ME], op=hvd.Sum)), mine, "async")
-        same(hvd.reducescatter(base[ME], op=hvd.Sum, prescale_factor=2.0, postscale_factor=3.0), mine * 6, "scaled")
-        same(hvd.reducescatter(base[ME].t().contiguous().t(), op=hvd.Sum), mine, "non-contiguous")
+        equal(hvd.synchronize(hvd.reducescatter_async(base[ME], op=hvd.Sum)), mine, "async")
+        equal(hvd.reducescatter(base[ME], op=hvd.Sum, prescale_factor=2.0, postscale_factor=3.0), mine * 6, "scaled")
+        equal(hvd.reducescatter(base[ME].t().contiguous().t(), op=hvd.Sum), mine, "non-contiguous")
     ints = [torch.arange(6, dtype=torch.int32).reshape(3, 2) * (r + 1) for r in range(N)]
     c3 = [3 // N + (1 if r < 3 % N else 0) for r in range(N)]
     s3 = sum(c3[:ME])
@@ -239,10 +213,10 @@ def reducescatter():
     c4 = [4 // N + (1 if r < 4 % N else 0) for r in range(N)]
     s4 = sum(c4[:ME])
     outs = hvd.grouped_reducescatter([ints[ME], torch.ones(4, 3) * (ME + 1)], op=hvd.Sum)
-    same(outs[0], want_int, "grouped int")
-    same(outs[1], want_f[s4:s4 + c4[ME]], "grouped float")
+    equal(outs[0], want_int, "grouped int")
+    equal(outs[1], want_f[s4:s4 + c4[ME]], "grouped float")
     outs = hvd.synchronize(hvd.grouped_reducescatter_async([ints[ME], torch.ones(4, 3) * (ME + 1)], op=hvd.Sum))
-    same(outs[0], want_int, "grouped async")
+    equal(outs[0], want_int, "grouped async")
 
 
 def grads():
@@ -320,23 +294,23 @@ def grads():
 def compression():
     fine = 1 + 2.0 ** -12  # not representable in float16 or bfloat16
     x = torch.full((6,), fine, dtype=torch.float64)
-    same(hvd.allreduce(x, op=hvd.Sum), torch.full((6,), N * fine, dtype=torch.float64), "none")
+    equal(hvd.allreduce(x, op=hvd.Sum), torch.full((6,), N * fine, dtype=torch.float64), "none")
     for comp, wire in ((hvd.Compression.fp16, torch.float16), (hvd.Compression.bf16, torch.bfloat16)):
         sent, ctx = comp.compress(x)
         assert sent.dtype == wire and ctx == torch.float64
         assert comp.decompress(sent, ctx).dtype == torch.float64
         y = hvd.allreduce(x, op=hvd.Sum, compression=comp)
-        same(y, torch.full((6,), float(N), dtype=torch.float64), (wire, "rounded on the wire"))
+        equal(y, torch.full((6,), float(N), dtype=torch.float64), (wire, "rounded on the wire"))
         i = torch.arange(4, dtype=torch.int32)
         assert comp.compress(i) == (i, None)
-        same(hvd.allreduce(i, op=hvd.Sum, compression=comp), i * N, (wire, "ints travel as they are"))
+        equal(hvd.allreduce(i, op=hvd.Sum, compression=comp), i * N, (wire, "ints travel as they are"))
         ys = hvd.grouped_allreduce([x, torch.ones(2)], op=hvd.Average, compression=comp)
-        same(ys[0], torch.ones(6, dtype=torch.float64), (wire, "grouped"))
-        same(ys[1], torch.ones(2), (wire, "grouped 1"))
+        equal(ys[0], torch.ones(6, dtype=torch.float64), (wire, "grouped"))
+        equal(ys[1], torch.ones(2), (wire, "grouped 1"))
         r = hvd.reducescatter(torch.ones(N, 2) * 3, op=hvd.Sum, compression=comp)
-        same(r, torch.full((1, 2), 3.0 * N), (wire, "reducescatter"))
+        equal(r, torch.full((1, 2), 3.0 * N), (wire, "reducescatter"))
         g = hvd.grouped_reducescatter([torch.ones(N) * fine], op=hvd.Sum, compression=comp)
-        same(g[0], torch.full((1,), float(N)), (wire, "grouped reducescatter"))
+        equal(g[0], torch.full((1,), float(N)), (wire, "grouped reducescatter"))
     assert hvd.Compression.none.compress(x)[0] is x
 
 
@@ -374,7 +348,7 @@ def errors():
         raises(NotImplementedError, lambda: hvd.allreduce(x, process_set=sub), "global process set")
         raises(NotImplementedError, lambda: hvd.barrier(process_set=sub), "global process set")
         raises(NotImplementedError, lambda: hvd.add_process_set([0]), "global process set")
-    same(hvd.allreduce(x, op=hvd.Sum, process_set=hvd.ProcessSet(list(range(N)))), x * N, "every rank as a set")
+    equal(hvd.allreduce(x, op=hvd.Sum, process_set=hvd.ProcessSet(list(range(N)))), x * N, "every rank as a set")
     # ranks that disagree get a MismatchError on every rank
     last = ME == N - 1
     if N > 1:
@@ -397,14 +371,14 @@ def errors():
         hvd.barrier()
         if ME != r:
             h = hvd.allreduce_async(x, name=f"dup{r}")
-        same(hvd.synchronize(h), x, "after the duplicate")
+        equal(hvd.synchronize(h), x, "after the duplicate")
     h = hvd.allreduce_async(x)
     hvd.synchronize(h)
     # unknown handles: poll raises, synchronize gives None (as Horovod)
     raises(hvd.BadArgumentError, lambda: hvd.poll(h), "unknown handle")
     assert hvd.synchronize(h) is None
     # the engine keeps working after all of that
-    same(hvd.allreduce(x, op=hvd.Sum, name="after.errors"), x * N, "after errors")
+    equal(hvd.allreduce(x, op=hvd.Sum, name="after.errors"), x * N, "after errors")
 
 
 def deprecation():
@@ -414,22 +388,22 @@ def deprecation():
             warnings.simplefilter("always")
             got = hvd.allreduce(x, **kwargs)
         assert any(issubclass(w.category, DeprecationWarning) and "op" in str(w.message) for w in caught), caught
-        same(got, torch.full((2,), want), kwargs)
+        equal(got, torch.full((2,), want), kwargs)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             t = x.clone()
             hvd.synchronize(hvd.allreduce_async_(t, **kwargs))
             got = hvd.grouped_allreduce([x], **kwargs)[0]
         assert len([w for w in caught if issubclass(w.category, DeprecationWarning)]) == 2, caught
-        same(t, torch.full((2,), want), kwargs)
-        same(got, torch.full((2,), want), kwargs)
+        equal(t, torch.full((2,), want), kwargs)
+        equal(got, torch.full((2,), want), kwargs)
     for call in (lambda: hvd.allreduce(x, average=True, op=hvd.Sum),
                  lambda: hvd.allreduce_async_(x, average=False, op=hvd.Average),
                  lambda: hvd.grouped_allreduce([x], average=True, op=hvd.Sum)):
         raises(ValueError, call, "supersedes")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        same(hvd.allreduce(x), torch.full((2,), (N + 1) / 2), "no warning without average=")
+        equal(hvd.allreduce(x), torch.full((2,), (N + 1) / 2), "no warning without average=")
 
 
 def misc():
@@ -448,7 +422,7 @@ def misc():
     while not hvd.poll(h):
         pass
     assert hvd.poll(h)
-    same(hvd.synchronize(h), torch.full((2,), float(N)), "poll")
+    equal(hvd.synchronize(h), torch.full((2,), float(N)), "poll")
     # join: every rank gets the same last rank
     last = hvd.join()
     assert 0 <= last < N
@@ -460,7 +434,7 @@ def misc():
     want = torch.zeros(N + 3)
     want[:N] = 1.0
     want[3] += 2.0 * N
-    same(got, want, "sparse")
+    equal(got, want, "sparse")
     # the Horovod names all exist
     for name in ("allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "grouped_allreduce",
                  "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_", "allgather",
@@ -476,14 +450,7 @@ def main():
     global N, ME
     hvd.init()
     N, ME = hvd.size(), hvd.rank()
-    for scenario in sys.argv[1:]:
-        try:
-            globals()[scenario]()
-            hvd.barrier()
-        except BaseException:
-            print(f"{ME}: {scenario} FAILED\n{traceback.format_exc()}", flush=True)
-            os._exit(1)
-        print(f"{ME}: {scenario} ok", flush=True)
+    run_scenarios(globals(), sys.argv[1:], ME, stop_at_failure=True, after_each=hvd.barrier)
     hvd.shutdown()
 
 

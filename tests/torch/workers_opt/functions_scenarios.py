@@ -10,7 +10,8 @@ import torch
 import torch.nn as nn
 
 import ring_strategy.torch as hvd
-from scenario_main import run_scenarios
+from scenario_main import run_all
+from tests.workers.checks import identical_rows, raises
 
 
 def flat(tensors):
@@ -18,8 +19,7 @@ def flat(tensors):
 
 
 def identical_everywhere(tensors, what):
-    gathered = hvd.allgather(flat(tensors).unsqueeze(0))
-    assert all(torch.equal(gathered[0], row) for row in gathered), f"{what}: replicas differ"
+    identical_rows(hvd.allgather(flat(tensors).unsqueeze(0)), what)
 
 
 def divergent_model():
@@ -51,12 +51,7 @@ def parameters():
     hvd.broadcast_parameters(list(model.parameters()), root_rank=0)
     identical_everywhere(model.parameters(), "list")
     for bad in (torch.zeros(2), 3, {"a": 1}):
-        try:
-            hvd.broadcast_parameters(bad, root_rank=0)
-        except ValueError:
-            pass
-        else:
-            raise AssertionError(f"broadcast_parameters({bad!r}) did not raise")
+        raises(ValueError, lambda: hvd.broadcast_parameters(bad, root_rank=0))
 
 
 def _state_digest(opt):
@@ -251,4 +246,4 @@ SCENARIOS = {f.__name__: f for f in [parameters, optimizer_state, objects, sync_
 
 
 if __name__ == "__main__":
-    run_scenarios(SCENARIOS)
+    run_all(SCENARIOS)

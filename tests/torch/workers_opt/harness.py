@@ -1,31 +1,23 @@
-"""How the optimizer/functions tests launch their workers."""
+"""How the optimizer/functions tests launch their workers (through :mod:`tests.jobs`)."""
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from tests.jobs import job_environment, run_job, run_ringrun
 
-REPO = Path(__file__).resolve().parents[3]
 WORKERS = Path(__file__).parent
 
 
 def run(np_: int, args: list, timeout: float = 180) -> subprocess.CompletedProcess:
     """``ringrun -np NP python ARGS`` from the repository root; NP=0 runs plain
     ``python ARGS`` without launcher variables (a world of one)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RING_")}
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    cmd = [sys.executable, *map(str, args)]
     if np_:
-        cmd = [sys.executable, "-m", "ring_strategy.runner.launch", "-np", str(np_)] + cmd
-    try:
-        return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired as e:
-        pytest.fail(f"{' '.join(cmd)} timed out after {timeout} s\n{e.stdout}\n{e.stderr}", pytrace=False)
+        return run_ringrun(np_, [sys.executable, *args], timeout=timeout, drop_ring=True)
+    return run_job([sys.executable, *args], env=job_environment(drop_ring=True), timeout=timeout)
 
 
 def check_scenario(proc: subprocess.CompletedProcess, name: str, ranks: int) -> None:

@@ -1,26 +1,15 @@
 """The main() of the worker scripts here: runs the scenarios named on the
-command line (all when none), printing "<rank>: <name> ok" or FAILED with the
-traceback, and exits non-zero when any failed."""
+command line (all when none) with tests/workers/checks.py's runner, and exits
+non-zero when any failed."""
 
 import sys
-import time
-import traceback
 
 import ring_strategy.torch as hvd
+from tests.workers.checks import run_scenarios
 
 
-def run_scenarios(scenarios: dict) -> None:
+def run_all(scenarios: dict) -> None:
     hvd.init()
-    failed = False
-    for name in sys.argv[1:] or list(scenarios):
-        start = time.perf_counter()
-        try:
-            scenarios[name]()
-        except Exception:
-            failed = True
-            print(f"{hvd.rank()}: {name} FAILED\n{traceback.format_exc()}", flush=True)
-        else:
-            print(f"{hvd.rank()}: {name} ok", flush=True)
-            print(f"{hvd.rank()}: {name} took {time.perf_counter() - start:.2f} s", flush=True)
+    passed = run_scenarios(scenarios, sys.argv[1:] or list(scenarios), hvd.rank())
     hvd.shutdown()
-    sys.exit(1 if failed else 0)
+    sys.exit(0 if passed else 1)

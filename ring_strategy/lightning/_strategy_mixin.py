@@ -1,0 +1,396 @@
+"""The methods of ``RingStrategy`` and of its launcher, for any Lightning package.
+
+``pytorch_lightning`` and ``lightning.pytorch`` ship the same code under two
+names, and their classes are distinct: a Trainer of one rejects a strategy
+built on the other's base class. :class:`RingStrategyMixin` and
+:class:`RingLauncherMixin` therefore hold the strategy without a Lightning
+base; :mod:`ring_strategy.lightning.strategy` (``pytorch_lightning``) and
+:mod:`ring_strategy.lightning.lightning_pytorch` (``lightning.pytorch``) each
+put them in front of their package's ``ParallelStrategy`` and ``_Launcher``
+and supply the few classes that differ between the packages (see
+:class:`RingStrategyMixin`). Nothing here imports Lightning.
+
+The strategy does not wrap the model. Every rank holds a full replica; a
+:class:`~ring_strategy.torch.grad_sync.GradientSync` starts the average of
+each gradient during backward, and :meth:`RingStrategyMixin.post_backward`
+waits for them, so gradient clipping and ``on_before_optimizer_step`` already
+see averaged gradients. Lightning blocks the sync on accumulation
+micro-batches through :meth:`RingStrategyMixin.block_backward_sync`. A
+parameter's gradient may be averaged once per optimizer step: a second
+averaged backward pass before the step raises ``AssertionError`` on every
+rank that runs it (see ``_TOO_MANY_PASSES``).
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, Generator, List, Optional, Union
+
+import torch
+from lightning_utilities.core.rank_zero import rank_zero_only
+from torch import Tensor
+
+import ring_strategy.torch as _rt
+from ring_strategy.environments.base import override
+from ring_strategy.lightning import _spawn
+from ring_strategy.lightning._environment import launcher_job
+from ring_strategy.torch.grad_sync import GradientSync
+
+if TYPE_CHECKING:  # what type checkers see as the bases; at run time each package supplies its own
+    import pytorch_lightning as pl
+    from pytorch_lightning.strategies.launchers.launcher import _Launcher as _LauncherBase
+    from pytorch_lightning.strategies.parallel import ParallelStrategy as _StrategyBase
+else:
+    _LauncherBase = _StrategyBase = object
+
+__all__ = ["RingLauncherMixin", "RingStrategyMixin", "ring_op"]
+
+_TOO_MANY_PASSES = (
+    "RingStrategy: a parameter's gradient was averaged in a second backward pass before the optimizer "
+    "step; its .grad already held the average of the first one. To accumulate gradients over several "
+    "backward passes, use Trainer(accumulate_grad_batches=N), or, in manual optimization, run every pass "
+    "but the last inside `with self.trainer.strategy.block_backward_sync():` (or "
+    "`with optimizer.toggle_model(sync_grad=False):`) so that only the last one is averaged."
+)
+
+
+class RingLauncherMixin(_LauncherBase):
+    """Starts the other workers of a self-launched job (nothing under a launcher), then runs the function."""
+
+    def __init__(self, strategy: "RingStrategyMixin") -> None:
+        self._strategy = strategy
+
+    @property
+    @override
+    def is_interactive_compatible(self) -> bool:
+        return False
+
+    @override
+    def launch(self, function: Any, *args: Any, trainer: Optional["pl.Trainer"] = None, **kwargs: Any) -> Any:
+        strategy = self._strategy
+        env = strategy.cluster_environment
+        assert env is not None
+        env.validate_settings(num_devices=strategy.num_processes, num_nodes=strategy.num_nodes)
+        world = strategy.num_processes * strategy.num_nodes
+        if not env.creates_processes_externally and world > 1:
+            _spawn.start_workers(world)
+        if "OMP_NUM_THREADS" not in os.environ:
+            job = launcher_job()
+            local = 1 if job is None else job.local_size
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // local))
+        return function(*args, **kwargs)
+
+    @override
+    def kill(self, signum: Any) -> None:
+        _spawn.signal_workers(signum)
+
+
+_MEAN = ("mean", "avg", "average")
+_OPS = {"sum": _rt.Sum, "max": _rt.Max, "min": _rt.Min, "product": _rt.Product, "prod": _rt.Product}
+
+
+def ring_op(reduce_op: Any) -> int:
+    """Maps Lightning's ``reduce_op`` (a string or ``torch.distributed.ReduceOp``) to an engine op."""
+    if reduce_op is None:
+        return _rt.Average
+    name = reduce_op if isinstance(reduce_op, str) else str(reduce_op).rpartition(".")[2]
+    name = name.lower()
+    if name in _MEAN:
+        return _rt.Average
+    if name in _OPS:
+        return _OPS[name]
+    raise ValueError(
+        f"RingStrategy.reduce: reduce_op should be 'mean', 'sum', 'max', 'min' or 'product'. Got: {reduce_op!r}"
+    )
+
+
+class RingStrategyMixin(_StrategyBase):
+    """Data-parallel training on the ring engine: ``Trainer(strategy="ring")``.
+
+    ``import ring_strategy`` registers the name ``"ring"`` with Lightning. Run
+    ``python train.py`` with ``Trainer(strategy="ring", accelerator="cpu",
+    devices=N)`` and the first process starts the other N-1 itself; under
+    ``ringrun -np N`` the launcher's processes are used instead.
+
+    Args:
+        accelerator: The accelerator; only the CPU is supported.
+        parallel_devices: The devices of this host's processes.
+        cluster_environment: Where this process sits in the job; a
+            ``RingEnvironment`` by default.
+        checkpoint_io: How checkpoints are written (by rank 0 only).
+        precision_plugin: The precision plugin.
+
+    Example:
+        >>> import ring_strategy  # registers "ring"  # doctest: +SKIP
+        >>> trainer = pl.Trainer(strategy="ring", accelerator="cpu", devices=2)  # doctest: +SKIP
+    """
+
+    strategy_name = "ring"
+    # What each Lightning package's subclass supplies: its RingEnvironment and
+    # launcher classes, its CPUAccelerator, and its fabric's
+    # _optimizers_to_device.
+    _environment_class: ClassVar[Callable[[], Any]]
+    _launcher_class: ClassVar[Callable[[Any], Any]]
+    _cpu_accelerator: ClassVar[type]
+    _optimizers_to_device: ClassVar[Callable[[Any, torch.device], None]]
+
+    def __init__(
+        self,
+        accelerator: Optional["pl.accelerators.Accelerator"] = None,
+        parallel_devices: Optional[List[torch.device]] = None,
+        cluster_environment: Optional[Any] = None,
+        checkpoint_io: Optional[Any] = None,
+        precision_plugin: Optional[Any] = None,
+    ) -> None:
+        super().__init__(
+            accelerator=accelerator,
+            parallel_devices=parallel_devices,
+            cluster_environment=cluster_environment or self._environment_class(),
+            checkpoint_io=checkpoint_io,
+            precision_plugin=precision_plugin,
+        )
+        self._num_nodes = 1
+        self._grad_sync: Optional[GradientSync] = None
+
+    # ------------------------------------------------------------ layout
+    @property
+    def is_distributed(self) -> bool:
+        """Always true: Lightning then injects a DistributedSampler."""
+        return True
+
+    @property
+    @override
+    def root_device(self) -> torch.device:
+        assert self.parallel_devices is not None
+        return self.parallel_devices[min(self.local_rank, len(self.parallel_devices) - 1)]
+
+    @property
+    def num_nodes(self) -> int:
+        return self._num_nodes
+
+    @num_nodes.setter
+    def num_nodes(self, num_nodes: int) -> None:
+        self._num_nodes = num_nodes
+
+    @property
+    def num_processes(self) -> int:
+        return len(self.parallel_devices) if self.parallel_devices is not None else 1
+
+    @property
+    @override
+    def distributed_sampler_kwargs(self) -> Dict[str, Any]:
+        return {"num_replicas": self.world_size, "rank": self.global_rank}
+
+    def set_world_ranks(self) -> None:
+        """Called by the Trainer once devices and num_nodes are known."""
+        assert self.cluster_environment is not None
+        self.cluster_environment.set_world_size(self.num_processes * self.num_nodes)
+        self.cluster_environment.set_global_rank(self.node_rank * self.num_processes + self.local_rank)
+        self._set_rank_zero_only()
+
+    def _set_rank_zero_only(self) -> None:
+        rank_zero_only.rank = self.global_rank  # type: ignore[attr-defined]
+
+    @override
+    def _configure_launcher(self) -> None:
+        self._check_accelerator()
+        assert self.cluster_environment is not None
+        self.cluster_environment.validate_settings(num_devices=self.num_processes, num_nodes=self.num_nodes)
+        self._launcher = self._launcher_class(self)
+
+    def _check_accelerator(self) -> None:
+        device_types = {d.type for d in (self.parallel_devices or [])}
+        accelerator = type(self.accelerator).__name__ if self.accelerator is not None else ""
+        if device_types - {"cpu"} or (accelerator and not isinstance(self.accelerator, self._cpu_accelerator)):
+            found = ", ".join(sorted(device_types)) or accelerator
+            raise ValueError(
+                f"RingStrategy runs on the CPU only: this build of ring has no GPU path. "
+                f"Got: accelerator={accelerator or None!r} with devices of type {found}; "
+                "use Trainer(accelerator='cpu')"
+            )
+
+    # ------------------------------------------------------------ set-up
+    @override
+    def setup_environment(self) -> None:
+        _rt.init()
+        self._set_rank_zero_only()
+        if _rt.size() != self.world_size:
+            raise RuntimeError(
+                f"RingStrategy: the engine's job has {_rt.size()} processes but Lightning expects "
+                f"{self.world_size} (devices x num_nodes)"
+            )
+        super().setup_environment()
+
+    @override
+    def setup(self, trainer: "pl.Trainer") -> None:
+        assert self.accelerator is not None
+        self.accelerator.setup(trainer)
+        assert self.model is not None
+        self.model = self.precision_plugin.convert_module(self.model)
+        self.model_to_device()
+        self._check_same_settings(trainer)
+        if self.world_size > 1:
+            # Same start on every rank, buffers included (DDP does the same).
+            _rt.broadcast_parameters(self.model.state_dict(), root_rank=0)
+        fitting = trainer.state.fn == "fit"
+        if fitting:
+            self.setup_optimizers(trainer)
+        self.setup_precision_plugin()
+        if fitting:
+            self._optimizers_to_device(self.optimizers, self.root_device)
+            if self.world_size > 1 and self._grad_sync is None:
+                model = self.model
+                self._grad_sync = GradientSync(
+                    lambda: ((f"ring.lightning.grad.{n}", p) for n, p in model.named_parameters()),
+                    too_many_passes=_TOO_MANY_PASSES,
+                )
+
+    def _check_same_settings(self, trainer: "pl.Trainer") -> None:
+        """Raises on every rank when the ranks' Trainers or models differ in what must agree."""
+        if self.world_size == 1:
+            return
+        lm = self.lightning_module
+        assert self.model is not None
+        mine = {
+            "world_size": self.world_size,
+            "stage": str(trainer.state.fn),
+            "max_epochs": trainer.max_epochs,
+            "max_steps": trainer.max_steps,
+            "accumulate_grad_batches": trainer.accumulate_grad_batches,
+            "gradient_clip_val": trainer.gradient_clip_val,
+            "precision": str(self.precision_plugin.__class__.__name__),
+            "automatic_optimization": getattr(lm, "automatic_optimization", None),
+            "parameters": [(n, tuple(p.shape), str(p.dtype), p.requires_grad) for n, p in self.model.named_parameters()],
+        }
+        every = _rt.allgather_object(mine, name="ring.lightning.settings")
+        differ = sorted(k for k in mine if any(other[k] != every[0][k] for other in every))
+        if differ:
+            details = "; ".join(
+                f"{k}: " + ", ".join(f"rank {r}={every[r][k]!r}" for r in range(len(every)))
+                for k in differ if k != "parameters"
+            )
+            if "parameters" in differ:
+                details = (details + "; " if details else "") + "the model's parameters (names, shapes, dtypes) differ"
+            raise RuntimeError(f"RingStrategy: the ranks' Trainer settings differ: {details}")
+
+    @override
+    def model_to_device(self) -> None:
+        assert self.model is not None
+        self.model.to(self.root_device)
+
+    # ------------------------------------------------------------ gradients
+    @override
+    def pre_backward(self, closure_loss: Tensor) -> None:
+        if self._grad_sync is not None:
+            self._grad_sync.refresh()
+
+    @override
+    def post_backward(self, closure_loss: Tensor) -> None:
+        if self._grad_sync is not None:
+            self._grad_sync.synchronize()
+
+    @contextmanager
+    @override
+    def block_backward_sync(self) -> Generator[None, None, None]:
+        """Gradients accumulate locally inside this context (not the last micro-batch)."""
+        if self._grad_sync is None:
+            yield None
+            return
+        with self._grad_sync.paused():
+            yield None
+
+    @override
+    def optimizer_step(
+        self, optimizer: Any, closure: Callable[[], Any], model: Optional[Any] = None, **kwargs: Any
+    ) -> Any:
+        """Runs the optimizer step; every evaluation of ``closure`` (several
+        for LBFGS) may average each gradient once."""
+        sync = self._grad_sync
+        if sync is None:
+            return super().optimizer_step(optimizer, closure, model, **kwargs)
+        sync.restart()  # the step ends the passes before it, manual ones included
+
+        def evaluate() -> Any:
+            sync.restart()
+            return closure()
+
+        return super().optimizer_step(optimizer, evaluate, model, **kwargs)
+
+    # ------------------------------------------------------------ collectives
+    def _active(self) -> bool:
+        return self.world_size > 1 and _rt.is_initialized()
+
+    @override
+    def reduce(
+        self, tensor: Union[Tensor, Any], group: Optional[Any] = None, reduce_op: Optional[Union[Any, str]] = "mean"
+    ) -> Union[Tensor, Any]:
+        """Reduces ``tensor`` over all ranks (``self.log(..., sync_dist=True)`` uses this).
+
+        Args:
+            tensor: The tensor; anything else is returned unchanged.
+            group: Not supported (must be None): every rank takes part.
+            reduce_op: ``"mean"`` (default), ``"sum"``, ``"max"``, ``"min"``,
+                ``"product"`` or the matching ``torch.distributed.ReduceOp``.
+
+        Returns:
+            The reduced tensor, on the input's device; the mean of an integer
+            tensor is a float tensor.
+        """
+        if group is not None:
+            raise ValueError(f"RingStrategy.reduce: process groups are not supported. Got: group={group!r}")
+        if not isinstance(tensor, Tensor):
+            return tensor
+        op = ring_op(reduce_op)
+        if op == _rt.Average and not (tensor.is_floating_point() or tensor.is_complex()):
+            tensor = tensor.float()
+        elif tensor.dtype == torch.bool:
+            tensor = tensor.to(torch.int32)
+        if not self._active():
+            return tensor
+        return _rt.allreduce(tensor, op=op, name=None)
+
+    @override
+    def all_gather(self, tensor: Tensor, group: Optional[Any] = None, sync_grads: bool = False) -> Tensor:
+        """Stacks every rank's ``tensor`` along a new first dimension: shape ``(world_size, *tensor.shape)``."""
+        if group is not None:
+            raise ValueError(f"RingStrategy.all_gather: process groups are not supported. Got: group={group!r}")
+        if not self._active():
+            return tensor.unsqueeze(0)
+        if sync_grads:
+            return _rt.allgather(tensor.unsqueeze(0))
+        with torch.no_grad():
+            return _rt.allgather(tensor.detach().unsqueeze(0))
+
+    @override
+    def broadcast(self, obj: Any, src: int = 0) -> Any:
+        if not self._active():
+            return obj
+        return _rt.broadcast_object(obj, root_rank=src, name="ring.lightning.broadcast")
+
+    @override
+    def barrier(self, name: Optional[str] = None) -> None:
+        if self._active():
+            _rt.barrier()
+
+    # ------------------------------------------------------------ the end
+    @override
+    def on_exception(self, exception: BaseException) -> None:
+        # Ends the job on every rank, so that peers waiting in a collective
+        # for this one fail instead of hanging.
+        if self.world_size > 1 and _rt.is_initialized():
+            _rt.shutdown()
+
+    @override
+    def teardown(self) -> None:
+        if self._grad_sync is not None:
+            self._grad_sync.close()
+            self._grad_sync = None
+        super().teardown()
+
+    @classmethod
+    @override
+    def register_strategies(cls, strategy_registry: Any) -> None:
+        strategy_registry.register(
+            "ring", cls, description="Data-parallel training on the ring allreduce engine", override=True
+        )
