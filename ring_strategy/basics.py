@@ -9,7 +9,7 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
-from ring_strategy import _native
+from ring_strategy import _contracts, _native
 from ring_strategy.environments import ClusterEnvironment, detect_environment
 from ring_strategy.exceptions import BadArgumentError, ShutdownError
 from ring_strategy.launcher_watch import watch_launcher
@@ -21,13 +21,13 @@ if TYPE_CHECKING:
 
 def _start_timeout() -> float:
     """Seconds to wait for every rank at the rendezvous (ringrun --start-timeout)."""
-    value = os.environ.get("RING_START_TIMEOUT", "")
+    value = os.environ.get(_contracts.START_TIMEOUT, "")
     try:
         seconds = float(value) if value else 300.0
     except ValueError:
         seconds = math.nan
     if not (math.isfinite(seconds) and seconds > 0):
-        raise BadArgumentError(f"RING_START_TIMEOUT should be a positive number of seconds. Got: {value!r}")
+        raise BadArgumentError(f"{_contracts.START_TIMEOUT} should be a positive number of seconds. Got: {value!r}")
     return seconds
 
 

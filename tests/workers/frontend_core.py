@@ -17,21 +17,11 @@ traceback and exits at once, so that no rank is left waiting on the others.
 
 import os
 import sys
-import traceback
 
 import numpy as np
 
 import ring_strategy as rs
-
-
-def raises(exc, call, *fragments):
-    try:
-        call()
-    except exc as e:
-        for f in fragments:
-            assert f in str(e), (f, str(e))
-        return e
-    raise AssertionError(f"no {exc.__name__} from {call}")
+from tests.workers.checks import raises, run_scenarios
 
 
 def world_numpy():
@@ -135,14 +125,7 @@ def roots_tensorflow():
 
 
 def main():
-    me = os.environ.get("RING_RANK", "0")
-    for scenario in sys.argv[1:]:
-        try:
-            globals()[scenario]()
-        except BaseException:
-            print(f"{me}: {scenario} FAILED\n{traceback.format_exc()}", flush=True)
-            os._exit(1)
-        print(f"{me}: {scenario} ok", flush=True)
+    run_scenarios(globals(), sys.argv[1:], os.environ.get("RING_RANK", "0"), stop_at_failure=True)
 
 
 if __name__ == "__main__":
