@@ -10,6 +10,7 @@ load TensorFlow; the host-call bridge must load no framework at all.
 
 import ast
 import concurrent.futures
+import importlib.util
 import os
 import subprocess
 import sys
@@ -22,6 +23,10 @@ MUST_NOT_LOAD = {
     "ring_strategy._host_call": ["tensorflow", "jax", "torch", "keras"],
     "keras_callbacks": ["tensorflow"],
 }
+# Front ends whose framework cannot share this environment (MXNet 1.9.1 needs
+# numpy < 1.24): skipped here when it is absent; tests/mxnet imports them in
+# their own environment (`make mxnet-test`).
+SEPARATE_ENVIRONMENT = {"ring_strategy.mxnet": "mxnet"}
 
 
 def _modules():
@@ -33,6 +38,13 @@ def _modules():
             if parts[-1] == "__init__":
                 parts.pop()
             yield ".".join(parts)
+
+
+def _framework_missing(module):
+    return any(
+        (module == prefix or module.startswith(prefix + ".")) and importlib.util.find_spec(framework) is None
+        for prefix, framework in SEPARATE_ENVIRONMENT.items()
+    )
 
 
 def _forbidden(module):
@@ -57,7 +69,7 @@ def _import_alone(module):
 
 
 def test_every_module_imports_alone_in_a_fresh_interpreter():
-    modules = list(_modules())
+    modules = [m for m in _modules() if not _framework_missing(m)]
     assert "ring_strategy.torch.autograd" in modules and "keras_callbacks._host" in modules, modules
     # Two at a time, the slow ones (those that start TensorFlow, Lightning,
     # Keras or torch) first so that the two workers finish together.
