@@ -6,6 +6,8 @@
 #   make native-test  C++ unit tests (build/native/ring_native_tests)
 #   make sysdeps      system packages the tests use (mpirun, ip/tc, ssh, sshd), as root only
 #   make test         venv + build + native-test + sysdeps + pytest
+#   make mxnet-test   ring_strategy.mxnet's tests in .venv-mxnet (MXNet 1.9.1 and
+#                     numpy < 1.24, which cannot share .venv); after `make build`
 #   make demo         PyTorch Lightning, Trainer(strategy="ring") on two workers:
 #                     the script starts its second worker itself
 #   make clean        remove build outputs (keeps .venv; `make distclean` too)
@@ -40,7 +42,7 @@ BUILD_TOOLS := "scikit-build-core>=0.10" "nanobind>=2.4" "cmake>=3.18" ninja
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: venv build sysdeps native-test test demo clean distclean
+.PHONY: venv build sysdeps native-test test mxnet-test demo clean distclean
 
 # ---------------------------------------------------------------- venv
 $(VPY):
@@ -111,6 +113,27 @@ native-test:
 test: venv build native-test sysdeps
 	$(VPY) -m pytest -q --timeout=$(PYTEST_TIMEOUT) tests $(PYTEST_ARGS)
 
+# MXNet 1.9.1, Apache MXNet's last release, needs numpy < 1.24 while .venv has
+# numpy 2, so its front end is tested in a venv of its own holding only MXNet,
+# numpy and pytest; ring_strategy (and the _native module `make build` made,
+# which does not depend on numpy's C API) comes from this checkout through
+# PYTHONPATH. Not part of `make test`: see docs/mxnet.md.
+MXNET_VENV := .venv-mxnet
+MXNET_PY   := $(CURDIR)/$(MXNET_VENV)/bin/python
+MXNET_PINS := "mxnet==1.9.1" "numpy==1.23.5"
+
+$(MXNET_PY):
+	$(PYTHON_BOOTSTRAP) -m venv $(MXNET_VENV)
+	$(MXNET_PY) -m pip install --upgrade pip
+
+$(MXNET_VENV)/.deps-stamp: $(MXNET_PY) constraints.txt Makefile
+	$(MXNET_PY) -m pip install $(CONSTRAINTS) $(MXNET_PINS) pytest pytest-timeout
+	touch $@
+
+mxnet-test: $(MXNET_VENV)/.deps-stamp
+	@ls ring_strategy/_native*.so >/dev/null 2>&1 || { echo "mxnet-test: no ring_strategy/_native*.so: run make build first"; exit 1; }
+	PYTHONPATH=$(CURDIR) $(MXNET_PY) -m pytest -q --timeout=$(PYTEST_TIMEOUT) tests/mxnet $(PYTEST_ARGS)
+
 # The numpy version of the demo: ringrun -np 2 python examples/numpy_logreg.py
 demo: venv build
 	python examples/lightning_mlp.py --strategy ring --devices 2 --num-batches 20
@@ -119,7 +142,7 @@ demo: venv build
 clean:
 	rm -rf build dist *.egg-info .pytest_cache
 	rm -f ring_strategy/_native*.so
-	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+	find . \( -path ./$(VENV) -o -path ./$(MXNET_VENV) \) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
 distclean: clean
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(MXNET_VENV)
