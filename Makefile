@@ -132,7 +132,7 @@ $(MXNET_VENV)/.deps-stamp: $(MXNET_PY) constraints.txt Makefile
 
 mxnet-test: $(MXNET_VENV)/.deps-stamp
 	@ls ring_strategy/_native*.so >/dev/null 2>&1 || { echo "mxnet-test: no ring_strategy/_native*.so: run make build first"; exit 1; }
-	PYTHONPATH=$(CURDIR) $(MXNET_PY) -m pytest -q --timeout=$(PYTEST_TIMEOUT) tests/mxnet $(PYTEST_ARGS)
+	PYTHONPATH=$(CURDIR) $(MXNET_PY) -m pytest -q --timeout=$(PYTEST_TIMEOUT) tests/mxnet_frontend $(PYTEST_ARGS)
 
 # The numpy version of the demo: ringrun -np 2 python examples/numpy_logreg.py
 demo: venv build

@@ -24,8 +24,8 @@ MUST_NOT_LOAD = {
     "keras_callbacks": ["tensorflow"],
 }
 # Front ends whose framework cannot share this environment (MXNet 1.9.1 needs
-# numpy < 1.24): skipped here when it is absent; tests/mxnet imports them in
-# their own environment (`make mxnet-test`).
+# numpy < 1.24): skipped here when it is absent; tests/mxnet_frontend imports
+# them in their own environment (`make mxnet-test`).
 SEPARATE_ENVIRONMENT = {"ring_strategy.mxnet": "mxnet"}
 
 
