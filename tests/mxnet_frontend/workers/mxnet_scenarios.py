@@ -75,6 +75,12 @@ def errors():
     hvd.allreduce(nd([1.0]), name="after_errors")  # the job still works
 
 
+def my_rows(*arrays: np.ndarray):
+    """This rank's consecutive share of each array's rows."""
+    share = GLOBAL_BATCH // hvd.size()
+    return [a[hvd.rank() * share:(hvd.rank() + 1) * share] for a in arrays]
+
+
 def make_net(seed: int) -> gluon.nn.Sequential:
     mx.random.seed(seed)
     net = gluon.nn.Sequential()
@@ -101,24 +107,49 @@ def equals_one_process(make_trainer: Callable, rtol: float = 1e-5) -> Callable[[
     """A scenario: ``make_trainer(params)`` on this rank's rows vs plain SGD on all of them."""
 
     def scenario():
-        n, me = hvd.size(), hvd.rank()
         rng = np.random.default_rng(7)
         x = rng.standard_normal((GLOBAL_BATCH, 4)).astype(np.float32)
         y = rng.standard_normal((GLOBAL_BATCH, 1)).astype(np.float32)
-        net = make_net(seed=100 + me)  # different on every rank until the broadcast
+        net = make_net(seed=100 + hvd.rank())  # different on every rank until the broadcast
         hvd.broadcast_parameters(net.collect_params(), root_rank=0)
         start = flat(net)
         identical_rows(hvd.allgather(nd(start[None])).asnumpy(), "parameters after broadcast")
         reference = make_net(seed=0)
-        for (_, mine), (_, ref) in zip(sorted(net.collect_params().items()), sorted(reference.collect_params().items())):
+        for mine, ref in zip(net.collect_params().values(), reference.collect_params().values()):
             ref.set_data(mine.data().copy())
         want = fit(reference, gluon.Trainer(reference.collect_params(), "sgd", dict(SGD), kvstore=None), x, y)
-        share = GLOBAL_BATCH // n
-        got = fit(net, make_trainer(net.collect_params()), x[me * share:(me + 1) * share], y[me * share:(me + 1) * share])
+        got = fit(net, make_trainer(net.collect_params()), *my_rows(x, y))
         close(got, want, "parameters after training", rtol=rtol, atol=1e-6)
         assert not np.allclose(got, start), "training changed nothing"
 
     return scenario
+
+
+def fit_module(x: np.ndarray, y: np.ndarray, optimizer: mx.optimizer.Optimizer) -> np.ndarray:
+    """The Module API: a linear regression, STEPS updates on the whole of x."""
+    out = mx.sym.LinearRegressionOutput(mx.sym.FullyConnected(mx.sym.Variable("data"), num_hidden=1, name="fc"),
+                                        name="lro")
+    module = mx.mod.Module(out, data_names=["data"], label_names=["lro_label"])
+    batches = mx.io.NDArrayIter(x, y, batch_size=len(x), label_name="lro_label")
+    module.bind(batches.provide_data, batches.provide_label)
+    module.init_params(mx.init.Constant(0.1))
+    module.init_optimizer(optimizer=optimizer)
+    for _ in range(STEPS):
+        batches.reset()
+        for batch in batches:
+            module.forward_backward(batch)
+            module.update()
+    return module.get_params()[0]["fc_weight"].asnumpy()
+
+
+def module_api_equals_one_process():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((GLOBAL_BATCH, 3)).astype(np.float32)
+    y = rng.standard_normal((GLOBAL_BATCH, 1)).astype(np.float32)
+    want = fit_module(x, y, mx.optimizer.SGD(learning_rate=0.1, rescale_grad=1.0 / GLOBAL_BATCH))
+    wrapped = hvd.DistributedOptimizer(mx.optimizer.SGD(learning_rate=0.1, rescale_grad=hvd.size() / GLOBAL_BATCH))
+    got = fit_module(*my_rows(x, y), wrapped)
+    close(got, want, "Module parameters after training", rtol=1e-5)
 
 
 def deferred_init():
@@ -140,6 +171,7 @@ SCENARIOS: Dict[str, Callable[[], None]] = {
         lambda params: hvd.DistributedTrainer(params, "sgd", dict(SGD), compression=hvd.Compression.fp16), rtol=1e-2),
     "optimizer_equals_one_process": equals_one_process(
         lambda params: gluon.Trainer(params, hvd.DistributedOptimizer(mx.optimizer.SGD(**SGD)))),
+    "module_api_equals_one_process": module_api_equals_one_process,
     "deferred_init": deferred_init,
 }
 
