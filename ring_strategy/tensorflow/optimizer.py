@@ -18,6 +18,7 @@ from ring_strategy.basics import size
 from ring_strategy.exceptions import BadArgumentError
 from ring_strategy.process_sets import ProcessSet, global_process_set
 from ring_strategy.tensorflow.compression import Compression
+from ring_strategy.tensorflow.gradient_aggregation import LocalGradientAggregation
 from ring_strategy.tensorflow.gradient_tape import allreduce_gradients, check_gradient_reduction
 from ring_strategy.tensorflow.mpi_ops import Average
 
@@ -33,12 +34,16 @@ class _DistributedOptimizer(_LegacyOptimizer):
     ``session.run``); ``apply_gradients``, the slots and ``variables()``
     are the wrapped optimizer's. Gradients of variables registered with
     :meth:`register_local_var` stay local (divided by ``size()`` when
-    ``scale_local_gradients``).
+    ``scale_local_gradients``). With ``backward_passes_per_step > 1``
+    (graph mode only) the gradients are accumulated locally and reduced and
+    applied once every that many runs (see
+    :mod:`ring_strategy.tensorflow.gradient_aggregation`).
     """
 
     def __init__(self, optimizer: Any, name: Optional[str] = None, use_locking: bool = False,
                  compression: Any = Compression.none, sparse_as_dense: bool = False, op: int = Average,
-                 gradient_predivide_factor: float = 1.0, scale_local_gradients: bool = True):
+                 gradient_predivide_factor: float = 1.0, scale_local_gradients: bool = True,
+                 backward_passes_per_step: int = 1, average_aggregated_gradients: bool = False):
         super().__init__(name=name or f"Distributed{type(optimizer).__name__}", use_locking=use_locking)
         self._optimizer = optimizer
         self._op = op
@@ -47,6 +52,13 @@ class _DistributedOptimizer(_LegacyOptimizer):
         self._predivide = float(gradient_predivide_factor)
         self._scale_local = bool(scale_local_gradients)
         self._local_vars: set = set()
+        self._aggregation = None
+        if backward_passes_per_step > 1:
+            if tf.executing_eagerly():
+                raise ValueError("backward_passes_per_step > 1 is not supported for tf.compat.v1.train optimizers "
+                                 f"with eager execution. Got: {backward_passes_per_step!r}")
+            self._aggregation = LocalGradientAggregation(backward_passes_per_step, average_aggregated_gradients,
+                                                         self.get_name())
 
     def register_local_var(self, var: tf.Variable) -> None:
         """Keeps ``var``'s gradient local to this rank (not reduced)."""
@@ -60,6 +72,15 @@ class _DistributedOptimizer(_LegacyOptimizer):
         if not pairs:
             return pairs
         grads, variables = [list(t) for t in zip(*pairs)]
+        if self._aggregation is not None:
+            grads = self._aggregation.compute(grads, lambda gs: self._reduce(gs, variables))
+        else:
+            grads = self._reduce(grads, variables)
+        return list(zip(grads, variables))
+
+    def _reduce(self, grads: List[Any], variables: List[Any]) -> List[Any]:
+        """``grads`` reduced over the ranks, those of local variables kept (and scaled)."""
+        grads = list(grads)
         shared = [i for i, v in enumerate(variables) if v.ref() not in self._local_vars]
         if size() > 1 or self._compression is not Compression.none:
             reduced = allreduce_gradients([grads[i] for i in shared], self._op, self._compression,
@@ -70,11 +91,17 @@ class _DistributedOptimizer(_LegacyOptimizer):
             for i, v in enumerate(variables):
                 if v.ref() in self._local_vars and grads[i] is not None:
                     grads[i] = _scaled(grads[i], 1.0 / size())
-        return list(zip(grads, variables))
+        return grads
 
     def apply_gradients(self, grads_and_vars: Any, global_step: Any = None, name: Optional[str] = None) -> Any:
-        """The wrapped optimizer's ``apply_gradients``."""
-        return self._optimizer.apply_gradients(grads_and_vars, global_step=global_step, name=name)
+        """The wrapped optimizer's ``apply_gradients`` (with aggregation, on
+        the communicating runs only)."""
+        if self._aggregation is None:
+            return self._optimizer.apply_gradients(grads_and_vars, global_step=global_step, name=name)
+        grads_and_vars = list(grads_and_vars)
+        return self._aggregation.apply(
+            lambda: self._optimizer.apply_gradients(grads_and_vars, global_step=global_step, name=name),
+            [g for g, _ in grads_and_vars])
 
     def get_slot(self, *args: Any, **kwargs: Any) -> Any:
         return self._optimizer.get_slot(*args, **kwargs)
@@ -114,13 +141,14 @@ def DistributedOptimizer(optimizer: Any, name: Optional[str] = None, use_locking
         device_dense, device_sparse: accepted for Horovod compatibility (CPU only).
         compression: ``Compression.none``, ``fp16`` or ``bf16``.
         sparse_as_dense: reduce IndexedSlices gradients as dense tensors.
-        backward_passes_per_step: 1 for TF1 optimizers; Keras optimizers
-            accumulate locally over this many batches.
+        backward_passes_per_step: batches whose gradients are accumulated
+            locally before one reduction and update (TF1 optimizers: graph
+            mode only).
         op: Average (default) or Sum.
         gradient_predivide_factor: with Average, divide by this before the
             sum and by ``size() / factor`` after it (TF1 optimizers).
-        average_aggregated_gradients: Keras optimizers with
-            ``backward_passes_per_step > 1``: apply the mean, not the sum.
+        average_aggregated_gradients: with ``backward_passes_per_step > 1``,
+            apply the mean of the accumulated gradients, not their sum.
         num_groups, groups: accepted for Horovod compatibility; every dense
             gradient is fused anyway.
         process_set: only the global set is supported.
@@ -142,12 +170,12 @@ def DistributedOptimizer(optimizer: Any, name: Optional[str] = None, use_locking
     """
     op = check_gradient_reduction(op, gradient_predivide_factor, process_set)
     if isinstance(optimizer, _LegacyOptimizer):
-        if backward_passes_per_step != 1:
-            raise NotImplementedError(
-                "backward_passes_per_step > 1 is not supported for tf.compat.v1.train optimizers; accumulate "
-                f"the gradients in the script, or use a Keras optimizer. Got: {backward_passes_per_step!r}")
+        if isinstance(backward_passes_per_step, bool) or not isinstance(backward_passes_per_step, int) \
+                or backward_passes_per_step < 1:
+            raise BadArgumentError(f"backward_passes_per_step should be an integer >= 1. Got: {backward_passes_per_step!r}")
         return _DistributedOptimizer(optimizer, name, use_locking, compression, sparse_as_dense, op,
-                                     gradient_predivide_factor, scale_local_gradients)
+                                     gradient_predivide_factor, scale_local_gradients, backward_passes_per_step,
+                                     bool(average_aggregated_gradients))
     if _is_keras_optimizer(optimizer):
         if gradient_predivide_factor != 1.0:
             raise BadArgumentError(

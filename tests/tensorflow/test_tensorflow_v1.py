@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 WORKER = Path(__file__).parent / "workers" / "tf1_worker.py"
-SCENARIOS = ["v1_session", "v1_monitored", "v1_local_var", "build_queries", "v1_errors"]
+SCENARIOS = ["v1_session", "v1_monitored", "v1_aggregation", "v1_local_var", "build_queries", "v1_errors"]
 _runs: dict = {}
 
 

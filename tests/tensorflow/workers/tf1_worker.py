@@ -62,9 +62,10 @@ def session_config():
     return config
 
 
-def reference():
-    """One process, plain Adagrad, rank 0's initial values, the global batch
-    of each step (every rank's batch of that step)."""
+def reference(group=1):
+    """One process, plain Adagrad, rank 0's initial values; each update on
+    the global batch of ``group`` consecutive steps (every rank's batches of
+    those steps)."""
     n = hvd.size()
     x, y = data(n)
     per_rank = [batches(x, y, r, n) for r in range(n)]
@@ -73,17 +74,17 @@ def reference():
         train = tf.compat.v1.train.AdagradOptimizer(LR).minimize(loss)
         with tf.compat.v1.Session() as sess:
             sess.run(tf.compat.v1.global_variables_initializer())
-            for s in range(STEPS):
-                feed = {px: np.concatenate([b[s][0] for b in per_rank]), py: np.concatenate([b[s][1] for b in per_rank])}
-                sess.run(train, feed)
+            for s in range(0, STEPS, group):
+                steps = [b[t] for t in range(s, s + group) for b in per_rank]
+                sess.run(train, {px: np.concatenate([b[0] for b in steps]), py: np.concatenate([b[1] for b in steps])})
             return sess.run(variables)
 
 
-def check_result(got):
+def check_result(got, group=1):
     flat = np.concatenate([v.ravel() for v in got])
     identical_rows(np_ops.allgather(flat[None], name="tf1.replicas"), "replicas")
     if hvd.rank() == 0:
-        want = reference()
+        want = reference(group)
         diff = max(np.abs(a - b).max() for a, b in zip(got, want))
         assert diff < 1e-5, f"max difference from one process on the global batch: {diff}"
 
@@ -129,6 +130,29 @@ def scenario_v1_monitored():
     check_result(got)
 
 
+def scenario_v1_aggregation():
+    """backward_passes_per_step=2 with average_aggregated_gradients: one
+    reduction and one update every 2 runs, equal to one process updating on
+    2 global batches at a time; the global step counts every run."""
+    r, n = hvd.rank(), hvd.size()
+    x, y = data(n)
+    with tf.Graph().as_default():
+        px, py, loss, variables = build(seed=r)
+        step = tf.compat.v1.train.get_or_create_global_step()
+        opt = hvd.DistributedOptimizer(tf.compat.v1.train.AdagradOptimizer(LR), backward_passes_per_step=2,
+                                       average_aggregated_gradients=True)
+        train = opt.minimize(loss, global_step=step)
+        bcast = hvd.broadcast_global_variables(0)
+        with tf.compat.v1.Session(config=session_config()) as sess:
+            sess.run([tf.compat.v1.global_variables_initializer(), tf.compat.v1.local_variables_initializer()])
+            sess.run(bcast)
+            for bx, by in batches(x, y, r, n):
+                sess.run(train, {px: bx, py: by})
+            got = sess.run(variables)
+            assert sess.run(step) == STEPS, sess.run(step)
+    check_result(got, group=2)
+
+
 def scenario_v1_local_var():
     """A variable registered with register_local_var keeps its own gradient
     (divided by size): its values differ between ranks, the others do not."""
@@ -160,7 +184,7 @@ def scenario_v1_errors():
     raises(ValueError, lambda: hvd.DistributedOptimizer("sgd"), "Got: 'sgd'")
     raises(ValueError, lambda: hvd.DistributedOptimizer(sgd, op=hvd.Max), "Average or Sum")
     raises(ValueError, lambda: hvd.DistributedOptimizer(sgd, gradient_predivide_factor=0), "Got: 0")
-    raises(NotImplementedError, lambda: hvd.DistributedOptimizer(sgd, backward_passes_per_step=2), "Got: 2")
+    raises(ValueError, lambda: hvd.DistributedOptimizer(sgd, backward_passes_per_step=0), "Got: 0")
     raises(ValueError, lambda: hvd.BroadcastGlobalVariablesHook("0"), "Got: '0'")
 
 

@@ -203,6 +203,8 @@ def scenario_optimizer_eager():
     assert type(kopt).__mro__[1].__name__ == "_DistributedMixin", type(kopt).__mro__
     assert kopt._ring_compression.__name__ == "FP16Compressor", kopt._ring_compression
     raises(RuntimeError, lambda: hvd.broadcast_global_variables(0), "broadcast_variables")
+    raises(ValueError, lambda: hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(1.0),
+                                                        backward_passes_per_step=2), "eager execution")
 
 
 if __name__ == "__main__":
