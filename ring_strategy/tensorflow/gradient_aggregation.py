@@ -41,7 +41,9 @@ class LocalGradientAggregation:
 
     def compute(self, grads: List[Any], reduce: Callable[[List[Any]], List[Any]]) -> List[Any]:
         """The gradients to apply: ``reduce`` of the accumulated gradients on
-        a communicating run, zeros (not applied) on the others."""
+        a communicating run, zeros (not applied) on the others. ``reduce``
+        takes and returns a list aligned with ``grads`` (None where a
+        gradient is None)."""
         grads = [None if g is None else tf.convert_to_tensor(g) for g in grads]
         if self.counter is None:
             self._create(grads)
@@ -54,7 +56,10 @@ class LocalGradientAggregation:
             values = [self.sums[i].read_value() for i in present]
             if self.average:
                 values = [v / tf.cast(self.steps, v.dtype) for v in values]
-            reduced = reduce(values)
+            aligned: List[Any] = [None] * len(grads)
+            for i, v in zip(present, values):
+                aligned[i] = v
+            reduced = [r for r in reduce(aligned) if r is not None]
             with tf.control_dependencies(reduced):
                 resets = [self.sums[i].assign(tf.zeros_like(self.sums[i])) for i in present]
                 resets.append(self.counter.assign(0))

@@ -138,10 +138,11 @@ def scenario_v1_aggregation():
     x, y = data(n)
     with tf.Graph().as_default():
         px, py, loss, variables = build(seed=r)
+        unused = tf.compat.v1.get_variable("unused", initializer=tf.constant([1.0]))  # its gradient is None
         step = tf.compat.v1.train.get_or_create_global_step()
         opt = hvd.DistributedOptimizer(tf.compat.v1.train.AdagradOptimizer(LR), backward_passes_per_step=2,
                                        average_aggregated_gradients=True)
-        train = opt.minimize(loss, global_step=step)
+        train = opt.minimize(loss, global_step=step, var_list=[unused] + variables)
         bcast = hvd.broadcast_global_variables(0)
         with tf.compat.v1.Session(config=session_config()) as sess:
             sess.run([tf.compat.v1.global_variables_initializer(), tf.compat.v1.local_variables_initializer()])
