@@ -4,6 +4,7 @@ Works on the TensorFlow, JAX and torch Keras backends (choose one with
 ``KERAS_BACKEND`` before importing keras), inside the compiled train step.
 Besides the optimizer wrapper and the callbacks, this module gives the
 process API and the numpy collectives, so a script needs no other import.
+The callbacks are also under ``hvd.callbacks``, as in ``horovod.keras``.
 
 Example::
 
@@ -58,10 +59,13 @@ from ring_strategy.ops import (
 
 from keras_callbacks.compression import Compression
 from keras_callbacks.optimizer import DistributedOptimizer, load_model
-from keras_callbacks.broadcast_global_variables_callback import BroadcastGlobalVariablesCallback
-from keras_callbacks.metric_average_callback import MetricAverageCallback
-from keras_callbacks.learning_rate_schedule_callback import LearningRateScheduleCallback
-from keras_callbacks.learning_rate_warmup_callback import LearningRateWarmupCallback
+from keras_callbacks import callbacks
+from keras_callbacks.callbacks import (
+    BroadcastGlobalVariablesCallback,
+    LearningRateScheduleCallback,
+    LearningRateWarmupCallback,
+    MetricAverageCallback,
+)
 from keras_callbacks.sharding import shard
 
 __all__ = [
@@ -69,7 +73,7 @@ __all__ = [
     "Average", "Sum", "Min", "Max", "Product",
     "allreduce", "allgather", "broadcast", "alltoall", "reducescatter", "barrier",
     "RingError", "BadArgumentError", "MismatchError", "PeerFailureError", "RingTimeoutError", "ShutdownError",
-    "Compression", "DistributedOptimizer", "load_model",
+    "Compression", "DistributedOptimizer", "load_model", "callbacks",
     "BroadcastGlobalVariablesCallback", "MetricAverageCallback",
     "LearningRateScheduleCallback", "LearningRateWarmupCallback", "shard",
 ]

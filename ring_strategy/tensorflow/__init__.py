@@ -3,6 +3,9 @@ with ``import ring_strategy.tensorflow as hvd``.
 
 Collectives work on tf tensors eagerly and inside ``tf.function`` (not under
 XLA, ``jit_compile=True``). For Keras' ``model.fit`` use ``keras_callbacks``.
+TensorFlow 1-style (graph-mode, ``tf.compat.v1``) scripts have
+``DistributedOptimizer`` for ``tf.compat.v1.train`` optimizers,
+``broadcast_global_variables`` and ``BroadcastGlobalVariablesHook``.
 
 Example::
 
@@ -23,8 +26,25 @@ from ring_strategy.exceptions import (
     RingTimeoutError,
     ShutdownError,
 )
+from ring_strategy.build_queries import (
+    ccl_built,
+    cuda_built,
+    ddl_built,
+    gloo_built,
+    gloo_enabled,
+    mpi_built,
+    mpi_enabled,
+    mpi_threads_supported,
+    nccl_built,
+    rocm_built,
+)
 from ring_strategy.tensorflow.compression import Compression
-from ring_strategy.tensorflow.functions import allgather_object, broadcast_object, broadcast_variables
+from ring_strategy.tensorflow.functions import (
+    allgather_object,
+    broadcast_global_variables,
+    broadcast_object,
+    broadcast_variables,
+)
 from ring_strategy.tensorflow.gradient_tape import DistributedGradientTape
 from ring_strategy.tensorflow.mpi_ops import (
     Adasum,
@@ -52,3 +72,5 @@ from ring_strategy.tensorflow.mpi_ops import (
     shutdown,
     size,
 )
+from ring_strategy.tensorflow.optimizer import DistributedOptimizer
+from ring_strategy.tensorflow.session_hooks import BroadcastGlobalVariablesHook

@@ -1,5 +1,5 @@
 """Variables and Python objects across ranks: broadcast_variables,
-broadcast_object, allgather_object."""
+broadcast_global_variables, broadcast_object, allgather_object."""
 
 from __future__ import annotations
 
@@ -54,6 +54,22 @@ def broadcast_variables(variables: Sequence[tf.Variable], root_rank: int,
                        [v.shape for v in variables], "RingBroadcastVariables")
     assigns = [v.assign(x) for v, x in zip(variables, values)]
     return None if tf.executing_eagerly() else tf.group(*assigns)
+
+
+def broadcast_global_variables(root_rank: int) -> tf.Operation:
+    """The op assigning ``root_rank``'s value to every global variable of the
+    default graph (``tf.compat.v1.global_variables()``), for graph-mode
+    (TensorFlow 1-style) scripts: run it in the session once the variables
+    are initialized, or use :class:`BroadcastGlobalVariablesHook`.
+
+    Raises:
+        RuntimeError: in eager mode; use ``broadcast_variables`` there.
+    """
+    if tf.executing_eagerly():
+        raise RuntimeError("hvd.broadcast_global_variables() does not support eager execution. "
+                           "Please use `hvd.broadcast_variables(<model/optimizer variables>)` instead.")
+    op = broadcast_variables(tf.compat.v1.global_variables(), root_rank)
+    return tf.no_op() if op is None else op
 
 
 def broadcast_object(obj: Any, root_rank: int = 0, session: Any = None, name: Optional[str] = None,

@@ -59,34 +59,65 @@ class _DistributedGradientTape(tf.GradientTape):
         return tf.nest.pack_sequence_as(grads, self._ring_allreduce(flat))
 
     def _ring_allreduce(self, grads: List[Any]) -> List[Any]:
-        """Every gradient reduced over all ranks, the dense ones in one fused host call."""
-        op, compression = self._ring_op, self._ring_compression
-        n = size()
-        if op == Average:
-            # Horovod: sum of grad / predivide, then times predivide / size.
-            prescale, postscale, wire_op = 1.0 / self._ring_predivide, self._ring_predivide / n, Sum
-        else:
-            prescale, postscale, wire_op = 1.0, 1.0, op
-        out = list(grads)
-        dense: List[int] = []
-        for i, g in enumerate(grads):
-            if g is None:
+        return allreduce_gradients(grads, self._ring_op, self._ring_compression, self._ring_sparse_as_dense,
+                                   self._ring_predivide, "DistributedGradientTape")
+
+
+def check_gradient_reduction(op: Any, gradient_predivide_factor: Any, process_set: ProcessSet) -> int:
+    """The gradient reduction's ``op`` (Average or Sum), checked with the
+    predivide factor and the process set; BadArgumentError otherwise."""
+    op = check_op(op)
+    if op not in (Average, Sum):
+        raise BadArgumentError(f"op should be Average or Sum. Got: {op!r}")
+    if not isinstance(gradient_predivide_factor, (int, float)) or gradient_predivide_factor <= 0:
+        raise BadArgumentError(f"gradient_predivide_factor should be a positive float. Got: {gradient_predivide_factor!r}")
+    if gradient_predivide_factor != 1.0 and op != Average:
+        raise BadArgumentError(f"gradient_predivide_factor needs op=Average. Got: op={op!r}")
+    _check_process_set(process_set)
+    return op
+
+
+def allreduce_gradients(grads: List[Any], op: int, compression: Any, sparse_as_dense: bool,
+                        predivide: float, label: str) -> List[Any]:
+    """Every gradient of ``grads`` reduced over all ranks (None stays None):
+    the dense ones in one fused host call, eagerly or in a graph;
+    ``IndexedSlices`` allgathered unless ``sparse_as_dense``.
+
+    Args:
+        grads: tf tensors, IndexedSlices or None, in the same order on every rank.
+        op: Average or Sum.
+        compression: the precision the dense gradients travel in.
+        sparse_as_dense: reduce IndexedSlices as dense tensors.
+        predivide: with Average, divide by this before the sum and by
+            ``size() / predivide`` after it.
+        label: names the engine's tensors (the graph makes them unique).
+    """
+    n = size()
+    if op == Average:
+        # Horovod: sum of grad / predivide, then times predivide / size.
+        prescale, postscale, wire_op = 1.0 / predivide, predivide / n, Sum
+    else:
+        prescale, postscale, wire_op = 1.0, 1.0, op
+    out = list(grads)
+    dense: List[int] = []
+    for i, g in enumerate(grads):
+        if g is None:
+            continue
+        if isinstance(g, tf.IndexedSlices):
+            if sparse_as_dense:
+                out[i] = g = tf.convert_to_tensor(g)
+            else:
+                out[i] = allreduce(g, op=op, compression=compression)
                 continue
-            if isinstance(g, tf.IndexedSlices):
-                if self._ring_sparse_as_dense:
-                    out[i] = g = tf.convert_to_tensor(g)
-                else:
-                    out[i] = allreduce(g, op=op, compression=compression)
-                    continue
-            dense.append(i)
-        if not dense:
-            return out
-        wire, ctxs = zip(*[compression.compress(out[i]) for i in dense])
-        name = _op_name("DistributedGradientTape", None)
-        reduced = fused_allreduce(_TensorFlowFlattener, wire, name, wire_op, prescale, postscale)
-        for i, r, ctx in zip(dense, reduced, ctxs):
-            out[i] = compression.decompress(r, ctx)
+        dense.append(i)
+    if not dense:
         return out
+    wire, ctxs = zip(*[compression.compress(out[i]) for i in dense])
+    name = _op_name(label, None)
+    reduced = fused_allreduce(_TensorFlowFlattener, wire, name, wire_op, prescale, postscale)
+    for i, r, ctx in zip(dense, reduced, ctxs):
+        out[i] = compression.decompress(r, ctx)
+    return out
 
 
 def DistributedGradientTape(gradtape: tf.GradientTape, device_dense: str = "", device_sparse: str = "",
@@ -128,14 +159,7 @@ def DistributedGradientTape(gradtape: tf.GradientTape, device_dense: str = "", d
     """
     if not isinstance(gradtape, tf.GradientTape):
         raise BadArgumentError(f"gradtape should be a tf.GradientTape. Got: {gradtape!r}")
-    op = check_op(op)
-    if op not in (Average, Sum):
-        raise BadArgumentError(f"op should be Average or Sum. Got: {op!r}")
-    if not isinstance(gradient_predivide_factor, (int, float)) or gradient_predivide_factor <= 0:
-        raise BadArgumentError(f"gradient_predivide_factor should be a positive float. Got: {gradient_predivide_factor!r}")
-    if gradient_predivide_factor != 1.0 and op != Average:
-        raise BadArgumentError(f"gradient_predivide_factor needs op=Average. Got: op={op!r}")
-    _check_process_set(process_set)
+    op = check_gradient_reduction(op, gradient_predivide_factor, process_set)
     base = type(gradtape)
     cls = type(base.__name__, (_DistributedGradientTape, base), {"__module__": base.__module__})
     tape = object.__new__(cls)

@@ -34,6 +34,18 @@ from ring_strategy.basics import (  # noqa: F401  (re-exported, as Horovod's mpi
     shutdown,
     size,
 )
+from ring_strategy.build_queries import (  # noqa: F401  (re-exported)
+    ccl_built,
+    cuda_built,
+    ddl_built,
+    gloo_built,
+    gloo_enabled,
+    mpi_built,
+    mpi_enabled,
+    mpi_threads_supported,
+    nccl_built,
+    rocm_built,
+)
 from ring_strategy.exceptions import BadArgumentError, RingError  # noqa: F401  (re-exported)
 from ring_strategy.torch._async_ops import (  # noqa: F401  (re-exported)
     allgather_async,
@@ -73,61 +85,6 @@ from ring_strategy.torch.process_sets import (  # noqa: F401  (re-exported)
     global_process_set,
     remove_process_set,
 )
-
-# ---------------------------------------------------------------- build queries
-# Truthful for this build: one native engine over shared memory and TCP; no
-# MPI, Gloo, NCCL, DDL, oneCCL, CUDA or ROCm inside.
-
-
-def mpi_built() -> bool:
-    """False: ring does not use MPI (it can still be launched by mpirun)."""
-    return False
-
-
-def mpi_enabled() -> bool:
-    """False: collectives never run over MPI."""
-    return False
-
-
-def mpi_threads_supported() -> bool:
-    """False: there is no MPI."""
-    return False
-
-
-def gloo_built() -> bool:
-    """False: ring has its own engine instead of Gloo."""
-    return False
-
-
-def gloo_enabled() -> bool:
-    """False: collectives never run over Gloo."""
-    return False
-
-
-def nccl_built() -> bool:
-    """False: this build has no NCCL path."""
-    return False
-
-
-def ddl_built() -> bool:
-    """False."""
-    return False
-
-
-def ccl_built() -> bool:
-    """False."""
-    return False
-
-
-def cuda_built() -> bool:
-    """False: this build handles CPU tensors only."""
-    return False
-
-
-def rocm_built() -> bool:
-    """False: this build handles CPU tensors only."""
-    return False
-
 
 __all__ = [
     "Adasum", "Average", "Max", "Min", "Product", "Sum",

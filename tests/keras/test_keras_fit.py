@@ -18,7 +18,8 @@ import pytest
 HERE = Path(__file__).parent
 WORKER = HERE / "workers" / "fit_worker.py"
 BACKENDS = ["tensorflow", "jax", "torch"]
-CHECKS = ["config", "fit", "schedule", "save_load", "compression", "accumulation", "sharding", "validation"]
+CHECKS = ["config", "fit", "schedule", "save_load", "compression", "accumulation", "sharding", "callbacks_namespace", "unbuilt",
+          "validation"]
 _runs: dict = {}
 
 

@@ -16,7 +16,7 @@ import pytest
 
 HERE = Path(__file__).parent
 WORKER = HERE / "workers" / "tf_worker.py"
-SCENARIOS = ["eager_ops", "function_ops", "gradients", "broadcast_helpers", "errors", "gradient_tape"]
+SCENARIOS = ["eager_ops", "function_ops", "gradients", "broadcast_helpers", "errors", "gradient_tape", "optimizer_eager"]
 _runs: dict = {}
 
 

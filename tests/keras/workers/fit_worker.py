@@ -55,6 +55,55 @@ def log(msg):
     print(f"{hvd.rank()}: {msg}", flush=True)
 
 
+def check_callbacks_namespace():
+    """hvd.callbacks.X is the callback hvd.X, as in horovod.keras."""
+    import keras_callbacks.callbacks as namespace
+
+    assert hvd.callbacks is namespace
+    for name in namespace.__all__:
+        assert getattr(hvd.callbacks, name) is getattr(hvd, name), name
+    log("callbacks_namespace ok")
+
+
+def linear_sgd_reference(kernels, x, y, n, steps):
+    """Dense(1) with MSE and plain SGD on rank-sharded data (rank::n), in
+    float64: step 1 averages the gradients each rank computes from its own
+    kernel ``kernels[rank]``; from then on every rank holds ``kernels[0]``'s
+    result. Returns the final kernel and bias."""
+    w, b = [k.astype(np.float64) for k in kernels], np.zeros(1)
+    batch = GLOBAL_BATCH // n
+    for step in range(steps):
+        gw, gb = 0.0, 0.0
+        for r in range(n):
+            xr, yr = x[r::n][step * batch:(step + 1) * batch], y[r::n][step * batch:(step + 1) * batch]
+            err = xr @ w[r if step == 0 else 0] + b - yr
+            gw, gb = gw + 2 * xr.T @ err / batch / n, gb + 2 * err.sum(0) / batch / n
+        w, b = [w[0] - LR * gw], b - LR * gb
+    return w[0], b
+
+
+def check_unbuilt(x, y, xs, ys):
+    """A model without an Input has no variables when TensorFlow's fit starts
+    (the first step creates them): the broadcast comes after the first batch.
+    On JAX and torch fit builds the model first: it comes before."""
+    r, n = hvd.rank(), hvd.size()
+    kernels = [np.linspace(-1, 1, 5, dtype="float32").reshape(5, 1) * (k + 1) for k in range(n)]
+    model = keras.Sequential([keras.layers.Dense(
+        1, kernel_initializer=lambda shape, dtype=None: keras.ops.convert_to_tensor(kernels[r], dtype=dtype))])
+    assert not model.built
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(LR)), loss="mse")
+    steps = SAMPLES // GLOBAL_BATCH
+    model.fit(xs, ys, batch_size=GLOBAL_BATCH // n, epochs=1, shuffle=False, verbose=0,
+              callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0), hvd.callbacks.MetricAverageCallback()])
+    got = [np.asarray(w) for w in model.get_weights()]
+    identical_rows(hvd.allgather(np.concatenate([w.ravel() for w in got])[None]), "replicas")
+    deferred = keras.backend.backend() == "tensorflow"
+    want = linear_sgd_reference(kernels if deferred else [kernels[0]] * n, x, y, n, steps)
+    diff = max(np.abs(a - b).max() for a, b in zip(got, want))
+    assert diff < 1e-5, (diff, got, want)
+    log(f"unbuilt ok (max weight diff {diff:.2g})")
+
+
 def main(out_dir):
     # A hang prints every thread's stack (the test sets HANG_DUMP).
     faulthandler.dump_traceback_later(int(os.environ.get("HANG_DUMP", "100000")), exit=True)
@@ -198,12 +247,16 @@ def main(out_dir):
     identical_rows(hvd.allgather(flat[None]), "replicas")
     log("sharding ok")
 
+    check_callbacks_namespace()
+    check_unbuilt(x, y, xs, ys)
+
     # Validation quotes the bad value.
     for call, text in [
         (lambda: hvd.LearningRateWarmupCallback("abc"), "should be a float. Got: 'abc'"),
         (lambda: hvd.LearningRateScheduleCallback(0.1, "x"), "should be a float. Got: 'x'"),
         (lambda: hvd.LearningRateWarmupCallback(0.1, warmup_epochs=0), "Got: 0"),
         (lambda: hvd.BroadcastGlobalVariablesCallback(-1), "Got: -1"),
+        (lambda: hvd.BroadcastGlobalVariablesCallback(0, local_variables="v"), "Got: 'v'"),
         (lambda: hvd.DistributedOptimizer("sgd"), "Got: 'sgd'"),
         (lambda: hvd.DistributedOptimizer(keras.optimizers.SGD(), backward_passes_per_step=0), "Got: 0"),
         (lambda: hvd.shard("abc"), "Got: 'str'"),

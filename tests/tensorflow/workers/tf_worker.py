@@ -1,6 +1,6 @@
 """ring_strategy.tensorflow on real workers: every collective eagerly and in
 tf.function, their gradients, broadcast helpers and DistributedGradientTape
-training checked against a single-process run. Prints "<rank>: <scenario> ok".
+training checked against a single-process run, DistributedOptimizer eagerly. Prints "<rank>: <scenario> ok".
 
 Usage: tf_worker.py SCENARIO...
 """
@@ -183,6 +183,28 @@ def scenario_gradient_tape():
     g, = hvd.DistributedGradientTape(tape, compression=hvd.Compression.bf16).gradient(loss, [w])
     equal(g, np.full(3, (n + 1) / 2, np.float32))
     print(f"{r}: max diff to single process {diff:.2g}", flush=True)
+
+
+def scenario_optimizer_eager():
+    """DistributedOptimizer eagerly: a tf.compat.v1.train optimizer's
+    compute_gradients averages; a Keras optimizer is wrapped by
+    keras_callbacks; broadcast_global_variables asks for broadcast_variables."""
+    r, n = hvd.rank(), hvd.size()
+    w = tf.Variable(tf.ones([3]))
+    opt = hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(1.0))
+    (g, v), = opt.compute_gradients(lambda: tf.reduce_sum(w * float(r + 1)), [w])
+    close(g, np.full(3, (n + 1) / 2, np.float32))
+    opt.apply_gradients([(g, v)])
+    close(w, np.full(3, 1 - (n + 1) / 2, np.float32))
+    import keras
+
+    kopt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), compression=hvd.Compression.fp16)
+    assert isinstance(kopt, keras.optimizers.SGD), type(kopt).__mro__
+    assert type(kopt).__mro__[1].__name__ == "_DistributedMixin", type(kopt).__mro__
+    assert kopt._ring_compression.__name__ == "FP16Compressor", kopt._ring_compression
+    raises(RuntimeError, lambda: hvd.broadcast_global_variables(0), "broadcast_variables")
+    raises(ValueError, lambda: hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(1.0),
+                                                        backward_passes_per_step=2), "eager execution")
 
 
 if __name__ == "__main__":
