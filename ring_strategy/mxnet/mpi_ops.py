@@ -32,6 +32,18 @@ from ring_strategy.basics import (  # noqa: F401  (re-exported, as Horovod's mpi
     shutdown,
     size,
 )
+from ring_strategy.build_queries import (  # noqa: F401  (re-exported: Horovod's build queries)
+    ccl_built,
+    cuda_built,
+    ddl_built,
+    gloo_built,
+    gloo_enabled,
+    mpi_built,
+    mpi_enabled,
+    mpi_threads_supported,
+    nccl_built,
+    rocm_built,
+)
 from ring_strategy.exceptions import BadArgumentError
 from ring_strategy.process_sets import (  # noqa: F401  (re-exported)
     ProcessSet,
@@ -181,16 +193,3 @@ def alltoall(tensor: Any, splits: Any = None, name: Optional[str] = None, priori
         return _nd(result, tensor)
     output, received = result
     return _nd(output, tensor), mx.nd.array(received, ctx=mx.cpu(), dtype=np.int32)
-
-
-# ---------------------------------------------------------------- build queries
-# This build runs one native engine over shared memory and TCP: no MPI, Gloo,
-# NCCL, DDL, oneCCL, CUDA or ROCm inside. (Horovod's names; the same answers
-# as the torch front end's.)
-def _false() -> bool:
-    return False
-
-
-mpi_built = mpi_enabled = mpi_threads_supported = _false
-gloo_built = gloo_enabled = _false
-nccl_built = ddl_built = ccl_built = cuda_built = rocm_built = _false
