@@ -28,6 +28,7 @@ _API = {
     "PeerFailureError": "exceptions", "RingTimeoutError": "exceptions", "ShutdownError": "exceptions",
     "HorovodInternalError": "exceptions", "HostsUpdatedInterrupt": "exceptions",
     "start_timeline": "timeline", "stop_timeline": "timeline",
+    "run": "runner.run_fn",
 }
 
 __all__ = sorted(_API)
