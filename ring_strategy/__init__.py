@@ -26,7 +26,9 @@ _API = {
     "reducescatter": "ops", "reducescatter_async": "ops", "barrier": "ops", "join": "ops",
     "RingError": "exceptions", "BadArgumentError": "exceptions", "MismatchError": "exceptions",
     "PeerFailureError": "exceptions", "RingTimeoutError": "exceptions", "ShutdownError": "exceptions",
+    "HorovodInternalError": "exceptions", "HostsUpdatedInterrupt": "exceptions",
     "start_timeline": "timeline", "stop_timeline": "timeline",
+    "run": "runner.run_fn",
 }
 
 __all__ = sorted(_API)

@@ -20,8 +20,10 @@ Worker variables
     :class:`ring_strategy.environments.RingrunEnvironment` reads the layout,
     ``ring_strategy.basics`` the start timeout). The Lightning self-launcher
     and the Ray executor give their workers the same variables through the
-    same writer. None of these names is a setting of the engine's own
-    configuration table (``ring_strategy._native.config_table()``).
+    same writer. Each worker also gets the layout under the names
+    ``horovodrun`` gives them (:data:`HOROVOD_ALIASES`), since scripts and
+    test suites read those. None of these names is a setting of the engine's
+    own configuration table (``ring_strategy._native.config_table()``).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ __all__ = [
     "ADVERTISE_HOST",
     "CROSS_RANK",
     "CROSS_SIZE",
+    "HOROVOD_ALIASES",
     "HOSTNAME",
     "JOB_ID",
     "LAUNCHER_GRACE_SECONDS",
@@ -47,7 +50,9 @@ __all__ = [
     "SHM_DIR",
     "SIZE",
     "START_TIMEOUT",
+    "TIMELINE_DYNAMIC",
     "WORKER_VARIABLES",
+    "WORKER_VARIABLES_AND_ALIASES",
     "check_job_id",
     "job_shm_paths",
     "remove_job_shm",
@@ -77,6 +82,24 @@ LAYOUT_VARIABLES = (
 )
 #: Every ``RING_*`` variable each worker of a job gets, whoever started it.
 WORKER_VARIABLES = LAYOUT_VARIABLES + (START_TIMEOUT,)
+#: ``horovodrun``'s name of a worker variable -> ours; each worker gets both,
+#: with the same value.
+HOROVOD_ALIASES = {
+    "HOROVOD_RANK": RANK,
+    "HOROVOD_SIZE": SIZE,
+    "HOROVOD_LOCAL_RANK": LOCAL_RANK,
+    "HOROVOD_LOCAL_SIZE": LOCAL_SIZE,
+    "HOROVOD_CROSS_RANK": CROSS_RANK,
+    "HOROVOD_CROSS_SIZE": CROSS_SIZE,
+    "HOROVOD_HOSTNAME": HOSTNAME,
+}
+#: Every variable each worker of a job gets: ours, then Horovod's names.
+WORKER_VARIABLES_AND_ALIASES = WORKER_VARIABLES + tuple(HOROVOD_ALIASES)
+
+#: ``RING_TIMELINE`` / ``HOROVOD_TIMELINE`` (and ``ringrun
+#: --timeline-filename``) set to this: no timeline file now, the script may
+#: call ``start_timeline()`` later (the engine's ``TIMELINE_DYNAMIC``).
+TIMELINE_DYNAMIC = "DYNAMIC"
 
 #: Given to the workers ringrun starts on its own host: ``<fd>:<inode>`` of a
 #: pipe whose other end only ringrun holds, and ringrun's grace period

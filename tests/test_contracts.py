@@ -115,6 +115,16 @@ def test_worker_environment_writes_every_worker_variable_and_nothing_else():
     assert len(set(names.WORKER_VARIABLES)) == len(names.WORKER_VARIABLES)
 
 
+def test_worker_environment_writes_horovods_names_with_the_same_values():
+    written = _written()
+    assert {k for k in written if k.startswith("HOROVOD_")} == set(names.HOROVOD_ALIASES)
+    assert {k: written[k] for k in names.HOROVOD_ALIASES} == {
+        "HOROVOD_RANK": "1", "HOROVOD_SIZE": "4", "HOROVOD_LOCAL_RANK": "1", "HOROVOD_LOCAL_SIZE": "2",
+        "HOROVOD_CROSS_RANK": "0", "HOROVOD_CROSS_SIZE": "2", "HOROVOD_HOSTNAME": "node7"}
+    assert set(names.HOROVOD_ALIASES.values()) <= set(names.LAYOUT_VARIABLES)
+    assert names.WORKER_VARIABLES_AND_ALIASES == names.WORKER_VARIABLES + tuple(names.HOROVOD_ALIASES)
+
+
 def test_ringrun_environment_reads_what_worker_environment_writes():
     env = _Recording(_written())
     job = RingrunEnvironment(env)
@@ -145,11 +155,17 @@ def test_launcher_watch_reads_the_launcher_variables():
     assert env.asked == {names.LAUNCHER_PIPE, names.LAUNCHER_GRACE_SECONDS}
 
 
+def test_the_dynamic_timeline_value_is_the_engines():
+    from ring_strategy import _native
+
+    assert names.TIMELINE_DYNAMIC == _native.TIMELINE_DYNAMIC
+
+
 def test_no_launcher_variable_is_an_engine_setting():
     from ring_strategy import _native
 
     settings = set()
     for name, alias, _default, _doc in _native.config_table():
         settings |= {name, alias} - {""}
-    ours = set(names.WORKER_VARIABLES) | {names.LAUNCHER_PIPE, names.LAUNCHER_GRACE_SECONDS, names.ADVERTISE_HOST}
+    ours = set(names.WORKER_VARIABLES_AND_ALIASES) | {names.LAUNCHER_PIPE, names.LAUNCHER_GRACE_SECONDS, names.ADVERTISE_HOST}
     assert settings and not ours & settings, sorted(ours & settings)

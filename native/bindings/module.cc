@@ -53,31 +53,42 @@ void translate_error(const std::exception_ptr& p, void*) {
 }
 
 // One Python class per ErrorKind: the kind's class derives from RingError
-// (the Internal kind's) and from `also` when set.
+// (the Internal kind's), or from HorovodInternalError (a RingError: what a
+// job that lost a rank raises, caught by elastic training loops) when
+// `lost` is set, and from `also` when set.
 void register_errors(nb::module_& m) {
   using ring::ErrorKind;
   struct ErrorClass {
     ErrorKind kind;
     const char* name;
+    bool lost;
     PyObject* also;
     const char* doc;
   };
   const ErrorClass classes[] = {
-      {ErrorKind::Internal, "RingError", PyExc_RuntimeError, "Base class of every error raised by ring."},
-      {ErrorKind::BadArgument, "BadArgumentError", PyExc_ValueError, "An argument is invalid; nothing was sent."},
-      {ErrorKind::Mismatch, "MismatchError", nullptr,
+      {ErrorKind::Internal, "RingError", false, PyExc_RuntimeError, "Base class of every error raised by ring."},
+      {ErrorKind::BadArgument, "BadArgumentError", false, PyExc_ValueError,
+       "An argument is invalid; nothing was sent."},
+      {ErrorKind::Mismatch, "MismatchError", false, nullptr,
        "Ranks submitted the same tensor name with different properties."},
-      {ErrorKind::PeerFailure, "PeerFailureError", nullptr, "A peer process died or closed its connection."},
-      {ErrorKind::Timeout, "RingTimeoutError", PyExc_TimeoutError, "No progress within RING_TIMEOUT_SECONDS."},
-      {ErrorKind::Shutdown, "ShutdownError", nullptr, "ring is not initialized, or has been shut down."},
+      {ErrorKind::PeerFailure, "PeerFailureError", true, nullptr, "A peer process died or closed its connection."},
+      {ErrorKind::Timeout, "RingTimeoutError", true, PyExc_TimeoutError, "No progress within RING_TIMEOUT_SECONDS."},
+      {ErrorKind::Shutdown, "ShutdownError", false, nullptr, "ring is not initialized, or has been shut down."},
   };
   static_assert(sizeof(classes) / sizeof(classes[0]) == ring::kNumErrorKinds, "one Python class per ErrorKind");
   PyObject* base = nullptr;
+  PyObject* lost = nullptr;
   for (const ErrorClass& c : classes) {
-    PyObject* pair = base && c.also ? PyTuple_Pack(2, base, c.also) : nullptr;
-    PyObject* cls = new_error(m, c.name, pair ? pair : base ? base : c.also, c.doc);
+    PyObject* parent = c.lost ? lost : base;
+    PyObject* pair = parent && c.also ? PyTuple_Pack(2, parent, c.also) : nullptr;
+    PyObject* cls = new_error(m, c.name, pair ? pair : parent ? parent : c.also, c.doc);
     Py_XDECREF(pair);
-    if (!base) base = cls;
+    if (!base) {
+      base = cls;
+      lost = new_error(m, "HorovodInternalError", base,
+                       "The job lost a rank or timed out: the collective failed on this rank (PeerFailureError, "
+                       "RingTimeoutError).");
+    }
     g_errors[static_cast<int>(c.kind)] = cls;
   }
   nb::register_exception_translator(translate_error);
@@ -153,6 +164,7 @@ nb::dict config_dict(const ring::Config& c) {
 }
 
 void register_constants(nb::module_& m) {
+  m.attr("TIMELINE_DYNAMIC") = ring::kTimelineDynamic;  // RING_TIMELINE's "no file until start_timeline()"
   m.attr("OP_ALLREDUCE") = int(ring::OpType::Allreduce);
   m.attr("OP_ALLGATHER") = int(ring::OpType::Allgather);
   m.attr("OP_BROADCAST") = int(ring::OpType::Broadcast);

@@ -19,7 +19,8 @@ const std::vector<ConfigEntry> kTable = {
     {"RING_TRANSPORT", "", "shm", "shm: shared memory between ranks on one host, TCP across hosts; tcp: TCP only"},
     {"RING_SHM_RING_BYTES", "", "4194304", "bytes of each shared-memory ring between two ranks"},
     {"RING_LOG_LEVEL", "HOROVOD_LOG_LEVEL", "warning", "trace, debug, info, warning or error"},
-    {"RING_TIMELINE", "HOROVOD_TIMELINE", "", "path: rank 0 writes a Chrome trace of every tensor's phases there"},
+    {"RING_TIMELINE", "HOROVOD_TIMELINE", "",
+     "path: rank 0 writes a Chrome trace of every tensor's phases there; DYNAMIC: no file until start_timeline()"},
     {"RING_TIMELINE_MARK_CYCLES", "HOROVOD_TIMELINE_MARK_CYCLES", "0", "1: mark every cycle of the engine in the timeline"},
     {"RING_HIERARCHICAL_ALLREDUCE", "HOROVOD_HIERARCHICAL_ALLREDUCE", "auto",
      "1: reduce within each host, then across hosts, then share within each host; 0: one flat ring; auto: "
@@ -98,7 +99,7 @@ Config Config::from_env() {
       number("RING_STALL_CHECK_TIME_SECONDS", "a non-negative number of seconds", 0, c.stall_check_seconds);
   c.stall_shutdown_seconds =
       number("RING_STALL_SHUTDOWN_TIME_SECONDS", "a non-negative number of seconds", 0, c.stall_shutdown_seconds);
-  if (const char* v = lookup(entry("RING_TIMELINE"))) c.timeline_path = v;
+  if (const char* v = lookup(entry("RING_TIMELINE"))) c.timeline_path = std::strcmp(v, kTimelineDynamic) ? v : "";
   if (const char* v = lookup(entry("RING_HIERARCHICAL_ALLREDUCE"))) {
     std::string s(v);
     if (s == "1" || s == "true") c.hierarchical_allreduce = 1;

@@ -39,6 +39,10 @@ struct Config {
   static Config from_env();
 };
 
+// RING_TIMELINE / HOROVOD_TIMELINE set to this: no timeline now; the front
+// end may call start_timeline() later.
+constexpr const char* kTimelineDynamic = "DYNAMIC";
+
 struct ConfigEntry {
   const char* name;     // RING_...
   const char* alias;    // HOROVOD_... or ""

@@ -6,6 +6,10 @@ namespace ring {
 
 int64_t HandleTable::create(const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (!in_flight_.insert(name).second)
+    throw_error(ErrorKind::BadArgument, "a tensor named '" + name +
+                                            "' is already in flight on this rank; a name is free again once its "
+                                            "operation has completed");
   int64_t h = next_++;
   State s;
   s.name = name;
@@ -20,12 +24,17 @@ HandleTable::State& HandleTable::find(int64_t handle) {
   return it->second;
 }
 
+void HandleTable::finish_locked(State& s) {
+  s.done = true;
+  in_flight_.erase(s.name);
+}
+
 void HandleTable::complete(int64_t handle, OpResult result) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = states_.find(handle);
     if (it == states_.end() || it->second.done) return;
-    it->second.done = true;
+    finish_locked(it->second);
     it->second.result = std::move(result);
   }
   cv_.notify_all();
@@ -36,7 +45,8 @@ void HandleTable::fail(int64_t handle, ErrorKind kind, const std::string& messag
     std::lock_guard<std::mutex> lock(mu_);
     auto it = states_.find(handle);
     if (it == states_.end() || it->second.done) return;
-    it->second.done = it->second.failed = true;
+    finish_locked(it->second);
+    it->second.failed = true;
     it->second.kind = kind;
     it->second.message = message;
   }
@@ -48,7 +58,8 @@ void HandleTable::fail_all(ErrorKind kind, const std::string& message) {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& [h, s] : states_) {
       if (s.done) continue;
-      s.done = s.failed = true;
+      finish_locked(s);
+      s.failed = true;
       s.kind = kind;
       s.message = message;
     }
@@ -75,20 +86,22 @@ bool HandleTable::wait(int64_t handle, double timeout_s) {
   return cv_.wait_for(lock, std::chrono::duration<double>(timeout_s), done);
 }
 
-OpResult HandleTable::release(int64_t handle, std::string* name) {
+OpResult HandleTable::release(int64_t handle) {
   std::lock_guard<std::mutex> lock(mu_);
   State& s = find(handle);
   if (!s.done) throw_error(ErrorKind::BadArgument, "handle " + std::to_string(handle) + " is not finished");
   State copy = std::move(s);
   states_.erase(handle);
-  if (name) *name = copy.name;
   if (copy.failed) throw RingError(copy.kind, copy.message);
   return std::move(copy.result);
 }
 
 void HandleTable::discard(int64_t handle) {
   std::lock_guard<std::mutex> lock(mu_);
-  states_.erase(handle);
+  auto it = states_.find(handle);
+  if (it == states_.end()) return;
+  if (!it->second.done) in_flight_.erase(it->second.name);
+  states_.erase(it);
 }
 
 }  // namespace ring

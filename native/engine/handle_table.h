@@ -1,7 +1,10 @@
 // HandleTable: the state of every enqueued operation, from enqueue to the
 // front end's synchronize(). The background thread completes or fails a
 // handle; callers wait on a condition variable (the binding releases the
-// GIL first), never in a busy spin.
+// GIL first), never in a busy spin. The table also owns the names in
+// flight on this rank: a name is taken from create() until its operation
+// completes or fails, so a duplicate is rejected only while the first is
+// still being processed.
 #pragma once
 
 #include <condition_variable>
@@ -10,6 +13,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "common/error.h"
@@ -26,7 +30,8 @@ struct OpResult {
 
 class HandleTable {
  public:
-  // `name`: the tensor's name, reserved until the handle is released.
+  // `name`: the tensor's name, taken until the operation completes or
+  // fails. Throws RingError(BadArgument) when it is already taken.
   int64_t create(const std::string& name = "");
   void complete(int64_t handle, OpResult result);
   void fail(int64_t handle, ErrorKind kind, const std::string& message);
@@ -39,9 +44,9 @@ class HandleTable {
   // on timeout.
   bool wait(int64_t handle, double timeout_s = -1.0);
   // Removes a finished handle: returns its result or throws its error.
-  // Sets *name to the handle's tensor name (before throwing, too).
-  OpResult release(int64_t handle, std::string* name = nullptr);
-  // Forgets a handle whatever its state (an enqueue that was rejected).
+  OpResult release(int64_t handle);
+  // Forgets a handle whatever its state (an enqueue that was rejected),
+  // freeing its name.
   void discard(int64_t handle);
 
  private:
@@ -54,10 +59,13 @@ class HandleTable {
     std::string name;
   };
   State& find(int64_t handle);
+  // Marks `s` finished and frees its name; the caller holds mu_.
+  void finish_locked(State& s);
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::unordered_map<int64_t, State> states_;
+  std::unordered_set<std::string> in_flight_;  // names of unfinished handles
   int64_t next_ = 1;
 };
 

@@ -209,17 +209,7 @@ int64_t Runtime::enqueue(EnqueueArgs args) {
   return h;
 }
 
-OpResult Runtime::release(int64_t handle) {
-  std::string name;
-  try {
-    OpResult res = handles_.release(handle, &name);
-    queue_.release_name(name);
-    return res;
-  } catch (const RingError&) {
-    if (!name.empty()) queue_.release_name(name);
-    throw;
-  }
-}
+OpResult Runtime::release(int64_t handle) { return handles_.release(handle); }
 
 void Runtime::stop(ErrorKind kind, const std::string& reason, bool quiet) {
   std::lock_guard<std::mutex> lock(state_mu_);
@@ -228,9 +218,8 @@ void Runtime::stop(ErrorKind kind, const std::string& reason, bool quiet) {
   stop_kind_ = kind;
   stop_reason_ = reason;
   log_line(kind == ErrorKind::Shutdown || quiet ? LogLevel::Debug : LogLevel::Error, "stopped: " + reason);
-  for (auto& [name, e] : pending_) queue_.release_name(name);
   pending_.clear();
-  for (auto& e : queue_.take_all()) queue_.release_name(e.req.name);
+  queue_.take_all();
   handles_.fail_all(kind, reason);
   state_cv_.notify_all();
 }

@@ -89,7 +89,8 @@ class Runtime {
   // Blocks until the operation finished (true) or timeout_s passed (false;
   // < 0: no limit). Makes progress itself while it can.
   bool wait(int64_t handle, double timeout_s = -1.0);
-  // Returns the result (or throws the error) and frees the tensor's name.
+  // Returns the result (or throws the error) and forgets the handle. The
+  // tensor's name was freed when the operation finished.
   OpResult release(int64_t handle);
 
   // The timeline (engine/timeline.h) is written by rank 0; on other ranks

@@ -2,16 +2,10 @@
 
 #include <chrono>
 
-#include "common/error.h"
-
 namespace ring {
 
 void TensorQueue::push(Entry entry, bool wake) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!in_flight_.insert(entry.req.name).second)
-    throw_error(ErrorKind::BadArgument, "a tensor named '" + entry.req.name +
-                                            "' is already in flight on this rank; names must be unique until "
-                                            "synchronized");
   entries_.push_back(std::move(entry));
   count_.store(entries_.size(), std::memory_order_release);
   if (wake) cv_.notify_one();
@@ -45,11 +39,6 @@ std::vector<std::string> TensorQueue::queued_names() {
   names.reserve(entries_.size());
   for (const Entry& e : entries_) names.push_back(e.req.name);
   return names;
-}
-
-void TensorQueue::release_name(const std::string& name) {
-  std::lock_guard<std::mutex> lock(mu_);
-  in_flight_.erase(name);
 }
 
 }  // namespace ring

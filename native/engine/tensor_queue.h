@@ -1,7 +1,6 @@
 // TensorQueue: operations enqueued by the front end, waiting for the
-// background thread. Enqueue never blocks on communication. The queue also
-// owns the set of names in flight on this rank, so a duplicate name is
-// rejected at enqueue time, on the caller's thread.
+// background thread. Enqueue never blocks on communication. Names in flight
+// are checked before, by the HandleTable (engine/handle_table.h).
 #pragma once
 
 #include <atomic>
@@ -9,7 +8,6 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
-#include <unordered_set>
 #include <vector>
 
 #include "engine/message.h"
@@ -25,14 +23,11 @@ struct Entry {
 
 class TensorQueue {
  public:
-  // Throws RingError(BadArgument) when the name is already in flight.
   // wake: notify a thread blocked in wait_new().
   void push(Entry entry, bool wake = true);
   std::vector<Entry> take_all();
   // Names of the entries not yet taken by the background thread.
   std::vector<std::string> queued_names();
-  // Called when an entry's handle finished.
-  void release_name(const std::string& name);
   // Cheap check for the background thread's wait loop.
   bool has_new() const { return count_.load(std::memory_order_acquire) > 0; }
   // Blocks until an entry is pushed, notify() is called or timeout_s passes.
@@ -44,7 +39,6 @@ class TensorQueue {
   std::condition_variable cv_;
   bool notified_ = false;
   std::vector<Entry> entries_;
-  std::unordered_set<std::string> in_flight_;
   std::atomic<size_t> count_{0};
 };
 

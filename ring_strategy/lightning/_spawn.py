@@ -151,7 +151,7 @@ def start_workers(size: int, command: Optional[Sequence[str]] = None, start_time
             server.stop()
             raise
         own = env_of(0)
-        os.environ.update({k: own[k] for k in names.WORKER_VARIABLES})
+        os.environ.update({k: own[k] for k in names.WORKER_VARIABLES_AND_ALIASES})
         _job = _Job(server, job_id, procs)
         atexit.register(_job.finish)
 

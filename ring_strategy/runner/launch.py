@@ -244,7 +244,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.timeline_filename:
         # The workers inherit ringrun's environment; an absolute path keeps
         # the file where the user asked whatever directory rank 0 runs in.
-        os.environ["RING_TIMELINE"] = os.path.abspath(args.timeline_filename)
+        dynamic = args.timeline_filename == names.TIMELINE_DYNAMIC
+        os.environ["RING_TIMELINE"] = args.timeline_filename if dynamic else os.path.abspath(args.timeline_filename)
     if args.timeline_mark_cycles:
         os.environ["RING_TIMELINE_MARK_CYCLES"] = "1"
     try:

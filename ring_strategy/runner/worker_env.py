@@ -1,7 +1,8 @@
 """The environment ringrun gives each worker.
 
 A worker learns its place in the job from ``RING_*`` variables, read by
-:class:`ring_strategy.environments.RingrunEnvironment`. Workers on other hosts
+:class:`ring_strategy.environments.RingrunEnvironment`, also given under the
+names ``horovodrun`` uses (``HOROVOD_RANK``, ...). Workers on other hosts
 also get ringrun's own environment, less the variables that describe only the
 host ringrun runs on (:func:`forwarded_environment`), on top of their login
 environment.
@@ -79,6 +80,7 @@ def worker_environment(
         # Prompt, whole lines from Python workers (and any Python they start).
         "PYTHONUNBUFFERED": "1",
     })
+    env.update({alias: env[ours] for alias, ours in names.HOROVOD_ALIASES.items()})
     return env
 
 

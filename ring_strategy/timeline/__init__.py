@@ -3,7 +3,8 @@
 Rank 0 writes it (it sees every rank's negotiation); open it in Perfetto
 (https://ui.perfetto.dev) or chrome://tracing. Start it with
 ``RING_TIMELINE=path`` (or ``HOROVOD_TIMELINE``), ``ringrun
---timeline-filename path``, or at run time::
+--timeline-filename path``, or at run time (``RING_TIMELINE=DYNAMIC``: no
+file until then)::
 
     ring_strategy.timeline.start_timeline("/tmp/trace.json", mark_cycles=True)
     ...  # the steps to look at

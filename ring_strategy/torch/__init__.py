@@ -14,6 +14,8 @@ Run it with ``ringrun -np 2 python script.py``.
 
 from ring_strategy.exceptions import (
     BadArgumentError,
+    HorovodInternalError,
+    HostsUpdatedInterrupt,
     MismatchError,
     PeerFailureError,
     RingError,

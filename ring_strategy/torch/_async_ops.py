@@ -14,7 +14,7 @@ this build has no GPU path.
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, List, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence
 
 import torch
 
@@ -352,10 +352,15 @@ def grouped_reducescatter_async(tensors: Sequence[torch.Tensor], name: Optional[
 
 # ---------------------------------------------------------------- sparse
 def sparse_allreduce_async(tensor: torch.Tensor, name: str, op: int,
-                           process_set: ProcessSet = global_process_set) -> int:
+                           process_set: ProcessSet = global_process_set) -> Callable[[], torch.Tensor]:
     """Starts reducing a sparse COO tensor by gathering every rank's indices
-    and values; ``synchronize`` returns the (uncoalesced) sparse sum, divided
-    by ``size()`` for Average. Used by DistributedOptimizer for sparse gradients."""
+    and values. Used by DistributedOptimizer for sparse gradients.
+
+    Returns:
+        A function that waits for the reduction and returns the
+        (uncoalesced) sparse sum, divided by ``size()`` for Average; later
+        calls return the same tensor.
+    """
     op = check_op(op)
     if op not in (Sum, Average):
         raise BadArgumentError(f"sparse allreduce supports op=Sum or op=Average. Got: {op!r}")
@@ -371,7 +376,15 @@ def sparse_allreduce_async(tensor: torch.Tensor, name: str, op: int,
             values = values / size()
         return torch.sparse_coo_tensor(indices.transpose(0, 1), values, t.size(), check_invariants=False)
 
-    return _handles.register(parts[0].ids + parts[1].ids, (t, parts[0].keep, parts[1].keep), finish)
+    handle = _handles.register(parts[0].ids + parts[1].ids, (t, parts[0].keep, parts[1].keep), finish)
+    result: List[torch.Tensor] = []
+
+    def wait() -> torch.Tensor:
+        if not result:
+            result.append(synchronize(handle))
+        return result[0]
+
+    return wait
 
 
 # ---------------------------------------------------------------- join, barrier

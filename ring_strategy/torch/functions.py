@@ -101,10 +101,16 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int,
     Hyper-parameters of every param group (lr, betas, weight_decay, flags:
     any picklable value, exactly) and the per-parameter state (tensors such
     as momentum buffers, broadcast in place; other values such as step
-    counts) become the root's. A rank whose state is empty (a fresh
-    optimizer) gets the root's state tensors created; state the root does not
-    have is dropped. Unlike Horovod no dummy step is taken, so parameters and
-    gradients are left untouched.
+    counts) become the root's; state the root does not have is dropped.
+
+    A rank whose optimizer has no state yet (a fresh optimizer) first
+    initialises it as Horovod does: every parameter that requires grad gets
+    a gradient of zeros (which stays afterwards) and the optimizer takes one
+    step on them, without averaging across ranks for a DistributedOptimizer.
+    The parameters are then put back as they were, so a step that moves them
+    even with zero gradients (weight decay) leaves no trace. LBFGS, whose
+    step needs a closure, takes no such step: it gets the root's state as it
+    is.
 
     Args:
         optimizer: a torch optimizer or a DistributedOptimizer, over the same
@@ -117,6 +123,8 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int,
             match the root's.
     """
     params = [p for group in optimizer.param_groups for p in group["params"]]
+    if not any(optimizer.state.get(p) for p in params) and not isinstance(optimizer, torch.optim.LBFGS):
+        _initialise_state(optimizer, params)
     signature = [
         [(tuple(p.shape), str(p.dtype)) for p in group["params"]] for group in optimizer.param_groups
     ]
@@ -149,6 +157,24 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int,
     ]
     for h in handles:
         synchronize(h)
+
+
+def _initialise_state(optimizer: torch.optim.Optimizer, params: List[torch.Tensor]) -> None:
+    """One local step on zero gradients creates the optimizer's state; the
+    parameters are restored afterwards."""
+    from ring_strategy.torch.optimizer import _DistributedOptimizer
+
+    trained = [p for p in params if p.requires_grad]
+    saved = [p.detach().clone() for p in trained]
+    for p in trained:
+        p.grad = torch.zeros_like(p)
+    if isinstance(optimizer, _DistributedOptimizer):
+        super(_DistributedOptimizer, optimizer).step()  # the wrapped optimizer's own step: no collective
+    else:
+        optimizer.step()
+    with torch.no_grad():
+        for p, before in zip(trained, saved):
+            p.copy_(before)
 
 
 def _state_skeleton(optimizer: torch.optim.Optimizer, params: List[torch.Tensor]) -> Dict[int, Dict[Any, Any]]:

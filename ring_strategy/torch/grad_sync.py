@@ -183,10 +183,10 @@ class _Reducer:
 
     def _sparse(self, p: torch.Tensor, name: str) -> Finisher:
         """Sparse gradients travel as allgathered (indices, values) pairs."""
-        handle = sparse_allreduce_async(p.grad, name=name, op=self.op, process_set=self.process_set)
+        reduced = sparse_allreduce_async(p.grad, name=name, op=self.op, process_set=self.process_set)
 
         def finish() -> None:
-            p.grad = synchronize(handle).coalesce()
+            p.grad = reduced().coalesce()
 
         return finish
 

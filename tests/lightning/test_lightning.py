@@ -131,6 +131,7 @@ def test_early_stopping_stops_every_rank_together(job):
 def test_self_launch_leaves_nothing_behind(self_launched):
     r0, r1 = self_launched.ranks
     assert r0["job_id"] and r0["job_id"] == r1["job_id"] and r0["job_id"].startswith("pl-")
+    assert [r0["horovod_rank"], r1["horovod_rank"]] == ["0", "1"]
     assert not job_shm_paths(r0["job_id"])
     with pytest.raises(ProcessLookupError):
         os.kill(r1["pid"], 0)  # rank 1 has exited (and was reaped by rank 0)

@@ -21,7 +21,8 @@ def place_and_sum(x: float) -> Dict[str, Any]:
     total = rs.allreduce(np.array([rs.rank() + x]), op=rs.Sum)
     return {"rank": rs.rank(), "size": rs.size(), "local_rank": rs.local_rank(), "local_size": rs.local_size(),
             "cross_size": rs.cross_size(), "sum": float(total[0]), "pid": os.getpid(),
-            "env_var": os.environ.get("RING_TEST_VALUE")}
+            "env_var": os.environ.get("RING_TEST_VALUE"),
+            "horovod": [os.environ.get(f"HOROVOD_{k}") for k in ("RANK", "SIZE", "LOCAL_RANK", "CROSS_SIZE")]}
 
 
 def fail_on(rank: int) -> None:

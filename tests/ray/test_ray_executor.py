@@ -56,6 +56,7 @@ def test_run_returns_each_rank_result(executor):
     # PACK put both workers on the one node: local ranks, one host, shared memory.
     assert [(r["local_rank"], r["local_size"], r["cross_size"]) for r in results] == [(0, 2, 1), (1, 2, 1)]
     assert {r["env_var"] for r in results} == {"from env_vars"}
+    assert [r["horovod"] for r in results] == [["0", "2", "0", "1"], ["1", "2", "1", "1"]]  # horovodrun's names
     assert results[0]["pid"] != results[1]["pid"]
     assert executor.run(fns.place_and_sum, kwargs={"x": 0.0})[1]["sum"] == 1.0  # the job lives on
 

@@ -9,14 +9,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.jobs import REPO_ROOT, run_ringrun
 from ring_strategy.timeline import load, phases
 
 WORKER = Path(__file__).with_name("worker.py")
 
 
-def _run(tmp_path: Path, mode: str, *extra: str, ringrun_args=()) -> subprocess.CompletedProcess:
-    return run_ringrun(2, [*ringrun_args, sys.executable, str(WORKER), mode, *extra], timeout=120)
+def _run(tmp_path: Path, mode: str, *extra: str, ringrun_args=(), env=None) -> subprocess.CompletedProcess:
+    return run_ringrun(2, [*ringrun_args, sys.executable, str(WORKER), mode, *extra], env=env, timeout=120,
+                       cwd=tmp_path)
 
 
 def test_ringrun_timeline_filename_writes_every_phase(tmp_path):
@@ -49,6 +52,18 @@ def test_start_and_stop_at_run_time_cover_only_those_steps(tmp_path):
     rows = set(phases(events))
     assert rows and all(name.startswith("during.") for name in rows), rows
     assert any(e.get("name") == "CYCLE_START" for e in events)
+
+
+@pytest.mark.parametrize("how", [{"env": {"HOROVOD_TIMELINE": "DYNAMIC"}},
+                                 {"ringrun_args": ["--timeline-filename", "DYNAMIC"]}],
+                         ids=["HOROVOD_TIMELINE", "timeline-filename"])
+def test_dynamic_timeline_writes_no_file_until_started(tmp_path, how):
+    trace = tmp_path / "runtime.json"
+    result = _run(tmp_path, "runtime", str(trace), **how)
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runtime.json"]  # no file named DYNAMIC
+    rows = set(phases(json.loads(trace.read_text())))
+    assert rows and all(name.startswith("during.") for name in rows), rows
 
 
 def test_timeline_of_a_crashed_job_is_readable_and_can_be_closed(tmp_path):

@@ -70,9 +70,17 @@ def bad_arguments():
     ]
     for call in checks:
         raises(rs.BadArgumentError, call)
-    h = rs.allreduce_async(x, name="dup")
-    raises(rs.BadArgumentError, lambda: rs.allreduce_async(x, name="dup"), "already in flight")
-    rs.synchronize(h)
+    # Rank 0 checks while the others wait in a barrier it has not reached, so
+    # its first "dup" cannot complete meanwhile (a name is free again once
+    # its operation has completed).
+    if n > 1 and rs.rank() == 0:
+        h = rs.allreduce_async(x, name="dup")
+        raises(rs.BadArgumentError, lambda: rs.allreduce_async(x, name="dup"), "already in flight")
+    rs.barrier()
+    if n > 1 and rs.rank() != 0:
+        h = rs.allreduce_async(x, name="dup")
+    if n > 1:
+        rs.synchronize(h)
     assert rs.allreduce(np.ones(1, np.float32), op=rs.Sum)[0] == n
     # out=: into a given array, and in place.
     y = np.arange(6, dtype=np.float64) + rs.rank()

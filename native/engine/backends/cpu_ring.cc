@@ -43,7 +43,7 @@ void CpuRingBackend::finish_all(std::vector<Entry>& entries, std::vector<OpResul
   timeline_.close(entries);
   for (size_t i = 0; i < entries.size(); ++i) {
     if (entries[i].handle == 0) continue;  // a joined rank's stand-in
-    handles_->complete(entries[i].handle, std::move(results[i]));  // the name stays taken until released
+    handles_->complete(entries[i].handle, std::move(results[i]));  // frees the name
   }
 }
 

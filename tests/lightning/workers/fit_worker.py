@@ -188,6 +188,7 @@ def main() -> None:
 
     result["pid"] = os.getpid()
     result["job_id"] = os.environ.get("RING_JOB_ID")
+    result["horovod_rank"] = os.environ.get("HOROVOD_RANK")  # horovodrun's name, on every launcher path
     (out / f"rank{rank}.json").write_text(json.dumps(result))
     print(f"rank {rank}: done", flush=True)
 

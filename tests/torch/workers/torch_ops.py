@@ -430,11 +430,17 @@ def misc():
     hvd.barrier()
     # sparse allreduce, as DistributedOptimizer uses it for sparse gradients
     sp = torch.sparse_coo_tensor([[ME, 3]], [1.0, 2.0], (N + 3,), check_invariants=True)
-    got = hvd.synchronize(hvd.sparse_allreduce_async(sp, name="sparse", op=hvd.Sum)).to_dense()
+    # (a function that synchronizes, as Horovod's returns)
+    reduced = hvd.sparse_allreduce_async(sp, name="sparse", op=hvd.Sum)
+    assert callable(reduced), type(reduced)
+    got = reduced().to_dense()
     want = torch.zeros(N + 3)
     want[:N] = 1.0
     want[3] += 2.0 * N
     equal(got, want, "sparse")
+    assert reduced() is reduced(), "a second call returns the same tensor"
+    average = hvd.sparse_allreduce_async(sp, name="sparse", op=hvd.Average)().to_dense()
+    close(average, want / N, "sparse average")
     # the Horovod names all exist
     for name in ("allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "grouped_allreduce",
                  "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_", "allgather",

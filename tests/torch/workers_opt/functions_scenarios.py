@@ -6,6 +6,8 @@ Each scenario prints "<rank>: <name> ok" when its checks pass on this rank.
 """
 
 
+import copy
+
 import torch
 import torch.nn as nn
 
@@ -161,6 +163,62 @@ def optimizer_state():
         assert hvd.size() == 1, "mismatched param groups did not raise"
 
 
+def fresh_optimizer_state():
+    """broadcast_optimizer_state on an optimizer with no state yet, as
+    Horovod's: zero gradients afterwards, the state initialised by one step
+    on them and equal to the root's; the parameters are left as they were."""
+    r = hvd.rank()
+    for make in (
+        lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, weight_decay=0.5),
+        lambda ps: torch.optim.Adam(ps, lr=0.01, weight_decay=0.1),
+    ):
+        for root_trained in (False, True):
+            model = divergent_model()
+            hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+            # What Horovod's initialisation gives: one step on zero gradients.
+            reference = copy.deepcopy(model)
+            ref_opt = make(reference.parameters())
+            for p in reference.parameters():
+                p.grad = torch.zeros_like(p)
+            ref_opt.step()
+            opt = make(model.parameters())
+            if root_trained and r == 0:
+                _train_a_bit(model, opt, 2)
+            fresh = not opt.state
+            before = [p.detach().clone() for p in model.parameters()]
+            assert not fresh or all(p.grad is None for p in model.parameters())
+            hvd.broadcast_optimizer_state(opt, root_rank=0)
+            name = f"{type(opt).__name__} (root trained: {root_trained})"
+            assert all(torch.equal(a, b) for a, b in zip(before, model.parameters())), f"{name}: parameters moved"
+            if fresh:
+                assert all(p.grad is not None and not p.grad.any() for p in model.parameters()), name
+            for p, q in zip(model.parameters(), reference.parameters()):
+                assert set(opt.state[p]) == set(ref_opt.state[q]), (name, sorted(opt.state[p]))
+                if not root_trained:
+                    assert _plain(opt.state[p]) == _plain(ref_opt.state[q]), name
+            sd, tensors, values, _ = _state_digest(opt)
+            assert (len(sd["state"]), values) == hvd.broadcast_object((len(sd["state"]), values), 0), name
+            identical_everywhere(tensors, f"{name} state")
+            # The replicas then train in lockstep.
+            hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+            opt.zero_grad()
+            model(torch.randn(4, 5, generator=torch.Generator().manual_seed(3))).pow(2).mean().backward()
+            opt.step()
+            identical_everywhere(model.parameters(), f"{name} after a step")
+
+    # Only rank 1's DistributedOptimizer is fresh: its initialising step must
+    # run no collective (rank 0 runs none to meet it).
+    model = divergent_model()
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    if r == 0:
+        _train_a_bit(model, opt, 1)
+    opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    assert r == 0 or all(p.grad is not None and not p.grad.any() for p in model.parameters())
+    identical_everywhere(_state_digest(opt)[1], "DistributedOptimizer state")
+
+
 def objects():
     """broadcast_object / allgather_object with objects of different types per rank."""
     n, r = hvd.size(), hvd.rank()
@@ -242,7 +300,8 @@ def sync_batch_norm():
     identical_everywhere(model.state_dict().values(), "SyncBatchNorm model")
 
 
-SCENARIOS = {f.__name__: f for f in [parameters, optimizer_state, objects, sync_batch_norm]}
+SCENARIOS = {f.__name__: f for f in [parameters, optimizer_state, fresh_optimizer_state, objects,
+                                      sync_batch_norm]}
 
 
 if __name__ == "__main__":
