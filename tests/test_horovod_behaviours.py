@@ -57,6 +57,9 @@ def test_front_ends_export_the_exceptions(front_end):
 
 @pytest.mark.parametrize("how, error", [("exit", "PeerFailureError"), ("stop", "RingTimeoutError")])
 def test_lost_peer_is_caught_as_horovod_internal_error(how, error):
-    job = run_ringrun(2, [sys.executable, WORKER, f"lost-{how}"], env={"RING_TIMEOUT_SECONDS": "2"}, timeout=60)
+    # A stop that lands before the transfer is negotiated (a loaded machine)
+    # is a stall: the stall limit makes that a RingTimeoutError too.
+    env = {"RING_TIMEOUT_SECONDS": "2", "RING_STALL_SHUTDOWN_TIME_SECONDS": "4"}
+    job = run_ringrun(2, [sys.executable, WORKER, f"lost-{how}"], env=env, timeout=60)
     out = job.stdout + job.stderr
     assert f"caught HorovodInternalError: {error}: " in job.stdout, out[-6000:]
