@@ -19,7 +19,7 @@ _API = {
     "init": "basics", "shutdown": "basics", "is_initialized": "basics",
     "rank": "basics", "size": "basics", "local_rank": "basics", "local_size": "basics",
     "cross_rank": "basics", "cross_size": "basics",
-    "Sum": "ops", "Average": "ops", "Min": "ops", "Max": "ops", "Product": "ops",
+    "Sum": "ops", "Average": "ops", "Min": "ops", "Max": "ops", "Product": "ops", "Adasum": "ops",
     "Handle": "ops", "synchronize": "ops", "poll": "ops",
     "allreduce": "ops", "allreduce_async": "ops", "allgather": "ops", "allgather_async": "ops",
     "broadcast": "ops", "broadcast_async": "ops", "alltoall": "ops", "alltoall_async": "ops",

@@ -23,32 +23,41 @@ Average: int = _native.REDUCE_OPS["Average"]
 Min: int = _native.REDUCE_OPS["Min"]
 Max: int = _native.REDUCE_OPS["Max"]
 Product: int = _native.REDUCE_OPS["Product"]
-# Accepted as a name so Horovod scripts import; using it raises NotImplementedError.
-Adasum: int = max(_native.REDUCE_OPS.values()) + 100
+# Adaptive summation (docs/adasum.md): allreduce of floating-point tensors
+# on a power-of-two number of ranks; the engine checks both at enqueue.
+Adasum: int = _native.REDUCE_OPS["Adasum"]
 
 _ENGINE_OPS = frozenset(_native.REDUCE_OPS.values())
-_ADASUM_ERROR = "op=Adasum is not implemented in ring yet; use op=Average (the default) or op=Sum"
+ADASUM_SPARSE_ERROR = (
+    "The Adasum reduction does not support sparse tensors. As a workaround please pass "
+    "sparse_as_dense=True to DistributedOptimizer"
+)
 
 
 def check_op(op: Any) -> int:
     """``op`` as the engine's reduction code.
 
     Raises:
-        NotImplementedError: for ``Adasum``.
-        BadArgumentError: for anything that is not Sum, Average, Min, Max or Product.
+        BadArgumentError: for anything that is not Sum, Average, Min, Max,
+            Product or Adasum.
     """
     if op.__class__ is int and op in _ENGINE_OPS:  # the common case, first
         return op
     try:
         known = not isinstance(op, bool) and bool(op in _ENGINE_OPS)
-        adasum = not isinstance(op, bool) and bool(op == Adasum)
     except (TypeError, ValueError):  # unhashable, or no truth value (an array)
-        known = adasum = False
-    if adasum:
-        raise NotImplementedError(_ADASUM_ERROR)
+        known = False
     if not known:
-        raise BadArgumentError(f"op should be one of Sum, Average, Min, Max, Product. Got: {op!r}")
+        raise BadArgumentError(f"op should be one of Sum, Average, Min, Max, Product, Adasum. Got: {op!r}")
     return int(op)
+
+
+def check_sparse_op(op: int) -> None:
+    """NotImplementedError for ``op=Adasum`` on a sparse tensor (torch sparse
+    COO, TensorFlow IndexedSlices): the adaptive sum is defined on whole
+    dense tensors."""
+    if op == Adasum:
+        raise NotImplementedError(ADASUM_SPARSE_ERROR)
 
 
 def handle_average_backwards_compatibility(op: Optional[int], average: Optional[bool]) -> int:

@@ -15,6 +15,7 @@ import numpy as np
 
 from ring_strategy import _frontend, _handles, _native
 from ring_strategy._rules import (  # noqa: F401  (the reduction ops are part of this API)
+    Adasum,
     Average,
     Max,
     Min,
@@ -184,7 +185,8 @@ def allreduce(
 
     Args:
         tensor: array of the same shape and dtype on every rank.
-        op: ``Average`` (default), ``Sum``, ``Min``, ``Max`` or ``Product``.
+        op: ``Average`` (default), ``Sum``, ``Min``, ``Max``, ``Product`` or ``Adasum``
+            (docs/adasum.md).
         name: unique name of this tensor while in flight; ranks match
             tensors by name (generated in call order when omitted).
         prescale_factor: multiplies the input before the reduction.

@@ -13,3 +13,12 @@ def test_numpy_logreg_trains_and_keeps_replicas_identical(ringrun):
     assert len(losses) == 3 and losses[0] > losses[1] > losses[2], result.stdout
     assert "[0] parameters identical on all 2 workers: True" in result.stdout
     assert not re.search(r"^\[1\] ", result.stdout, re.M)  # only rank 0 reports
+
+
+def test_adasum_small_model_prints_both_losses(ringrun):
+    result = ringrun(2, [sys.executable, "examples/adasum_small_model.py", "--epochs", "2"], timeout=180)
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = re.findall(r"^\[0\] epoch +\d+  loss adasum ([\d.]+)  average ([\d.]+)$", result.stdout, re.M)
+    assert len(rows) == 2, result.stdout
+    assert all(float(a) < 1.0 and float(b) < 1.0 for a, b in rows), result.stdout
+    assert float(rows[1][0]) < float(rows[0][0]), result.stdout  # Adasum training makes progress

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ring_strategy import _rules
+from ring_strategy import _native, _rules
 from ring_strategy.exceptions import BadArgumentError
 
 WORKER = Path(__file__).parent / "workers" / "frontend_core.py"
@@ -29,8 +29,12 @@ def test_root_refuses_the_rest(root):
 
 def test_ops_and_average_flag():
     assert _rules.check_op(_rules.Sum) == _rules.Sum and _rules.check_op(np.int64(_rules.Max)) == _rules.Max
-    with pytest.raises(NotImplementedError, match="Adasum"):
-        _rules.check_op(_rules.Adasum)
+    # Adasum is an engine op; its codes for the others are unchanged.
+    assert _rules.check_op(_rules.Adasum) == _rules.Adasum == _native.REDUCE_OPS["Adasum"]
+    assert [_rules.Sum, _rules.Average, _rules.Min, _rules.Max, _rules.Product] == [0, 1, 2, 3, 4]
+    with pytest.raises(NotImplementedError, match="sparse_as_dense"):
+        _rules.check_sparse_op(_rules.Adasum)
+    _rules.check_sparse_op(_rules.Sum)
     for bad in (True, 42, "Sum", None, [0], np.zeros(2)):
         with pytest.raises(BadArgumentError, match="op should be one of"):
             _rules.check_op(bad)

@@ -70,6 +70,17 @@ void broadcast(Mesh& mesh, void* buf, size_t bytes, int root);
 void alltoall(Mesh& mesh, const void* sendbuf, const std::vector<size_t>& send_bytes, void* recvbuf,
               const std::vector<size_t>& recv_bytes);
 
+// Adasum allreduce, in place, of several tensors of one floating dtype
+// (tensors[i] holds counts[i] elements): every rank ends with the adaptive
+// sum of all ranks' tensors, combined pairwise with
+//   (1 - a.b / (2 |a|^2)) a + (1 - a.b / (2 |b|^2)) b
+// per tensor, by recursive vector halving and distance doubling. A side
+// whose squared norm is 0 gets coefficient 1 (the other side passes through
+// unchanged; two zero sides give zero). mesh.size() must be a power of two.
+// Results do not depend on which tensors were fused together. adasum.cc.
+void adasum_allreduce(Mesh& mesh, const std::vector<void*>& tensors, const std::vector<size_t>& counts,
+                      DataType dtype);
+
 // Returns once every rank has entered.
 void barrier(Mesh& mesh);
 

@@ -67,7 +67,7 @@ void ring_reducescatter(Mesh& mesh, const void* src, void* dst, const std::vecto
   if (static_cast<int>(chunk_counts.size()) != n)
     throw_error(ErrorKind::BadArgument, "reducescatter: " + std::to_string(chunk_counts.size()) +
                                             " chunk counts for " + std::to_string(n) + " ranks");
-  if (!is_valid_dtype(static_cast<int>(dtype)) || !is_valid_reduce_op(static_cast<int>(op)))
+  if (!is_valid_dtype(static_cast<int>(dtype)) || !is_elementwise_reduce_op(static_cast<int>(op)))
     throw_error(ErrorKind::BadArgument, "reducescatter: invalid dtype or op");
   const size_t esize = dtype_size(dtype);
   std::vector<size_t> chunk_offset(n, 0);  // in bytes

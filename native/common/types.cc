@@ -20,12 +20,17 @@ const char* dtype_name(DataType t) {
 }
 
 const char* reduce_op_name(ReduceOp op) {
-  static const char* names[kNumReduceOps] = {"Sum", "Average", "Min", "Max", "Product"};
+  static const char* names[kNumReduceOps] = {"Sum", "Average", "Min", "Max", "Product", "Adasum"};
   int i = static_cast<int>(op);
   return i >= 0 && i < kNumReduceOps ? names[i] : "unknown";
 }
 
 bool is_valid_dtype(int v) { return v >= 0 && v < kNumDataTypes; }
 bool is_valid_reduce_op(int v) { return v >= 0 && v < kNumReduceOps; }
+bool is_elementwise_reduce_op(int v) { return is_valid_reduce_op(v) && v != static_cast<int>(ReduceOp::Adasum); }
+
+bool is_floating(DataType t) {
+  return t == DataType::Float16 || t == DataType::BFloat16 || t == DataType::Float32 || t == DataType::Float64;
+}
 
 }  // namespace ring

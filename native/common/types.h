@@ -30,8 +30,12 @@ enum class ReduceOp : uint8_t {
   Min = 2,
   Max = 3,
   Product = 4,
+  // Adaptive summation of whole tensors (collectives/adasum.cc): allreduce
+  // only, floating dtypes only, a power-of-two number of ranks. Not an
+  // element-wise kernel.
+  Adasum = 5,
 };
-constexpr int kNumReduceOps = static_cast<int>(ReduceOp::Product) + 1;
+constexpr int kNumReduceOps = static_cast<int>(ReduceOp::Adasum) + 1;
 
 // Bytes per element.
 size_t dtype_size(DataType t);
@@ -39,5 +43,8 @@ const char* dtype_name(DataType t);
 const char* reduce_op_name(ReduceOp op);
 bool is_valid_dtype(int v);
 bool is_valid_reduce_op(int v);
+// True for the ops the element-wise kernels (reduce/reduce.h) implement.
+bool is_elementwise_reduce_op(int v);
+bool is_floating(DataType t);
 
 }  // namespace ring

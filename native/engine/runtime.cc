@@ -133,6 +133,7 @@ void Runtime::validate(const Request& q) const {
       (q.reduce_op == ReduceOp::Average || q.prescale != 1.0 || q.postscale != 1.0) &&
       (q.op == OpType::Allreduce || q.op == OpType::Reducescatter))
     bad("bool tensors support Sum, Min, Max and Product without scale factors");
+  if (q.reduce_op == ReduceOp::Adasum) validate_adasum(q);
   switch (q.op) {
     case OpType::Broadcast:
       if (q.root < 0 || q.root >= opts_.size)
@@ -159,6 +160,17 @@ void Runtime::validate(const Request& q) const {
     default:
       break;
   }
+}
+
+void Runtime::validate_adasum(const Request& q) const {
+  const std::string what = std::string(op_type_name(q.op)) + " of tensor '" + q.name + "': op=Adasum ";
+  if (q.op != OpType::Allreduce) throw_error(ErrorKind::BadArgument, what + "is supported by allreduce only");
+  if (!is_floating(q.dtype))
+    throw_error(ErrorKind::BadArgument, what + "needs a floating-point tensor (float16, bfloat16, float32, "
+                                               "float64), got " + dtype_name(q.dtype));
+  if (opts_.size & (opts_.size - 1))
+    throw_error(ErrorKind::BadArgument, what + "supports a power-of-two number of ranks (1, 2, 4, 8, ...); this "
+                                               "job has " + std::to_string(opts_.size));
 }
 
 void Runtime::validate_output(const EnqueueArgs& args) const {

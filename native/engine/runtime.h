@@ -105,6 +105,8 @@ class Runtime {
 
  private:
   void validate(const Request& req) const;
+  // op=Adasum: allreduce of a floating dtype on a power-of-two world.
+  void validate_adasum(const Request& req) const;
   // RING_HIERARCHICAL_ALLREDUCE: gives the CPU backend this host's and this
   // local rank's subgroups of the data mesh.
   void setup_hierarchy(CpuRingBackend& cpu);

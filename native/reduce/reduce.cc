@@ -132,6 +132,7 @@ RING_INLINE void reduce_with(T* __restrict d, const uint8_t* __restrict s, size_
     case ReduceOp::Product: return loop(d, s, n, Prod());
     case ReduceOp::Min: return loop(d, s, n, Min());
     case ReduceOp::Max: return loop(d, s, n, Max());
+    case ReduceOp::Adasum: return;  // not element-wise; reduce_into rejects it
   }
 }
 
@@ -287,7 +288,7 @@ void scale_dispatch_int(void* buf, size_t n, double factor) {
 
 void reduce_into(void* dst, const void* src, size_t count, DataType dtype, ReduceOp op) {
   check_dtype(dtype, "reduce_into");
-  if (!is_valid_reduce_op(static_cast<int>(op)))
+  if (!is_elementwise_reduce_op(static_cast<int>(op)))
     throw_error(ErrorKind::BadArgument, "reduce_into: invalid op " + std::to_string(static_cast<int>(op)));
   if (count == 0) return;
   size_t esize = dtype_size(dtype);

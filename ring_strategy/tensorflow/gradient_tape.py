@@ -11,6 +11,7 @@ from ring_strategy.basics import size
 from ring_strategy.exceptions import BadArgumentError
 from ring_strategy.tensorflow.compression import Compression
 from ring_strategy.tensorflow.mpi_ops import (
+    Adasum,
     Average,
     ProcessSet,
     Sum,
@@ -67,6 +68,10 @@ def check_gradient_reduction(op: Any, gradient_predivide_factor: Any, process_se
     """The gradient reduction's ``op`` (Average or Sum), checked with the
     predivide factor and the process set; BadArgumentError otherwise."""
     op = check_op(op)
+    if op == Adasum:
+        raise NotImplementedError("op=Adasum for TensorFlow gradients (DistributedOptimizer, DistributedGradientTape) "
+                                  "is not supported; hvd.allreduce(t, op=hvd.Adasum) and the torch "
+                                  "DistributedOptimizer support it")
     if op not in (Average, Sum):
         raise BadArgumentError(f"op should be Average or Sum. Got: {op!r}")
     if not isinstance(gradient_predivide_factor, (int, float)) or gradient_predivide_factor <= 0:

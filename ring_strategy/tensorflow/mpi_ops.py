@@ -33,7 +33,8 @@ from ring_strategy._rules import (  # noqa: F401  (re-exported, as Horovod's mpi
     Sum,
     handle_average_backwards_compatibility,
 )
-from ring_strategy._rules import alltoall_splits, check_op, check_root, group_names, reducescatter_rows, require_rows
+from ring_strategy._rules import (alltoall_splits, check_op, check_root, check_sparse_op, group_names,
+                                  reducescatter_rows, require_rows)
 from ring_strategy.basics import (  # noqa: F401  (re-exported)
     cross_rank,
     cross_size,
@@ -100,7 +101,7 @@ def _grouped(xs: List[tf.Tensor], op: int, prescale: float, postscale: float, na
                          "RingAllreduce" if single else "RingGroupedAllreduce")
 
         def grad(*dys):
-            if op not in (Sum, Average):
+            if op not in (Sum, Average, Adasum):
                 return [None] * len(dys)
             dys = [tf.zeros_like(x) if d is None else tf.convert_to_tensor(d) for d, x in zip(dys, inputs)]
             return _grouped(dys, op, prescale, postscale, None, label)
@@ -123,7 +124,7 @@ def allreduce(tensor: Any, average: Optional[bool] = None, device_dense: str = "
         average: deprecated; use ``op``.
         device_dense, device_sparse: accepted for Horovod compatibility (CPU only).
         compression: ``Compression.none``, ``fp16`` or ``bf16``.
-        op: Average (default), Sum, Min, Max or Product.
+        op: Average (default), Sum, Min, Max, Product or Adasum (docs/adasum.md).
         prescale_factor, postscale_factor: multiply the input before and the
             result after the reduction.
         name: the engine's name for the tensor, the same on every rank.
@@ -137,6 +138,7 @@ def allreduce(tensor: Any, average: Optional[bool] = None, device_dense: str = "
     _check_process_set(process_set)
     tensor = _tensor(tensor)
     if isinstance(tensor, tf.IndexedSlices):
+        check_sparse_op(op)
         if op not in (Sum, Average):
             raise NotImplementedError(f"allreduce of IndexedSlices supports op=Sum or Average. Got: {op!r}")
         base = name or _op_name("allreduce", None)

@@ -222,6 +222,9 @@ class GradientSync:
         sparse_as_dense: Reduce sparse gradients as dense tensors.
         process_set: The ranks that average.
         too_many_passes: The message of the error one pass too many raises.
+        reducer: Submits the reductions instead of the gradient averaging
+            (``one(p, name)`` and ``group(params, names)``, each returning a
+            finisher): the Adasum rule of ring_strategy/torch/adasum_step.py.
     """
 
     def __init__(
@@ -237,6 +240,7 @@ class GradientSync:
         sparse_as_dense: bool = False,
         process_set: Any = global_process_set,
         too_many_passes: str = TOO_MANY_PASSES,
+        reducer: Any = None,
     ) -> None:
         check_passes(backward_passes_per_step)
         self.backward_passes_per_step = backward_passes_per_step
@@ -249,7 +253,7 @@ class GradientSync:
         self.hooks: Dict[torch.Tensor, Tuple[Any, ...]] = {}
         self.groups: List[Group] = []
         self._named_parameters = named_parameters
-        self._reducer = _Reducer(op, compression, gradient_predivide_factor, sparse_as_dense, process_set)
+        self._reducer = reducer or _Reducer(op, compression, gradient_predivide_factor, sparse_as_dense, process_set)
         self._too_many_passes = too_many_passes
         self._passes_left: Dict[torch.Tensor, int] = {}
         self._group_of: Dict[torch.Tensor, Group] = {}

@@ -27,6 +27,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequ
 
 import torch
 
+from ring_strategy.torch.adasum_step import DeltaReducer
 from ring_strategy.torch.compression import Compression
 from ring_strategy.torch.grad_sync import GradientSync, check_passes, is_active, remove_hooks
 from ring_strategy.torch.mpi_ops import Adasum, Average, global_process_set
@@ -97,7 +98,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             _named_by_position(self), names=names, backward_passes_per_step=backward_passes_per_step, op=op,
             compression=compression, gradient_predivide_factor=gradient_predivide_factor, groups=formed,
             sparse_as_dense=sparse_as_dense, process_set=process_set,
+            reducer=self._ring_reducer(compression, process_set),
         )
+
+    def _ring_reducer(self, compression: Any, process_set: Any) -> Any:
+        """What the gradient hooks submit: None for the gradient averaging."""
+        return None
 
     def _all_parameters(self) -> Iterator[torch.Tensor]:
         for group in self.param_groups:
@@ -284,6 +290,33 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         super().load_state_dict(state_dict)
 
 
+class _DistributedAdasumOptimizer(_DistributedOptimizer):
+    """``op=Adasum`` on more than one rank: each parameter takes this rank's
+    own optimizer step as soon as its gradient is due, and the change is
+    reduced with Adasum (ring_strategy/torch/adasum_step.py); ``step()``
+    waits for the reductions, which leave every parameter at
+    ``old + adasum(change)``, and runs no step of its own."""
+
+    def _ring_reducer(self, compression: Any, process_set: Any) -> Any:
+        # The wrapped optimizer's own step: the class after _DistributedOptimizer.
+        return DeltaReducer(weakref.ref(self), lambda opt: super(_DistributedOptimizer, opt).step(), compression,
+                            process_set)
+
+    def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
+        """Runs ``closure`` (its backward pass steps the parameters locally),
+        then finishes every parameter's Adasum; returns the closure's loss."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        if self._should_synchronize:
+            self.synchronize()
+        self._synchronized = False
+        return loss
+
+    step.hooked = True  # type: ignore[attr-defined]
+
+
 def DistributedOptimizer(
     optimizer: torch.optim.Optimizer,
     named_parameters: Optional[Iterable[Tuple[str, torch.Tensor]]] = None,
@@ -326,7 +359,12 @@ def DistributedOptimizer(
             the allreduce (gradient accumulation); the gradients are summed
             over the passes and averaged over ranks, so scale the loss by
             ``1 / backward_passes_per_step`` for a mean.
-        op: ``Average`` (default), ``Sum``, ``Min``, ``Max`` or ``Product``.
+        op: ``Average`` (default), ``Sum``, ``Min``, ``Max`` or ``Product``
+            reduce the gradients. ``Adasum`` (on more than one rank): each
+            rank steps the wrapped optimizer with its own gradients and the
+            parameters move by the Adasum of the ranks' changes
+            (docs/adasum.md); a power-of-two number of ranks, floating-point
+            parameters.
         gradient_predivide_factor: with ``Average``, gradients are scaled by
             ``1 / f`` before the sum and by ``f / size`` after it.
         groups: fuse reductions explicitly: an int splits the trainable
@@ -344,14 +382,11 @@ def DistributedOptimizer(
 
     Raises:
         ValueError: bad names, groups or factors.
-        NotImplementedError: ``op=Adasum``.
     """
     if isinstance(optimizer, _DistributedOptimizer):
         raise ValueError("optimizer is already a DistributedOptimizer; wrap the plain torch optimizer once")
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise ValueError(f"optimizer should be a torch.optim.Optimizer. Got: {type(optimizer).__name__}")
-    if op == Adasum:
-        raise NotImplementedError("DistributedOptimizer: op=Adasum is not supported yet")
     check_passes(backward_passes_per_step)
     if num_groups is not None:
         warnings.warn("DistributedOptimizer: num_groups is deprecated, use groups", DeprecationWarning, stacklevel=2)
@@ -364,7 +399,8 @@ def DistributedOptimizer(
         raise ValueError("gradient_predivide_factor not supported with op != Average")
 
     base = type(optimizer)
-    cls = type(base.__name__, (_DistributedOptimizer, base), {"__module__": base.__module__})
+    wrapper = _DistributedAdasumOptimizer if op == Adasum and is_active(process_set) else _DistributedOptimizer
+    cls = type(base.__name__, (wrapper, base), {"__module__": base.__module__})
     dist = cls.__new__(cls)
     # Take over the optimizer as it is (defaults, state, hooks, any attribute
     # its class set), rather than re-running its __init__, which may need

@@ -16,7 +16,8 @@ import pytest
 
 HERE = Path(__file__).parent
 WORKER = HERE / "workers" / "tf_worker.py"
-SCENARIOS = ["eager_ops", "function_ops", "gradients", "broadcast_helpers", "errors", "gradient_tape", "optimizer_eager"]
+SCENARIOS = ["eager_ops", "function_ops", "gradients", "broadcast_helpers", "errors", "gradient_tape", "optimizer_eager",
+             "adasum_allreduce", "adasum_gradient", "adasum_errors"]
 _runs: dict = {}
 
 

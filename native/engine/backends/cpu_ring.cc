@@ -105,6 +105,7 @@ void CpuRingBackend::reduce(const Request& q, const void* src, void* dst, const 
 
 void CpuRingBackend::allreduce(std::vector<Entry>& entries) {
   const Request& q = entries[0].req;
+  if (q.reduce_op == ReduceOp::Adasum) return adasum(entries);
   const double post = post_factor(q, mesh_->size());
   if (entries.size() > 1) return allreduce_fused(entries, post);
   // One tensor: reduce straight from the input into the output. The layout's
@@ -155,6 +156,24 @@ void CpuRingBackend::allreduce_fused(std::vector<Entry>& entries, double post) {
     }
   }
   timeline_.phase_end();
+}
+
+void CpuRingBackend::adasum(std::vector<Entry>& entries) {
+  const Request& q = entries[0].req;
+  std::vector<void*> tensors;
+  std::vector<size_t> counts;
+  for (auto& e : entries) {
+    const size_t count = static_cast<size_t>(e.req.num_elements());
+    if (count && e.output != e.input) std::memcpy(e.output, e.input, count * dtype_size(q.dtype));
+    if (q.prescale != 1.0) scale_buffer(e.output, count, q.dtype, q.prescale);
+    tensors.push_back(e.output);
+    counts.push_back(count);
+  }
+  timeline_.phase_begin("ADASUM_ALLREDUCE");
+  adasum_allreduce(*mesh_, tensors, counts, q.dtype);
+  timeline_.phase_end();
+  if (q.postscale != 1.0)
+    for (size_t i = 0; i < tensors.size(); ++i) scale_buffer(tensors[i], counts[i], q.dtype, q.postscale);
 }
 
 OpResult CpuRingBackend::allgather(Entry& e, const std::vector<int64_t>& first_dims) {

@@ -47,6 +47,9 @@ class CpuRingBackend : public Backend {
   // Entries' outputs are set; several entries are fused.
   void allreduce(std::vector<Entry>& entries);
   void allreduce_fused(std::vector<Entry>& entries, double post);
+  // op=Adasum: the entries' tensors, scaled, reduced together on the flat
+  // mesh (collectives.h: adasum_allreduce).
+  void adasum(std::vector<Entry>& entries);
   // The allreduce of `src` into `dst` (chunk layout `chunks` for the flat
   // ring), flat or hierarchical, inside its timeline phase.
   void reduce(const Request& q, const void* src, void* dst, const std::vector<size_t>& chunks, double post);

@@ -12,6 +12,7 @@ import tensorflow as tf
 
 import ring_strategy.tensorflow as hvd
 from tests.workers.checks import close, equal, identical_rows, raises, run_scenarios
+from tf_adasum import scenario_adasum_allreduce, scenario_adasum_errors, scenario_adasum_gradient  # noqa: F401
 
 
 def ops_cases():

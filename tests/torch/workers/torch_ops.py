@@ -341,8 +341,9 @@ def errors():
     raises(hvd.BadArgumentError, lambda: hvd.reducescatter(torch.tensor(1.0)), "0-d")
     raises(hvd.BadArgumentError, lambda: hvd.allreduce(torch.ones(2, dtype=torch.bool), op=hvd.Average))
     raises(hvd.BadArgumentError, lambda: hvd.allreduce(x, op=42))
-    raises(NotImplementedError, lambda: hvd.allreduce(x, op=hvd.Adasum), "Adasum")
-    raises(NotImplementedError, lambda: hvd.grouped_allreduce_([x], op=hvd.Adasum), "Adasum")
+    raises(hvd.BadArgumentError, lambda: hvd.allreduce(torch.ones(2, dtype=torch.int32), op=hvd.Adasum),
+           "floating-point")
+    raises(hvd.BadArgumentError, lambda: hvd.reducescatter(torch.ones(4), op=hvd.Adasum), "allreduce only")
     if N > 1:
         sub = hvd.ProcessSet([0])
         raises(NotImplementedError, lambda: hvd.allreduce(x, process_set=sub), "global process set")

@@ -367,7 +367,8 @@ def validation():
         (lambda: hvd.DistributedOptimizer(make_sgd(model), named_parameters=named[1:]), ValueError, "not named"),
         (lambda: hvd.DistributedOptimizer(make_sgd(model), named_parameters=[p for _, p in named]), ValueError, "tuples"),
         (lambda: hvd.DistributedOptimizer(make_sgd(model), backward_passes_per_step=0), ValueError, "positive"),
-        (lambda: hvd.DistributedOptimizer(make_sgd(model), op=hvd.Adasum), NotImplementedError, "Adasum"),
+        (lambda: hvd.DistributedOptimizer(make_sgd(model), op=hvd.Adasum, gradient_predivide_factor=2.0), ValueError,
+         "op != Average"),
         (lambda: hvd.DistributedOptimizer(hvd.DistributedOptimizer(make_sgd(model))), ValueError, "already"),
         (lambda: hvd.DistributedOptimizer(make_sgd(model), gradient_predivide_factor=0.0), ValueError, "positive"),
     ]
