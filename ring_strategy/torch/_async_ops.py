@@ -25,6 +25,7 @@ from ring_strategy._rules import (
     Sum,
     alltoall_splits,
     check_op,
+    check_sparse_op,
     check_root,
     group_names,
     handle_average_backwards_compatibility,
@@ -362,6 +363,7 @@ def sparse_allreduce_async(tensor: torch.Tensor, name: str, op: int,
         calls return the same tensor.
     """
     op = check_op(op)
+    check_sparse_op(op)
     if op not in (Sum, Average):
         raise BadArgumentError(f"sparse allreduce supports op=Sum or op=Average. Got: {op!r}")
     t = tensor.coalesce() if not tensor.is_coalesced() else tensor
