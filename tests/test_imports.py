@@ -11,6 +11,7 @@ load TensorFlow; the host-call bridge must load no framework at all.
 import ast
 import concurrent.futures
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -54,28 +55,83 @@ def _forbidden(module):
     return []
 
 
-def _import_alone(module):
-    code = f"import sys, {module}\nprint('loaded:', *sorted(m for m in {_forbidden(module)!r} if m in sys.modules))"
+# What a zygote (tests/workers/import_zygote.py) loads before it forks one
+# child per module: the heavy frameworks, imported once instead of once per
+# module. A module whose check forbids a framework goes to a zygote that has
+# not loaded it. Each child has no module of PACKAGES loaded, so its import of
+# its module is the first, as in a fresh interpreter.
+PROFILES = {
+    "bare": [],
+    "keras": ["numpy", "jax", "keras"],
+    "frameworks": ["numpy", "torch", "tensorflow", "keras", "pytorch_lightning", "lightning", "ray"],
+}
+ZYGOTE = REPO_ROOT / "tests" / "workers" / "import_zygote.py"
+
+
+def _profile(module):
+    forbidden = set(_forbidden(module))
+    for name in ("frameworks", "keras", "bare"):
+        if not forbidden & {p.split(".")[0] for p in PROFILES[name]}:
+            return name
+    raise AssertionError(module)
+
+
+def _environment():
     env = dict(os.environ, KERAS_BACKEND="jax", TF_CPP_MIN_LOG_LEVEL="3")
     env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180,
-                          cwd=REPO_ROOT, env=env)
-    if proc.returncode != 0:
-        return f"{module}: import failed\n{proc.stderr[-3000:]}"
-    loaded = proc.stdout.strip().splitlines()[-1].split()[1:] if proc.stdout.strip() else []
+    return env
+
+
+def _problem(module, error, loaded):
+    if error:
+        return f"{module}: import failed\n{error[-3000:]}"
     if loaded:
         return f"{module}: importing it loads {', '.join(loaded)}"
     return None
 
 
+def _import_fresh(module):
+    """Imports ``module`` in a fresh interpreter of its own."""
+    code = f"import sys, {module}\nprint('loaded:', *sorted(m for m in {_forbidden(module)!r} if m in sys.modules))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180,
+                          cwd=REPO_ROOT, env=_environment())
+    if proc.returncode != 0:
+        return _problem(module, proc.stderr or f"exit status {proc.returncode}", [])
+    loaded = proc.stdout.strip().splitlines()[-1].split()[1:] if proc.stdout.strip() else []
+    return _problem(module, None, loaded)
+
+
+def _import_each(profile, modules):
+    """Problems of ``modules`` imported each first by one zygote of ``profile``;
+    a child that timed out or died is tried again in a fresh interpreter."""
+    watch = sorted({f for m in modules for f in _forbidden(m)})
+    env = dict(_environment(), ZYGOTE_WATCH=",".join(watch))
+    proc = subprocess.run([sys.executable, str(ZYGOTE), ",".join(PROFILES[profile]), *modules],
+                          capture_output=True, text=True, timeout=600, cwd=REPO_ROOT, env=env)
+    results = {r["module"]: r for r in map(json.loads, proc.stdout.splitlines())}
+    assert proc.returncode == 0 and len(results) == len(modules), f"zygote {profile} failed:\n{proc.stderr[-3000:]}"
+    problems = []
+    for module in modules:
+        r = results[module]
+        if r["error"] in ("timed out", "the child died"):
+            problems.append(_import_fresh(module))
+        else:
+            loaded = [f for f in r["loaded"] if f in _forbidden(module)]
+            problems.append(_problem(module, r["error"], loaded))
+    return [p for p in problems if p]
+
+
 def test_every_module_imports_alone_in_a_fresh_interpreter():
     modules = [m for m in _modules() if not _framework_missing(m)]
     assert "ring_strategy.torch.autograd" in modules and "keras_callbacks._host" in modules, modules
-    # Two at a time, the slow ones (those that start TensorFlow, Lightning,
-    # Keras or torch) first so that the two workers finish together.
-    modules.sort(key=lambda m: not any(f in m for f in ("tensorflow", "lightning", "keras", "torch")))
+    groups = {}
+    for m in modules:
+        groups.setdefault(_profile(m), []).append(m)
+    # The frameworks' zygote has most of the work: two of it, one for each half.
+    heavy = groups.pop("frameworks", [])
+    jobs = [(name, ms) for name, ms in groups.items()] + [("frameworks", heavy[0::2]), ("frameworks", heavy[1::2])]
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-        problems = [p for p in pool.map(_import_alone, modules) if p]
+        problems = [p for ps in pool.map(lambda job: _import_each(*job), [j for j in jobs if j[1]]) for p in ps]
     assert not problems, "\n\n".join(problems)
 
 
