@@ -44,6 +44,14 @@ if TYPE_CHECKING:  # what type checkers see as the bases; at run time each packa
 else:
     _LauncherBase = _StrategyBase = object
 
+# Trainer(sync_batchnorm=True) asks for Lightning's layer sync, which needs
+# torch.distributed; applying none would leave batch statistics per rank.
+_SYNC_BATCHNORM = (
+    "Trainer(sync_batchnorm=True) is not supported by strategy='ring' yet: the batch statistics would stay "
+    "per rank. Leave sync_batchnorm off, or replace the model's BatchNorm layers with "
+    "ring_strategy.torch.SyncBatchNorm, which averages them over the ring."
+)
+
 __all__ = ["RingLauncherMixin", "RingStrategyMixin", "ring_op"]
 
 _TOO_MANY_PASSES = (
@@ -224,6 +232,8 @@ class RingStrategyMixin(_StrategyBase):
 
     @override
     def setup(self, trainer: "pl.Trainer") -> None:
+        if self._layer_sync is not None:
+            raise NotImplementedError(_SYNC_BATCHNORM)
         assert self.accelerator is not None
         self.accelerator.setup(trainer)
         assert self.model is not None
