@@ -25,6 +25,8 @@ from typing import Dict
 import pytest
 from reliability_jobs import WORKERS, JobResult, job_environment, run_job
 
+from tests.workers.checks import passed_ranks
+
 WORKER = WORKERS / "bad_input.py"
 SIZES = [2, 3]
 SCENARIOS = ["mismatch_values", "alltoall_splits", "non_contiguous", "zero_size", "wrong_types",
@@ -43,8 +45,7 @@ def _job(np_: int) -> JobResult:
 @pytest.mark.parametrize("np_", SIZES)
 def test_scenario(np_: int, scenario: str) -> None:
     job = _job(np_)
-    oks = [line for line in job.output.splitlines() if line.endswith(f": {scenario} ok")]
-    assert len(oks) == np_, f"{scenario} at np={np_}:\n{job.tail(8000)}"
+    assert len(passed_ranks(job.output, scenario)) == np_, f"{scenario} at np={np_}:\n{job.tail(8000)}"
 
 
 @pytest.mark.parametrize("np_", SIZES)

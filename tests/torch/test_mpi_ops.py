@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.workers.checks import passed_ranks
+
 HERE = Path(__file__).parent
 WORKER = HERE / "workers" / "torch_ops.py"
 SCENARIOS = ["allreduce", "grouped_allreduce", "allgather", "broadcast", "alltoall", "reducescatter", "grads",
@@ -29,8 +31,7 @@ def _run_all(run_output, np_: int) -> str:
 @pytest.mark.parametrize("np_", SIZES)
 def test_scenario(np_, scenario, run_output):
     out = _run_all(run_output, np_)
-    oks = [line for line in out.splitlines() if line.endswith(f": {scenario} ok")]
-    assert len(oks) == np_, f"{scenario} at np={np_}:\n{out[-8000:]}"
+    assert len(passed_ranks(out, scenario)) == np_, f"{scenario} at np={np_}:\n{out[-8000:]}"
 
 
 @pytest.mark.parametrize("np_", SIZES)

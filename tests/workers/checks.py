@@ -19,11 +19,11 @@ import os
 import sys
 import time
 import traceback
-from typing import Any, Callable, Iterable, Mapping, Optional, Tuple, Type, Union
+from typing import Any, Callable, Iterable, List, Mapping, Optional, Tuple, Type, Union
 
 import numpy as np
 
-__all__ = ["close", "equal", "identical_rows", "raises", "run_scenarios"]
+__all__ = ["close", "equal", "identical_rows", "passed_ranks", "raises", "run_scenarios"]
 
 _Errors = Union[Type[BaseException], Tuple[Type[BaseException], ...]]
 _HALF = ("float16", "bfloat16")
@@ -130,3 +130,12 @@ def run_scenarios(scenarios: Mapping[str, Callable[[], Any]], names: Iterable[st
         print(f"{rank}: {name} ok", flush=True)
         print(f"{rank}: {name} took {time.perf_counter() - start:.2f} s", flush=True)
     return passed
+
+
+def passed_ranks(output: str, scenario: str) -> List[str]:
+    """The ranks, as printed, whose :func:`run_scenarios` line in ``output``
+    says ``scenario`` passed (``<rank>: <scenario> ok``, also behind a
+    launcher's ``[<rank>] `` prefix); one entry per such line."""
+    suffix = f": {scenario} ok"
+    return [line[: -len(suffix)].rsplit(" ", 1)[-1].rsplit("]", 1)[-1]
+            for line in output.splitlines() if line.endswith(suffix)]
