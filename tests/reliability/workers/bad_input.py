@@ -139,11 +139,21 @@ def wrong_types() -> None:
 
 
 def duplicate_names() -> None:
-    """A name in flight cannot be reused by any operation until it completes."""
-    h = rs.allreduce_async(np.ones(2, np.float32), op=rs.Sum, name="dup.any")
-    raises(rs.BadArgumentError, lambda: rs.allgather_async(np.ones(2), name="dup.any"), "dup.any", "in flight")
-    raises(rs.BadArgumentError, lambda: rs.broadcast_async(np.ones(2), 0, name="dup.any"), "in flight")
-    equal(rs.synchronize(h), np.full(2, N, np.float32), "dup")
+    """A name in flight cannot be reused by any operation until it completes.
+
+    Each rank in turn submits first and checks while the others have not
+    submitted yet, so its operation cannot complete (and free the name)
+    during the checks; the others submit once it says so."""
+    for turn in range(N):
+        if ME == turn:
+            h = rs.allreduce_async(np.ones(2, np.float32), op=rs.Sum, name="dup.any")
+            raises(rs.BadArgumentError, lambda: rs.allgather_async(np.ones(2), name="dup.any"), "dup.any", "in flight")
+            raises(rs.BadArgumentError, lambda: rs.broadcast_async(np.ones(2), 0, name="dup.any"), "in flight")
+            rs.allreduce(np.zeros(1), name=f"dup.go{turn}")
+        else:
+            rs.allreduce(np.zeros(1), name=f"dup.go{turn}")
+            h = rs.allreduce_async(np.ones(2, np.float32), op=rs.Sum, name="dup.any")
+        equal(rs.synchronize(h), np.full(2, N, np.float32), "dup")
     equal(rs.allgather(np.ones(1), name="dup.any"), np.ones(N), "reuse")  # free again
     engine_works("duplicate_names")
 
