@@ -56,6 +56,7 @@ from ring_strategy.ops import (
     broadcast,
     reducescatter,
 )
+from ring_strategy.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 
 from keras_callbacks.compression import Compression
 from keras_callbacks.optimizer import DistributedOptimizer, load_model
@@ -76,4 +77,5 @@ __all__ = [
     "Compression", "DistributedOptimizer", "load_model", "callbacks",
     "BroadcastGlobalVariablesCallback", "MetricAverageCallback",
     "LearningRateScheduleCallback", "LearningRateWarmupCallback", "shard",
+    "ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
 ]

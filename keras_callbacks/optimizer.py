@@ -30,7 +30,7 @@ from keras_callbacks._host import backend, host_call
 from keras_callbacks.compression import Compression, Compressor
 from ring_strategy import ops as ring_ops
 from ring_strategy._fused import Flattener, fused_allreduce
-from ring_strategy.basics import size
+from ring_strategy.process_sets import ProcessSet, averages_here, global_process_set
 from ring_strategy.exceptions import BadArgumentError
 
 __all__ = ["DistributedOptimizer", "load_model"]
@@ -49,10 +49,15 @@ class _DistributedMixin:
     _ring_op: int = ring_ops.Average
     _ring_postscale: float = 1.0
     _ring_name: Optional[str] = None
+    _ring_process_set: ProcessSet = global_process_set
+
+    def _ring_shared(self) -> bool:
+        """True when the gradients are averaged with other ranks."""
+        return averages_here(self._ring_process_set)
 
     def apply(self, grads, trainable_variables=None):
         grads = list(grads)
-        if grads and size() > 1 and not self._ring_accumulates():
+        if grads and self._ring_shared() and not self._ring_accumulates():
             grads = self._ring_allreduce(grads)
         return super().apply(grads, trainable_variables)
 
@@ -64,14 +69,14 @@ class _DistributedMixin:
         return bool(self.gradient_accumulation_steps) and hasattr(super(), "_clip_gradients")
 
     def _clip_gradients(self, grads):
-        if self._ring_accumulates() and size() > 1:
+        if self._ring_accumulates() and self._ring_shared():
             grads = list(grads)
             if grads:
                 grads = self._ring_allreduce(grads)
         return super()._clip_gradients(grads)
 
     def _ring_allreduce(self, grads: List[Any]) -> List[Any]:
-        """Averages ``grads`` over every rank in one host call (None stays None)."""
+        """Averages ``grads`` over the process set's ranks in one host call (None stays None)."""
         compression = self._ring_compression
         present = [i for i, g in enumerate(grads) if g is not None]
         if not present:
@@ -81,7 +86,8 @@ class _DistributedMixin:
         # so they can differ between ranks. Steps run one after the other on
         # every backend, so a fixed name is never in flight twice.
         prefix = f"keras.DistributedOptimizer.{self._ring_name or 'grads'}"
-        reduced = fused_allreduce(_KerasFlattener, wire, prefix, self._ring_op, postscale=self._ring_postscale)
+        reduced = fused_allreduce(_KerasFlattener, wire, prefix, self._ring_op, postscale=self._ring_postscale,
+                                  process_set=self._ring_process_set)
         out = list(grads)
         for i, r, ctx in zip(present, reduced, ctxs):
             out[i] = compression.decompress(r, ctx)
@@ -123,9 +129,9 @@ def _dense(g: Any) -> Any:
 
 
 def _distributed_class(base: type, compression: Type[Compressor], op: int, postscale: float,
-                       name: Optional[str]) -> type:
+                       name: Optional[str], process_set: ProcessSet) -> type:
     """The dynamic subclass of ``base`` with these settings (one per combination)."""
-    key = (base, compression, op, postscale, name)
+    key = (base, compression, op, postscale, name, id(process_set))
     cls = _CLASSES.get(key)
     if cls is None:
         cls = type(base.__name__, (_DistributedMixin, base), {
@@ -136,6 +142,7 @@ def _distributed_class(base: type, compression: Type[Compressor], op: int, posts
             "_ring_op": op,
             "_ring_postscale": postscale,
             "_ring_name": name,
+            "_ring_process_set": process_set,
         })
         _CLASSES[key] = cls
     return cls
@@ -148,6 +155,7 @@ def DistributedOptimizer(
     backward_passes_per_step: int = 1,
     average_aggregated_gradients: bool = False,
     op: int = ring_ops.Average,
+    process_set: ProcessSet = global_process_set,
 ) -> keras.optimizers.Optimizer:
     """Wraps a Keras 3 optimizer so that gradients are averaged over all ranks.
 
@@ -171,6 +179,8 @@ def DistributedOptimizer(
             apply the mean of the accumulated gradients (True) or, as Horovod
             does by default, their sum (False).
         op: ``Average`` (default) or ``Sum`` over the ranks.
+        process_set: the ranks that average (default: every rank); a rank
+            outside it trains alone.
 
     Returns:
         An instance of a subclass of ``type(optimizer)``.
@@ -213,7 +223,9 @@ def DistributedOptimizer(
         if not average_aggregated_gradients:
             # Keras applies the mean of the accumulated gradients; Horovod their sum.
             postscale = float(backward_passes_per_step)
-    cls = _distributed_class(type(optimizer), compression, int(op), postscale, name)
+    if not isinstance(process_set, ProcessSet):
+        raise BadArgumentError(f"process_set should be a ProcessSet. Got: {process_set!r}")
+    cls = _distributed_class(type(optimizer), compression, int(op), postscale, name, process_set)
     return cls.from_config(config)
 
 

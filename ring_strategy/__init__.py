@@ -28,6 +28,9 @@ _API = {
     "PeerFailureError": "exceptions", "RingTimeoutError": "exceptions", "ShutdownError": "exceptions",
     "HorovodInternalError": "exceptions", "HostsUpdatedInterrupt": "exceptions",
     "start_timeline": "timeline", "stop_timeline": "timeline",
+    "ProcessSet": "process_sets", "global_process_set": "process_sets",
+    "add_process_set": "process_sets", "remove_process_set": "process_sets",
+    "broadcast_object": "_objects", "allgather_object": "_objects",
     "run": "runner.run_fn",
 }
 

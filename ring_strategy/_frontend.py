@@ -42,17 +42,20 @@ def enqueue(
     postscale: float = 1.0,
     splits: Sequence[int] = (),
     wake: bool = True,
+    process_set: int = 0,
 ) -> int:
     """Queues one operation; returns its handle id. `input` and `output`
     (None: the engine allocates) must stay alive until the handle is released.
 
     ``wake=False`` when the caller waits for the handle right away: the
     waiting thread then makes the progress itself, without waking the
-    engine's background thread (lower latency for synchronous calls)."""
+    engine's background thread (lower latency for synchronous calls).
+    ``process_set`` is the engine id of a set this rank is in (0: every
+    rank; see :func:`ring_strategy.process_sets._check_process_set`)."""
     return _runtime().enqueue(
         kind, name, input, output, dtype_code, check_op(op), check_root(root), float(prescale), float(postscale),
         shape if shape.__class__ is tuple else [int(d) for d in shape],
-        splits if splits == () else [int(s) for s in splits], wake,
+        splits if splits == () else [int(s) for s in splits], wake, "cpu", process_set,
     )
 
 

@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Sequence
 import numpy as np
 
 from ring_strategy import ops
+from ring_strategy.process_sets import ProcessSet, global_process_set
 
 
 class Flattener:
@@ -51,8 +52,9 @@ def by_dtype(dtype_names: Sequence[str]) -> Dict[str, List[int]]:
 
 
 def fused_allreduce(flattener: type, tensors: Sequence[Any], name: str, op: int,
-                    prescale: float = 1.0, postscale: float = 1.0) -> List[Any]:
-    """Every tensor reduced over all ranks, in one host call.
+                    prescale: float = 1.0, postscale: float = 1.0,
+                    process_set: ProcessSet = global_process_set) -> List[Any]:
+    """Every tensor reduced over the ranks of ``process_set``, in one host call.
 
     Args:
         flattener: the framework's :class:`Flattener` subclass.
@@ -72,7 +74,8 @@ def fused_allreduce(flattener: type, tensors: Sequence[Any], name: str, op: int,
     names = [f"{name}.{d}" for d in groups]
 
     def reduce_on_host(arrays: List[np.ndarray]) -> List[np.ndarray]:
-        handles = [ops.allreduce_async(a, op, nm, prescale, postscale) for a, nm in zip(arrays, names)]
+        handles = [ops.allreduce_async(a, op, nm, prescale, postscale, process_set=process_set)
+                   for a, nm in zip(arrays, names)]
         return [ops.synchronize(h) for h in handles]
 
     out: List[Any] = [None] * len(tensors)

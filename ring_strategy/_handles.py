@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from ring_strategy import _frontend
 from ring_strategy.basics import _state
@@ -41,7 +41,7 @@ _live: Dict[int, "Operation"] = {}  # integer handles: number -> operation not y
 _ended: Dict[int, int] = {}  # number -> world, for integer handles left behind by ended worlds
 _abandoned: List["_Dropped"] = []  # operations dropped before being synchronized
 _sweep_lock = threading.Lock()
-_names: Dict[str, Iterator[int]] = {}
+_names: Dict[Tuple[str, int], Iterator[int]] = {}  # (label, process set) -> counter
 
 
 class Operation:
@@ -81,19 +81,20 @@ class _Dropped:
 
 
 # ---------------------------------------------------------------- names
-def auto_name(label: str, name: Optional[str]) -> str:
-    """``name`` checked, or the next generated name for ``label``
-    ("allreduce.noname.3").
+def auto_name(label: str, name: Optional[str], process_set: int = 0) -> str:
+    """``name`` checked, or the next generated name for ``label`` in the
+    process set with engine id ``process_set`` ("allreduce.noname.3").
 
-    Generated names follow call order within a world, so ranks that call in
-    the same order agree on them."""
+    Generated names follow call order within a world and a process set, so
+    the ranks of a set, calling in the same order, agree on them."""
     if name is not None:
         if not isinstance(name, str) or not name:
             raise BadArgumentError(f"name should be a non-empty string. Got: {name!r}")
         return name
-    counter = _names.get(label)
+    key = (label, process_set)
+    counter = _names.get(key)
     if counter is None:
-        counter = _names.setdefault(label, itertools.count())
+        counter = _names.setdefault(key, itertools.count())
     return f"{label}.noname.{next(counter)}"
 
 

@@ -80,10 +80,18 @@ class Runtime:
         splits: Sequence[int],
         wake: bool = True,
         device: str = "cpu",
+        process_set: int = 0,
     ) -> int:
         """Queues one operation; returns its handle. ``device`` names where
         the tensors live ("cpu", "cuda:<index>"); a device no backend serves
-        raises BadArgumentError ("no backend for device ...")."""
+        raises BadArgumentError ("no backend for device ..."). ``process_set``
+        is the id of a set this rank belongs to (0: every rank); a broadcast's
+        root is a global rank of that set."""
+    def add_process_set(self, id: int, ranks: Sequence[int]) -> None:
+        """Registers set ``id`` (> 0, unused) over ``ranks`` on this rank."""
+    def remove_process_set(self, id: int) -> bool:
+        """Forgets set ``id``; False when there is none. Refused for id 0 and
+        while this rank has operations of the set in flight."""
     def poll(self, handle: int) -> bool: ...
     def wait(self, handle: int, timeout: float = -1.0) -> bool: ...
     def release(self, handle: int) -> tuple[Optional[np.ndarray], list[int], list[int]]:

@@ -7,7 +7,7 @@ import math
 import os
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from ring_strategy import _contracts, _native
 from ring_strategy.environments import ClusterEnvironment, detect_environment
@@ -57,14 +57,23 @@ def _env() -> ClusterEnvironment:
     return _state.env
 
 
-def init() -> None:
+def init(comm: Any = None, process_sets: Any = None) -> None:
     """Joins the job: finds this process's rank, connects to every peer and
     starts the background engine.
 
     Under ``ringrun`` (or another supported launcher) the job's layout comes
     from the environment; without one the process is a world of size 1.
     Calling ``init()`` again while initialized does nothing.
+
+    Args:
+        comm: Horovod's MPI communicator argument; only None is supported.
+        process_sets: process sets to register on every rank (a list of
+            ``ProcessSet`` or of rank lists), or ``"dynamic"`` to allow
+            ``add_process_set`` / ``remove_process_set`` later
+            (:mod:`ring_strategy.process_sets`).
     """
+    if comm is not None:
+        raise NotImplementedError("init(comm=...): MPI communicators are not supported; use process_sets= instead")
     with _lock:
         if _state.runtime is not None:
             return
@@ -94,6 +103,9 @@ def init() -> None:
         _handles.start_world()  # the ended world's handles and automatic names are left behind
         _state.runtime, _state.env = rt, env
     watch_launcher()  # a worker whose ringrun was killed stops itself
+    from ring_strategy import process_sets as _process_sets
+
+    _process_sets._start_world(process_sets)
 
 
 def _rendezvous(env: ClusterEnvironment, rt: _native.Runtime, generation: int, timeout: float) -> None:

@@ -25,8 +25,8 @@ from ring_strategy._rules import (  # noqa: F401  (the reduction ops are part of
     reducescatter_rows,
     require_rows,
 )
-from ring_strategy.basics import rank, size
 from ring_strategy.exceptions import BadArgumentError
+from ring_strategy.process_sets import ProcessSet, _check_process_set, global_process_set
 
 _DTYPE_CODES = {
     np.dtype(name): code for name, code in _native.DTYPES.items() if name != "bfloat16"
@@ -99,13 +99,16 @@ def _submit(
     postscale: float = 1.0,
     splits: Sequence[int] = (),
     wake: bool = True,
+    process_set: int = 0,
 ) -> Handle:
     """Queues one engine operation on ``arr`` (and ``out``, None: the engine
-    allocates); ``finish`` turns its results into what synchronize() returns."""
+    allocates) on the set with engine id ``process_set``; ``finish`` turns
+    its results into what synchronize() returns."""
     code = _dtype_code(arr)
     h = _frontend.enqueue(
-        kind, _handles.auto_name(label, name), _raw(arr, code), None if out is None else _raw(out, code), code,
+        kind, _handles.auto_name(label, name, process_set), _raw(arr, code), None if out is None else _raw(out, code), code,
         arr.shape, op=op, root=root, prescale=prescale, postscale=postscale, splits=splits, wake=wake,
+        process_set=process_set,
     )
     return Handle([h], (arr, out), finish)
 
@@ -145,9 +148,10 @@ def allreduce_async(
     postscale_factor: float = 1.0,
     *,
     out: Optional[np.ndarray] = None,
+    process_set: ProcessSet = global_process_set,
 ) -> Handle:
-    """Starts reducing ``tensor`` over all ranks; see :func:`allreduce`."""
-    return _allreduce(tensor, op, name, prescale_factor, postscale_factor, True, out)
+    """Starts reducing ``tensor`` over the ranks of ``process_set``; see :func:`allreduce`."""
+    return _allreduce(tensor, op, name, prescale_factor, postscale_factor, True, out, process_set)
 
 
 def _check_out(out: Any, arr: np.ndarray) -> np.ndarray:
@@ -162,13 +166,14 @@ def _check_out(out: Any, arr: np.ndarray) -> np.ndarray:
 
 def _allreduce(
     tensor: Any, op: int, name: Optional[str], prescale: float, postscale: float, wake: bool,
-    out: Optional[np.ndarray] = None,
+    out: Optional[np.ndarray] = None, process_set: ProcessSet = global_process_set,
 ) -> Handle:
+    place = _check_process_set(process_set)
     arr = _as_array(tensor)
     out = np.empty_like(arr) if out is None else _check_out(out, arr)
     return _submit(
         _native.OP_ALLREDUCE, "allreduce", arr, out, name, lambda _: out,
-        op=op, prescale=prescale, postscale=postscale, wake=wake,
+        op=op, prescale=prescale, postscale=postscale, wake=wake, process_set=place.id,
     )
 
 
@@ -180,8 +185,9 @@ def allreduce(
     postscale_factor: float = 1.0,
     *,
     out: Optional[np.ndarray] = None,
+    process_set: ProcessSet = global_process_set,
 ) -> np.ndarray:
-    """Reduces ``tensor`` element-wise over all ranks.
+    """Reduces ``tensor`` element-wise over the ranks of ``process_set``.
 
     Args:
         tensor: array of the same shape and dtype on every rank.
@@ -194,104 +200,135 @@ def allreduce(
         out: where to write the result (same shape and dtype; may be
             ``tensor`` itself for an in-place reduction). A new array when
             omitted.
+        process_set: the ranks taking part (default: every rank); this rank
+            must be one of them.
 
     Returns:
-        The reduced values (``out`` when given), identical on every rank.
+        The reduced values (``out`` when given), identical on every rank of the set.
     """
-    return synchronize(_allreduce(tensor, op, name, prescale_factor, postscale_factor, False, out))
+    return synchronize(_allreduce(tensor, op, name, prescale_factor, postscale_factor, False, out, process_set))
 
 
-def allgather_async(tensor: Any, name: Optional[str] = None) -> Handle:
+def allgather_async(tensor: Any, name: Optional[str] = None, process_set: ProcessSet = global_process_set) -> Handle:
     """Starts an allgather; see :func:`allgather`."""
-    return _allgather(tensor, name, True)
+    return _allgather(tensor, name, True, process_set)
 
 
-def _allgather(tensor: Any, name: Optional[str], wake: bool) -> Handle:
+def _allgather(tensor: Any, name: Optional[str], wake: bool, process_set: ProcessSet) -> Handle:
+    place = _check_process_set(process_set)
     arr = _as_array(tensor)
     if arr.ndim == 0:
         arr = arr.reshape(1)
-    return _submit(_native.OP_ALLGATHER, "allgather", arr, None, name, _from_engine(arr.dtype), wake=wake)
+    return _submit(
+        _native.OP_ALLGATHER, "allgather", arr, None, name, _from_engine(arr.dtype), wake=wake, process_set=place.id
+    )
 
 
-def allgather(tensor: Any, name: Optional[str] = None) -> np.ndarray:
+def allgather(tensor: Any, name: Optional[str] = None, process_set: ProcessSet = global_process_set) -> np.ndarray:
     """Concatenates every rank's ``tensor`` along the first dimension, in rank
-    order. The first dimension may differ between ranks; the others must match."""
-    return synchronize(_allgather(tensor, name, False))
+    order (the ranks of ``process_set``, ascending). The first dimension may
+    differ between ranks; the others must match."""
+    return synchronize(_allgather(tensor, name, False, process_set))
 
 
-def broadcast_async(tensor: Any, root_rank: int, name: Optional[str] = None) -> Handle:
+def broadcast_async(
+    tensor: Any, root_rank: int, name: Optional[str] = None, process_set: ProcessSet = global_process_set
+) -> Handle:
     """Starts a broadcast; see :func:`broadcast`."""
-    return _broadcast(tensor, root_rank, name, True)
+    return _broadcast(tensor, root_rank, name, True, process_set)
 
 
-def _broadcast(tensor: Any, root_rank: int, name: Optional[str], wake: bool) -> Handle:
+def _broadcast(tensor: Any, root_rank: int, name: Optional[str], wake: bool, process_set: ProcessSet) -> Handle:
+    place = _check_process_set(process_set)
     arr = _as_array(tensor)
     out = np.empty_like(arr)
-    return _submit(_native.OP_BROADCAST, "broadcast", arr, out, name, lambda _: out, root=root_rank, wake=wake)
+    return _submit(
+        _native.OP_BROADCAST, "broadcast", arr, out, name, lambda _: out, root=root_rank, wake=wake,
+        process_set=place.id,
+    )
 
 
-def broadcast(tensor: Any, root_rank: int, name: Optional[str] = None) -> np.ndarray:
-    """Returns ``root_rank``'s ``tensor`` on every rank (same shape and dtype everywhere)."""
-    return synchronize(_broadcast(tensor, root_rank, name, False))
+def broadcast(
+    tensor: Any, root_rank: int, name: Optional[str] = None, process_set: ProcessSet = global_process_set
+) -> np.ndarray:
+    """Returns ``root_rank``'s ``tensor`` on every rank of ``process_set``
+    (same shape and dtype everywhere). ``root_rank`` is a global rank in the set."""
+    return synchronize(_broadcast(tensor, root_rank, name, False, process_set))
 
 
-def alltoall_async(tensor: Any, splits: Optional[Sequence[int]] = None, name: Optional[str] = None) -> Handle:
+def alltoall_async(
+    tensor: Any, splits: Optional[Sequence[int]] = None, name: Optional[str] = None,
+    process_set: ProcessSet = global_process_set,
+) -> Handle:
     """Starts an alltoall; see :func:`alltoall`."""
+    place = _check_process_set(process_set)
     arr = _as_array(tensor)
     require_rows("alltoall", arr.ndim, "array")
     want_splits = splits is not None
-    splits = alltoall_splits(splits, arr.shape[0], size())
+    splits = alltoall_splits(splits, arr.shape[0], place.size)
     engine = _from_engine(arr.dtype)
 
     def finish(results):
         out = engine(results)
         return (out, np.asarray(results[0][2], dtype=np.int32)) if want_splits else out
 
-    return _submit(_native.OP_ALLTOALL, "alltoall", arr, None, name, finish, splits=splits)
+    return _submit(_native.OP_ALLTOALL, "alltoall", arr, None, name, finish, splits=splits, process_set=place.id)
 
 
-def alltoall(tensor: Any, splits: Optional[Sequence[int]] = None, name: Optional[str] = None) -> Any:
+def alltoall(
+    tensor: Any, splits: Optional[Sequence[int]] = None, name: Optional[str] = None,
+    process_set: ProcessSet = global_process_set,
+) -> Any:
     """Scatters slices of ``tensor`` to every rank and gathers theirs.
 
     Args:
         tensor: array whose first dimension is split into consecutive blocks,
-            block r going to rank r.
-        splits: rows sent to each rank (sums to the first dimension); when
-            omitted the first dimension is split evenly.
+            block i going to the set's i-th rank.
+        splits: rows sent to each rank of the set (sums to the first
+            dimension); when omitted the first dimension is split evenly.
         name: unique name while in flight.
+        process_set: the ranks taking part (default: every rank).
 
     Returns:
         The received rows in rank order; when ``splits`` was given, the tuple
         ``(output, received_splits)``, as Horovod returns it.
     """
-    return synchronize(alltoall_async(tensor, splits, name))
+    return synchronize(alltoall_async(tensor, splits, name, process_set))
 
 
-def reducescatter_async(tensor: Any, op: int = Average, name: Optional[str] = None) -> Handle:
+def reducescatter_async(
+    tensor: Any, op: int = Average, name: Optional[str] = None, process_set: ProcessSet = global_process_set
+) -> Handle:
     """Starts a reducescatter; see :func:`reducescatter`."""
+    place = _check_process_set(process_set)
     arr = _as_array(tensor)
     require_rows("reducescatter", arr.ndim, "array")
-    rows = reducescatter_rows(arr.shape[0], size(), rank())
+    rows = reducescatter_rows(arr.shape[0], place.size, place.rank)
     out = np.empty((rows,) + arr.shape[1:], dtype=arr.dtype)
-    return _submit(_native.OP_REDUCESCATTER, "reducescatter", arr, out, name, lambda _: out, op=op)
+    return _submit(
+        _native.OP_REDUCESCATTER, "reducescatter", arr, out, name, lambda _: out, op=op, process_set=place.id
+    )
 
 
-def reducescatter(tensor: Any, op: int = Average, name: Optional[str] = None) -> np.ndarray:
-    """Reduces ``tensor`` over all ranks and returns this rank's block of rows.
+def reducescatter(
+    tensor: Any, op: int = Average, name: Optional[str] = None, process_set: ProcessSet = global_process_set
+) -> np.ndarray:
+    """Reduces ``tensor`` over the ranks of ``process_set`` and returns this
+    rank's block of rows.
 
-    The first dimension is split as evenly as possible; lower ranks get one
-    extra row when it does not divide by ``size()``.
+    The first dimension is split as evenly as possible; lower ranks of the
+    set get one extra row when it does not divide by the set's size.
     """
-    return synchronize(reducescatter_async(tensor, op, name))
+    return synchronize(reducescatter_async(tensor, op, name, process_set))
 
 
 def join() -> int:
     """Declares that this rank has no more data (Horovod's ``join``).
 
     Until every rank has joined, this rank takes part in the allreduces the
-    others still submit, adding zeros (``Average`` still divides by
-    ``size()``); other collectives raise ``BadArgumentError`` meanwhile.
-    Returns the rank that joined last, on every rank.
+    others still submit on the global set, adding zeros (``Average`` still
+    divides by ``size()``); other collectives raise ``BadArgumentError``
+    meanwhile. Returns the rank that joined last, on every rank.
     """
     token = np.zeros(1, dtype=np.uint8)
     return synchronize(
@@ -299,7 +336,10 @@ def join() -> int:
     )
 
 
-def barrier() -> None:
-    """Returns once every rank has called ``barrier()``."""
+def barrier(process_set: ProcessSet = global_process_set) -> None:
+    """Returns once every rank of ``process_set`` has called ``barrier()``."""
+    place = _check_process_set(process_set)
     token = np.zeros(1, dtype=np.uint8)
-    synchronize(_submit(_native.OP_BARRIER, "barrier", token, None, None, lambda _: None, wake=False))
+    synchronize(
+        _submit(_native.OP_BARRIER, "barrier", token, None, None, lambda _: None, wake=False, process_set=place.id)
+    )

@@ -1,27 +1,46 @@
 """Process sets, as in Horovod: the ranks a collective runs on.
 
-Only the global set (every rank) is supported for now: ``process_set=``
-accepts :data:`global_process_set` or a ProcessSet of every rank, and any
-other set raises NotImplementedError until the engine has sub-rings.
+Every front end takes ``process_set=`` on its collectives; the set must be
+registered on every rank, with the same ranks, before any rank uses it:
+
+- statically, ``init(process_sets=[ProcessSet([0, 1]), [2, 3]])``: ids 1, 2, ...
+  in list order;
+- dynamically, with ``RING_DYNAMIC_PROCESS_SETS=1`` (or
+  ``HOROVOD_DYNAMIC_PROCESS_SETS``) or ``init(process_sets="dynamic")``:
+  ``add_process_set(ranks)`` and ``remove_process_set(ps)`` are collective:
+  every rank calls them, in the same order, with the same ranks.
+
+The ranks check every registration together: when they disagree (different
+ranks, a set that exists already, removal while operations are in flight),
+every rank raises ``BadArgumentError`` and nothing changes. Each set is its
+own ring in the engine (native/engine/process_sets.h). A broadcast's
+``root_rank`` is a global rank that belongs to the set; results of
+allgather, alltoall and reducescatter are laid out by the set's ranks in
+ascending order.
+
+Registrations belong to a world: ``shutdown()`` forgets them and a later
+``init()`` starts with the global set only.
 """
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence
 
-from ring_strategy.basics import is_initialized, rank, size
+from ring_strategy import _native
+from ring_strategy.basics import _runtime, is_initialized, rank, size
 from ring_strategy.exceptions import BadArgumentError
 
 
 class ProcessSet:
     """The ranks an operation runs on, as in Horovod.
 
-    Only the global set (every rank) is supported for now: ``process_set=``
-    accepts :data:`global_process_set` or a ProcessSet of every rank; any
-    other set raises NotImplementedError.
+    A set is usable once registered (``init(process_sets=...)`` or
+    ``add_process_set``), which gives it ``process_set_id``. A set of every
+    rank is the global set.
 
     Args:
-        ranks: the ranks of the set.
+        ranks: the global ranks of the set (a list, tuple or range of ints).
     """
 
     def __init__(self, ranks: Sequence[int]):
@@ -76,26 +95,203 @@ class _GlobalProcessSet(ProcessSet):
 global_process_set: ProcessSet = _GlobalProcessSet()
 
 
-def _check_process_set(process_set: Any) -> None:
+class SetPlace(NamedTuple):
+    """Where this rank stands in a set: the engine's id, the set's size and
+    this rank's index in it."""
+
+    id: int
+    size: int
+    rank: int
+
+
+@dataclass
+class _World:
+    sets: Dict[int, ProcessSet] = field(default_factory=dict)  # id -> registered set (not the global one)
+    next_id: int = 1
+    dynamic: bool = False
+
+
+_world = _World()
+
+
+def _check_process_set(process_set: Any) -> SetPlace:
+    """The place of this rank in ``process_set``; BadArgumentError when it is
+    not a registered set of this world or this rank is not in it."""
     if process_set is global_process_set:
-        return
+        return SetPlace(0, size(), rank())
     if not isinstance(process_set, ProcessSet):
         raise BadArgumentError(f"process_set should be a ProcessSet. Got: {process_set!r}")
-    if process_set.ranks != list(range(size())):
-        raise NotImplementedError(
-            f"ring supports only the global process set for now; {process_set!r} is not every rank"
+    ps_id = process_set.process_set_id
+    if ps_id is None or _world.sets.get(ps_id) is not process_set:
+        if process_set.ranks == list(range(size())):
+            return SetPlace(0, size(), rank())  # every rank: the global set
+        raise BadArgumentError(
+            f"{process_set!r} is not registered in this world: pass it to init(process_sets=...) or "
+            "add_process_set() on every rank first"
+        )
+    me = process_set.rank()
+    if me < 0:
+        raise BadArgumentError(f"rank {rank()} is not a member of {process_set!r}: only its ranks may use it")
+    return SetPlace(ps_id, len(process_set.ranks or ()), me)
+
+
+def averages_here(process_set: Any) -> bool:
+    """Whether a distributed optimizer on ``process_set`` reduces gradients on
+    this rank: it is a member of a set of more than one rank (a rank outside
+    the set trains alone)."""
+    return bool(process_set.included()) and _check_process_set(process_set).size > 1
+
+
+def _dynamic_variables() -> str:
+    """How the engine's configuration table names the dynamic switch."""
+    for name, alias, _, _ in _native.config_table():
+        if name == "RING_DYNAMIC_PROCESS_SETS":
+            return f"{name}=1 (or {alias}=1)"
+    raise AssertionError("the engine's configuration table has no RING_DYNAMIC_PROCESS_SETS")
+
+
+def _as_set(process_set: Any) -> ProcessSet:
+    return process_set if isinstance(process_set, ProcessSet) else ProcessSet(process_set)
+
+
+def _local_problem(ranks: Optional[List[int]]) -> Optional[str]:
+    """What is wrong with registering ``ranks`` here, or None."""
+    n = size()
+    if not ranks:
+        return "a process set needs at least one rank"
+    if ranks[0] < 0 or ranks[-1] >= n:
+        return f"process set ranks {ranks} should be in [0, {n})"
+    if ranks == list(range(n)):
+        return "a process set of every rank is the global set, which always exists"
+    for other in _world.sets.values():
+        if other.ranks == ranks:
+            return f"a process set with ranks {ranks} exists already ({other!r})"
+    return None
+
+
+def _agree(what: str, mine: Any, problem: Optional[str]) -> None:
+    """Collective: every rank shows its view of a registration and its local
+    problem; raises BadArgumentError on every rank unless all are alike and
+    none has a problem."""
+    from ring_strategy import _objects
+
+    views = _objects.allgather_object((mine, problem), "ring.process_sets.agree", global_process_set)
+    problems = [f"rank {r}: {p}" for r, (_, p) in enumerate(views) if p]
+    if problems:
+        raise BadArgumentError(f"{what} refused: " + "; ".join(problems))
+    if any(v != views[0][0] for v, _ in views):
+        shown = ", ".join(f"rank {r}: {v!r}" for r, (v, _) in enumerate(views))
+        raise BadArgumentError(f"{what}: the ranks disagree ({shown}); every rank must make the same call")
+
+
+def _register(ps: ProcessSet) -> Optional[str]:
+    """Registers ``ps`` in the engine under the next id; a problem instead."""
+    problem = _local_problem(ps.ranks)
+    if problem is None:
+        _runtime().add_process_set(_world.next_id, ps.ranks)
+    return problem
+
+
+def _start_world(process_sets: Any) -> None:
+    """Called by ``init()`` once the engine runs: forgets the ended world's
+    sets and registers ``process_sets`` (None, "dynamic" or a list of sets)
+    on every rank together."""
+    global _world
+    _world = _World(dynamic=bool(_runtime().config["dynamic_process_sets"]))
+    if process_sets is None:
+        return
+    if isinstance(process_sets, str):
+        if process_sets != "dynamic":
+            raise BadArgumentError(f"process_sets should be a list of sets or 'dynamic'. Got: {process_sets!r}")
+        _world.dynamic = True
+        return
+    sets = [_as_set(p) for p in process_sets]
+    added: List[int] = []
+    problem = None
+    for ps in sets:
+        problem = _register(ps)
+        if problem:
+            break
+        added.append(_world.next_id)
+        _world.sets[_world.next_id] = ps  # so a later duplicate in the list is seen
+        _world.next_id += 1
+    try:
+        _agree("init(process_sets=...)", [ps.ranks for ps in sets], problem)
+    except BadArgumentError:
+        for ps_id in added:
+            _runtime().remove_process_set(ps_id)
+        _world.sets.clear()
+        _world.next_id = 1
+        raise
+    for ps_id, ps in zip(added, sets):
+        ps.process_set_id = ps_id
+
+
+def _require_dynamic(what: str) -> None:
+    _runtime()  # ShutdownError before init()
+    if not _world.dynamic:
+        raise BadArgumentError(
+            f"{what} after init() needs dynamic process sets: set {_dynamic_variables()} or call "
+            "init(process_sets='dynamic'); otherwise list the sets in init(process_sets=[...])"
         )
 
 
 def add_process_set(process_set: Any) -> ProcessSet:
-    """Registers a process set. Only the global set exists for now: adding
-    another raises NotImplementedError."""
-    ps = process_set if isinstance(process_set, ProcessSet) else ProcessSet(process_set)
-    _check_process_set(ps)
-    ps.process_set_id = 0
+    """Registers a process set on every rank (collective: every rank calls it
+    with the same ranks) and returns it, with its ``process_set_id``.
+
+    Needs dynamic process sets (see the module's documentation).
+
+    Args:
+        process_set: a ProcessSet, or a list of global ranks.
+
+    Raises:
+        BadArgumentError: on every rank, when the ranks disagree, a set with
+            these ranks exists already, or a rank is out of range.
+    """
+    _require_dynamic("add_process_set")
+    ps = _as_set(process_set)
+    ps_id = _world.next_id
+    problem = _register(ps)  # before agreeing: rank 0 knows it before any rank can use it
+    try:
+        _agree("add_process_set", (ps_id, ps.ranks), problem)
+    except BadArgumentError:
+        if problem is None:
+            _runtime().remove_process_set(ps_id)
+        raise
+    _world.next_id += 1
+    _world.sets[ps_id] = ps
+    ps.process_set_id = ps_id
     return ps
 
 
 def remove_process_set(process_set: ProcessSet) -> bool:
-    """Removes a process set: not supported yet (the global set cannot be removed)."""
-    raise NotImplementedError("ring supports only the global process set, which cannot be removed")
+    """Removes a registered process set on every rank (collective). Returns
+    False when the set is not registered (on every rank alike).
+
+    Raises:
+        BadArgumentError: for the global set; on every rank when a rank still
+            has operations of the set in flight or the ranks disagree.
+    """
+    if process_set is global_process_set or getattr(process_set, "process_set_id", None) == 0:
+        raise BadArgumentError("the global process set cannot be removed")
+    _require_dynamic("remove_process_set")
+    ps_id = getattr(process_set, "process_set_id", None)
+    known = ps_id is not None and _world.sets.get(ps_id) is process_set
+    problem = None
+    if known:
+        try:
+            _runtime().remove_process_set(ps_id)
+        except BadArgumentError as e:
+            problem = str(e)
+    try:
+        _agree("remove_process_set", ps_id if known else None, problem)
+    except BadArgumentError:
+        if known and problem is None:
+            _runtime().add_process_set(ps_id, process_set.ranks)  # this rank had removed it: put it back
+        raise
+    if not known:
+        return False
+    del _world.sets[ps_id]
+    process_set.process_set_id = None
+    return True

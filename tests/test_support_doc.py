@@ -29,7 +29,7 @@ NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 # Rows the page must keep (the features issue 19 asks it to cover).
 REQUIRED_ROWS = ["allreduce", "grouped allreduce", "in-place forms", "async forms, poll, synchronize", "join",
                  "Adasum ([docs/adasum.md](adasum.md))", "broadcast_object, allgather_object", "SyncBatchNorm",
-                 "process sets other than the global set", "elastic training", "GPUs, NCCL",
+                 "process_set= on collectives", "elastic training", "GPUs, NCCL",
                  "Adasum in optimizers"]
 
 

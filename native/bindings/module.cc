@@ -110,7 +110,7 @@ void check_array(const Array& a, const ring::Request& req, const char* which) {
 int64_t enqueue(ring::Runtime& rt, int op, const std::string& name, ReadOnlyArray input, std::optional<AnyArray> output,
                 int dtype, int reduce_op, int root, double prescale, double postscale,
                 const std::vector<int64_t>& shape, const std::vector<int64_t>& splits, bool wake,
-                const std::string& device) {
+                const std::string& device, int32_t process_set) {
   if (op < 0 || op >= ring::kNumOpTypes) throw ring::RingError(ring::ErrorKind::BadArgument, "unknown operation");
   if (!ring::is_valid_dtype(dtype)) throw ring::RingError(ring::ErrorKind::BadArgument, "unsupported dtype code");
   if (!ring::is_valid_reduce_op(reduce_op)) throw ring::RingError(ring::ErrorKind::BadArgument, "unknown reduce op");
@@ -125,6 +125,7 @@ int64_t enqueue(ring::Runtime& rt, int op, const std::string& name, ReadOnlyArra
   args.req.shape = shape;
   args.req.splits = splits;
   args.req.device = ring::parse_device(device);
+  args.req.process_set = process_set;
   check_array(input, args.req, "input");
   args.input = input.data();
   if (output) {
@@ -160,6 +161,7 @@ nb::dict config_dict(const ring::Config& c) {
   d["stall_shutdown_seconds"] = c.stall_shutdown_seconds;
   d["timeline"] = c.timeline_path;
   d["timeline_mark_cycles"] = c.timeline_mark_cycles;
+  d["dynamic_process_sets"] = c.dynamic_process_sets;
   return d;
 }
 
@@ -239,7 +241,9 @@ void register_runtime(nb::module_& m) {
       .def("start", &ring::Runtime::start)
       .def("enqueue", &enqueue, "op"_a, "name"_a, "input"_a.noconvert(), "output"_a.noconvert().none(), "dtype"_a,
            "reduce_op"_a, "root"_a, "prescale"_a, "postscale"_a, "shape"_a, "splits"_a, "wake"_a = true,
-           "device"_a = "cpu")
+           "device"_a = "cpu", "process_set"_a = 0)
+      .def("add_process_set", &ring::Runtime::add_process_set, "id"_a, "ranks"_a)
+      .def("remove_process_set", &ring::Runtime::remove_process_set, "id"_a)
       .def("poll", &ring::Runtime::poll, "handle"_a)
       .def("wait", &ring::Runtime::wait, "handle"_a, "timeout"_a = -1.0, nb::call_guard<nb::gil_scoped_release>())
       .def("release", &release, "handle"_a)

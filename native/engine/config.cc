@@ -34,6 +34,8 @@ const std::vector<ConfigEntry> kTable = {
      "seconds: rank 0 warns about tensors that some ranks have not submitted (0: never)"},
     {"RING_STALL_SHUTDOWN_TIME_SECONDS", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "0",
      "seconds: such a stall fails the job on every rank (0: never)"},
+    {"RING_DYNAMIC_PROCESS_SETS", "HOROVOD_DYNAMIC_PROCESS_SETS", "0",
+     "1: process sets may be added and removed after init() (collectively, by every rank)"},
 };
 
 // The value of the first of name/alias that is set and non-empty, or null.
@@ -113,6 +115,7 @@ Config Config::from_env() {
   c.autotune_warmup_samples = static_cast<int>(number("RING_AUTOTUNE_WARMUP_SAMPLES", "a non-negative integer", 0,
                                                       c.autotune_warmup_samples));
   c.timeline_mark_cycles = flag("RING_TIMELINE_MARK_CYCLES", c.timeline_mark_cycles);
+  c.dynamic_process_sets = flag("RING_DYNAMIC_PROCESS_SETS", c.dynamic_process_sets);
   if (const char* v = lookup(entry("RING_TRANSPORT"))) {
     std::string t(v);
     if (t == "tcp") c.force_tcp = true;

@@ -7,8 +7,22 @@
 
 namespace ring {
 
+namespace {
+
+std::shared_ptr<const ProcessSet> every_rank(int world_size) {
+  auto set = std::make_shared<ProcessSet>();
+  for (int r = 0; r < world_size; ++r) set->ranks.push_back(r);
+  return set;
+}
+
+}  // namespace
+
 Coordinator::Coordinator(int world_size, ResponseCache* cache, size_t fusion_threshold_bytes)
-    : world_size_(world_size), cache_(cache), fusion_threshold_(fusion_threshold_bytes), joined_(world_size, false) {}
+    : world_size_(world_size),
+      global_(every_rank(world_size)),
+      cache_(cache),
+      fusion_threshold_(fusion_threshold_bytes),
+      joined_(world_size, false) {}
 
 const Request& Coordinator::Pending::first() const {
   for (const auto& q : by_rank)
@@ -16,13 +30,38 @@ const Request& Coordinator::Pending::first() const {
   throw_error(ErrorKind::Internal, "pending tensor without any request");
 }
 
+std::vector<int> Coordinator::missing(const Pending& p) const {
+  std::vector<int> out;
+  if (!p.set) return out;
+  const bool global = p.set->id == 0;
+  for (int r : p.set->ranks)
+    if (!p.by_rank[r] && !(global && joined_[r])) out.push_back(r);
+  return out;
+}
+
 bool Coordinator::complete(const Pending& p) const {
-  for (size_t r = 0; r < p.by_rank.size(); ++r)
-    if (!p.by_rank[r] && !joined_[r]) return false;
+  if (!p.set) return true;
+  const bool global = p.set->id == 0;
+  for (int r : p.set->ranks)
+    if (!p.by_rank[r] && !(global && joined_[r])) return false;
   return true;
 }
 
-void Coordinator::mark_ready(const std::string& name, const Pending& p) {
+std::shared_ptr<const ProcessSet> Coordinator::find_set(int rank, const Request& req, std::string* error) const {
+  auto set = req.process_set == 0 ? global_ : sets_ ? sets_->find(req.process_set) : nullptr;
+  const std::string what = std::string(op_type_name(req.op)) + " of tensor '" + req.name + "': ";
+  if (!set) {
+    *error = what + "process set " + std::to_string(req.process_set) +
+             " is not registered on rank 0 (add it on every rank, and remove it only when no rank uses it)";
+  } else if (!set->contains(rank)) {
+    *error = what + rank_name(rank) + " is not a member of process set " + std::to_string(req.process_set);
+    set = nullptr;
+  }
+  return set;
+}
+
+void Coordinator::mark_ready(const std::string& name, Pending& p) {
+  p.ready = true;
   ready_.push_back(name);
   const Request& q = p.first();
   const size_t bytes = static_cast<size_t>(q.num_elements()) * dtype_size(q.dtype);
@@ -38,10 +77,8 @@ void Coordinator::join(int rank) {
   last_joined_ = rank;
   // Tensors that only this rank was missing are ready now.
   for (const std::string& name : arrival_) {
-    const Pending& p = table_.at(name);
-    if (!p.by_rank[rank] && p.count > 0 && complete(p) &&
-        std::find(ready_.begin(), ready_.end(), name) == ready_.end())
-      mark_ready(name, p);
+    Pending& p = table_.at(name);
+    if (!p.by_rank[rank] && p.count > 0 && !p.ready && complete(p)) mark_ready(name, p);
   }
 }
 
@@ -78,6 +115,7 @@ void Coordinator::add_request(int rank, const Request& req, long long timeline_u
   if (first) {
     it = table_.emplace(req.name, Pending{}).first;
     it->second.by_rank.resize(world_size_);
+    it->second.set = find_set(rank, req, &it->second.error);
     arrival_.push_back(req.name);
   }
   if (timeline_) timeline_->rank_ready(req.name, &it->second.timeline_row, req.op, rank, first, timeline_us);
@@ -86,7 +124,12 @@ void Coordinator::add_request(int rank, const Request& req, long long timeline_u
     throw_error(ErrorKind::Internal, "rank " + std::to_string(rank) + " submitted '" + req.name + "' twice");
   p.by_rank[rank] = req;
   ++p.count;
-  if (complete(p)) mark_ready(req.name, p);
+  if (p.set && !p.set->contains(rank)) {
+    p.error = std::string(op_type_name(req.op)) + " of tensor '" + req.name + "': " + rank_name(rank) +
+              " is not a member of process set " + std::to_string(p.set->id);
+    p.set = nullptr;
+  }
+  if (!p.ready && complete(p)) mark_ready(req.name, p);
 }
 
 void Coordinator::request_shutdown(int rank) {
@@ -99,10 +142,7 @@ std::vector<Coordinator::Stall> Coordinator::stalled(Clock::time_point now, doub
     const Pending& p = table_.at(name);
     double age = std::chrono::duration<double>(now - p.since).count();
     if (age < older_than || complete(p)) continue;
-    Stall s{name, {}, age};
-    for (int r = 0; r < world_size_; ++r)
-      if (!p.by_rank[r] && !joined_[r]) s.missing.push_back(r);
-    out.push_back(std::move(s));
+    out.push_back(Stall{name, missing(p), age});
   }
   return out;
 }
@@ -113,11 +153,12 @@ void Coordinator::fail_stalled(const std::string& reason) {
 }
 
 std::string Coordinator::validate(const std::string& name, const Pending& p) const {
+  if (!p.error.empty()) return p.error;
   const auto& q = p.by_rank;
   const Request& first = p.first();
-  if (p.count < world_size_ && first.op != OpType::Allreduce) {
+  if (p.count < p.set->size() && first.op != OpType::Allreduce) {
     std::string ranks;
-    for (int r = 0; r < world_size_; ++r)
+    for (int r : p.set->ranks)
       if (!q[r]) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
     return std::string(op_type_name(first.op)) + " of tensor '" + name + "' while rank(s) " + ranks +
            " have joined: only allreduce works until every rank has joined";
@@ -136,12 +177,13 @@ Response Coordinator::execute_response(const std::string& name, const Pending& p
   r.prescale = first.prescale;
   r.postscale = first.postscale;
   r.device = first.device;
+  r.process_set = first.process_set;
   if (r.op == OpType::Allreduce) {
     r.sizes.push_back(first.num_elements());
   } else if (r.op == OpType::Allgather) {
-    for (const auto& q : p.by_rank) r.sizes.push_back(q->shape.empty() ? 1 : q->shape[0]);
+    for (int m : p.set->ranks) r.sizes.push_back(p.by_rank[m]->shape.empty() ? 1 : p.by_rank[m]->shape[0]);
   } else if (r.op == OpType::Alltoall) {
-    for (const auto& q : p.by_rank) r.sizes.insert(r.sizes.end(), q->splits.begin(), q->splits.end());
+    for (int m : p.set->ranks) r.sizes.insert(r.sizes.end(), p.by_rank[m]->splits.begin(), p.by_rank[m]->splits.end());
   }
   return r;
 }
@@ -157,10 +199,10 @@ Response Coordinator::error_response(const std::string& name, const Pending& p, 
 }
 
 void Coordinator::cache(const std::string& name, const Pending& p, ResponseList& list) {
-  if (cache_->id_of(name) >= 0 || cache_->full() || p.count < world_size_) return;
+  if (cache_->id_of(name) >= 0 || cache_->full() || p.count < p.set->size()) return;
   uint32_t id = static_cast<uint32_t>(cache_->size());
   cache_->put(name, id);
-  for (int rank = 0; rank < world_size_; ++rank) cache_->set_signature(id, rank, *p.by_rank[rank]);
+  for (int rank : p.set->ranks) cache_->set_signature(id, rank, *p.by_rank[rank]);
   list.cache_puts.push_back({name, id});
 }
 
@@ -236,11 +278,10 @@ void Coordinator::fail_unfinished(ResponseList& list) {
   else list.shutdown_kind = ErrorKind::Timeout;
   for (const std::string& name : arrival_) {
     const Pending& p = table_.at(name);
-    std::vector<std::string> missing;
-    for (int r = 0; r < world_size_; ++r)
-      if (!p.by_rank[r]) missing.push_back(std::to_string(r));
     std::string ranks;
-    for (size_t i = 0; i < missing.size(); ++i) ranks += (i ? ", " : "") + missing[i];
+    if (p.set)
+      for (int r : p.set->ranks)
+        if (!p.by_rank[r]) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
     Response r;
     r.kind = ResponseKind::Error;
     r.names.push_back(name);

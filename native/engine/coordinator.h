@@ -11,7 +11,12 @@
 // so every rank executes the same sequence. A shutdown request from
 // any rank fails what can never complete and ends the job on every rank.
 //
-// Join (Horovod's hvd.join()): a rank that has run out of data joins; from
+// Process sets (engine/process_sets.h): a tensor of set S is ready once
+// every member of S submitted it; its response carries S, and fuses only
+// with tensors of S. A tensor of a set rank 0 does not know, or submitted by
+// a rank outside its set, becomes an Error response at once.
+//
+// Join (Horovod's hvd.join(), global set only): a rank that has run out of data joins; from
 // then on allreduces need only the other ranks, and the joined rank adds
 // zeros. Once every rank has joined, the join completes everywhere with the
 // rank that joined last.
@@ -36,6 +41,7 @@
 #include <vector>
 
 #include "engine/message.h"
+#include "engine/process_sets.h"
 #include "engine/response_cache.h"
 #include "engine/timeline.h"
 
@@ -59,6 +65,9 @@ class Coordinator {
   // into and out of the fusion buffer costs more than the operation they
   // would share, so each runs alone, straight from its own memory.
   void set_alone_bytes(size_t bytes) { alone_bytes_ = bytes; }
+  // The job's process sets (must outlive the coordinator); null: only the
+  // global set.
+  void set_process_sets(const ProcessSetTable* sets) { sets_ = sets; }
   // How errors name each rank, e.g. "rank 1 (host-a, pid 4242)".
   void set_rank_names(std::vector<std::string> names) { rank_names_ = std::move(names); }
 
@@ -92,14 +101,21 @@ class Coordinator {
 
  private:
   struct Pending {
-    std::vector<std::optional<Request>> by_rank;
+    std::vector<std::optional<Request>> by_rank;  // by global rank
     int count = 0;
+    std::shared_ptr<const ProcessSet> set;  // null: unknown (see error)
+    std::string error;                      // set at submission: fails the tensor
+    bool ready = false;                     // listed in ready_
     Clock::time_point since = Clock::now();  // first submission
     Timeline::Row timeline_row;
     const Request& first() const;  // the lowest submitted rank's request
   };
   void join(int rank);
-  void mark_ready(const std::string& name, const Pending& p);
+  // The set `req` names, or null with `error` set.
+  std::shared_ptr<const ProcessSet> find_set(int rank, const Request& req, std::string* error) const;
+  // Members of p's set that have neither submitted nor (global set) joined.
+  std::vector<int> missing(const Pending& p) const;
+  void mark_ready(const std::string& name, Pending& p);
   bool complete(const Pending& p) const;
   // Checks agreement (engine/agreement.h); returns an error message or ""
   // when the ranks agree.
@@ -123,6 +139,8 @@ class Coordinator {
   void fail_unfinished(ResponseList& list);
 
   int world_size_;
+  std::shared_ptr<const ProcessSet> global_;  // every rank
+  const ProcessSetTable* sets_ = nullptr;
   ResponseCache* cache_;
   size_t fusion_threshold_;
   size_t alone_bytes_ = SIZE_MAX;

@@ -41,12 +41,15 @@ void Executor::run(const Response& r, std::unordered_map<std::string, Entry>& pe
 
 void Executor::run_response(const Response& r, std::unordered_map<std::string, Entry>& pending) {
   entries_.clear();
+  // Members of a set submit every tensor of its responses before rank 0
+  // schedules them; a rank without the first one is not a member.
+  if (r.process_set != 0 && r.kind == ResponseKind::Execute && !r.names.empty() && !pending.count(r.names[0])) return;
   for (size_t i = 0; i < r.names.size(); ++i) {
     const std::string& name = r.names[i];
     auto it = pending.find(name);
     if (it == pending.end()) {
       if (r.kind == ResponseKind::Error) continue;  // e.g. a shutdown error for a tensor only others have
-      if (joined_ && r.op == OpType::Allreduce) {
+      if (joined_ && r.op == OpType::Allreduce && r.process_set == 0) {
         entries_.push_back(stand_in(r, i));
         continue;
       }

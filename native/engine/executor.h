@@ -1,6 +1,10 @@
 // Executor: runs one Response on this rank. Every rank runs the same
 // Responses in the same order, so the collectives line up.
 //
+// A rank runs only the responses of process sets it is in: a response of
+// another set names tensors it never submitted (names carry their set), and
+// is skipped.
+//
 // It takes the response's entries out of this rank's pending operations,
 // fails them for an Error response, and otherwise hands them to the first
 // backend (engine/backend.h) enabled for the response. Which backends exist

@@ -104,4 +104,11 @@ void HandleTable::discard(int64_t handle) {
   states_.erase(it);
 }
 
+bool HandleTable::has_name_prefix(const std::string& prefix) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const std::string& name : in_flight_)
+    if (name.compare(0, prefix.size(), prefix) == 0) return true;
+  return false;
+}
+
 }  // namespace ring

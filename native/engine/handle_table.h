@@ -45,6 +45,8 @@ class HandleTable {
   bool wait(int64_t handle, double timeout_s = -1.0);
   // Removes a finished handle: returns its result or throws its error.
   OpResult release(int64_t handle);
+  // True when the name of some unfinished operation starts with `prefix`.
+  bool has_name_prefix(const std::string& prefix) const;
   // Forgets a handle whatever its state (an enqueue that was rejected),
   // freeing its name.
   void discard(int64_t handle);

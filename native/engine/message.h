@@ -38,6 +38,7 @@ struct Request {
   std::vector<int64_t> shape;
   std::vector<int64_t> splits;  // alltoall: rows sent to each rank
   Device device;
+  int32_t process_set = 0;  // the set's id (engine/process_sets.h); 0: every rank
 
   int64_t num_elements() const;
   int64_t row_elements() const;  // elements per first-dimension row
@@ -85,6 +86,7 @@ struct Response {
   double prescale = 1.0;
   double postscale = 1.0;
   Device device;  // of every tensor in `names`: chooses the backend
+  int32_t process_set = 0;  // of every tensor in `names`: its members execute it
   ErrorKind error_kind = ErrorKind::Internal;
   std::string error;
   // Rank 0 only, never sent: each name's row in the timeline file numbered

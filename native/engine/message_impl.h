@@ -38,6 +38,7 @@ std::vector<uint8_t> ResponseList::encode(IdOf id_of) const {
     w.u32(static_cast<uint32_t>(r.error_kind));
     w.str(r.error);
     encode_device(w, r.device);
+    w.i64(r.process_set);
   }
   w.i64(acked);
   return std::move(w.buffer());
@@ -89,6 +90,9 @@ ResponseList ResponseList::decode(const std::vector<uint8_t>& bytes, NameOf name
     resp.error_kind = is_valid_error_kind(error_kind) ? static_cast<ErrorKind>(error_kind) : ErrorKind::Internal;
     resp.error = r.str(1 << 20);
     resp.device = decode_device(r);
+    const int64_t set = r.i64();
+    if (set < 0 || set > INT32_MAX) throw_error(ErrorKind::Internal, "malformed control message: bad process set");
+    resp.process_set = static_cast<int32_t>(set);
     list.responses.push_back(std::move(resp));
   }
   list.acked = r.i64();

@@ -31,7 +31,10 @@ MeshOptions mesh_options(const RuntimeOptions& o, const Config& c, MeshRole role
 }  // namespace
 
 Runtime::Runtime(RuntimeOptions opts)
-    : opts_(std::move(opts)), config_(Config::from_env()), cache_(config_.cache_capacity, opts_.size) {
+    : opts_(std::move(opts)),
+      config_(Config::from_env()),
+      cache_(config_.cache_capacity, opts_.size),
+      sets_(std::max(opts_.size, 1)) {
   if (opts_.size < 1 || opts_.rank < 0 || opts_.rank >= opts_.size)
     throw_error(ErrorKind::BadArgument, "rank " + std::to_string(opts_.rank) + " is outside a world of size " +
                                             std::to_string(opts_.size));
@@ -78,7 +81,7 @@ void Runtime::start() {
   data_->set_timeout(config_.timeout_seconds);
   control_->set_timeout(config_.timeout_seconds);
   executor_ = std::make_unique<Executor>(&handles_);
-  auto cpu = std::make_unique<CpuRingBackend>(data_.get(), &handles_);
+  auto cpu = std::make_unique<CpuRingBackend>(data_.get(), &handles_, &sets_);
   setup_hierarchy(*cpu);
   if (opts_.rank == 0) {
     cpu->set_timeline(&timeline_);
@@ -122,7 +125,38 @@ bool Runtime::running() const {
   return state_ == State::Running;
 }
 
-void Runtime::validate(const Request& q) const {
+void Runtime::add_process_set(int32_t id, const std::vector<int>& ranks) {
+  std::vector<int> members = sets_.checked_ranks(ranks);
+  std::unique_ptr<Mesh> mesh;
+  {
+    std::lock_guard<std::mutex> lock(state_mu_);
+    if (state_ != State::Running) throw_error(ErrorKind::Shutdown, "ring is not running: process sets need init()");
+    if (std::binary_search(members.begin(), members.end(), opts_.rank)) mesh = data_->subgroup(members);
+  }
+  sets_.add(id, std::move(members), std::move(mesh));
+}
+
+bool Runtime::remove_process_set(int32_t id) {
+  if (id != 0 && handles_.has_name_prefix(qualified_name("", id)))
+    throw_error(ErrorKind::BadArgument, "process set " + std::to_string(id) +
+                                            " has operations in flight on rank " + std::to_string(opts_.rank) +
+                                            ": synchronize them before removing it");
+  return sets_.remove(id);
+}
+
+std::shared_ptr<const ProcessSet> Runtime::process_set_of(const Request& q) const {
+  auto set = sets_.find(q.process_set);
+  const std::string what = std::string(op_type_name(q.op)) + " of tensor '" + q.name + "': ";
+  if (!set)
+    throw_error(ErrorKind::BadArgument, what + "process set " + std::to_string(q.process_set) +
+                                            " does not exist (never added, or removed)");
+  if (!set->contains(opts_.rank))
+    throw_error(ErrorKind::BadArgument, what + "rank " + std::to_string(opts_.rank) +
+                                            " is not a member of process set " + std::to_string(q.process_set));
+  return set;
+}
+
+void Runtime::validate(const Request& q, const ProcessSet& set) const {
   auto bad = [&](const std::string& what) {
     throw_error(ErrorKind::BadArgument, std::string(op_type_name(q.op)) + " of tensor '" + q.name + "': " + what);
   };
@@ -133,16 +167,19 @@ void Runtime::validate(const Request& q) const {
       (q.reduce_op == ReduceOp::Average || q.prescale != 1.0 || q.postscale != 1.0) &&
       (q.op == OpType::Allreduce || q.op == OpType::Reducescatter))
     bad("bool tensors support Sum, Min, Max and Product without scale factors");
-  if (q.reduce_op == ReduceOp::Adasum) validate_adasum(q);
+  if (q.reduce_op == ReduceOp::Adasum) validate_adasum(q, set);
+  if (q.op == OpType::Join && set.id != 0) bad("join runs on the global process set only");
   switch (q.op) {
     case OpType::Broadcast:
       if (q.root < 0 || q.root >= opts_.size)
         bad("root_rank " + std::to_string(q.root) + " is outside [0, " + std::to_string(opts_.size) + ")");
+      if (!set.contains(q.root))
+        bad("root_rank " + std::to_string(q.root) + " is not a member of process set " + std::to_string(set.id));
       break;
     case OpType::Alltoall: {
       if (q.shape.empty()) bad("needs at least one dimension");
-      if (static_cast<int>(q.splits.size()) != opts_.size)
-        bad("splits must have one entry per rank (" + std::to_string(opts_.size) + "), got " +
+      if (static_cast<int>(q.splits.size()) != set.size())
+        bad("splits must have one entry per rank of the process set (" + std::to_string(set.size()) + "), got " +
             std::to_string(q.splits.size()));
       int64_t sum = 0;
       for (int64_t s : q.splits) {
@@ -162,18 +199,20 @@ void Runtime::validate(const Request& q) const {
   }
 }
 
-void Runtime::validate_adasum(const Request& q) const {
+void Runtime::validate_adasum(const Request& q, const ProcessSet& set) const {
   const std::string what = std::string(op_type_name(q.op)) + " of tensor '" + q.name + "': op=Adasum ";
   if (q.op != OpType::Allreduce) throw_error(ErrorKind::BadArgument, what + "is supported by allreduce only");
   if (!is_floating(q.dtype))
     throw_error(ErrorKind::BadArgument, what + "needs a floating-point tensor (float16, bfloat16, float32, "
                                                "float64), got " + dtype_name(q.dtype));
-  if (opts_.size & (opts_.size - 1))
-    throw_error(ErrorKind::BadArgument, what + "supports a power-of-two number of ranks (1, 2, 4, 8, ...); this "
-                                               "job has " + std::to_string(opts_.size));
+  const int n = set.size();
+  if (n & (n - 1))
+    throw_error(ErrorKind::BadArgument, what + "supports a power-of-two number of ranks (1, 2, 4, 8, ...); " +
+                                            (set.id == 0 ? "this job has " : "this process set has ") +
+                                            std::to_string(n));
 }
 
-void Runtime::validate_output(const EnqueueArgs& args) const {
+void Runtime::validate_output(const EnqueueArgs& args, const ProcessSet& set) const {
   const Request& q = args.req;
   size_t elements = static_cast<size_t>(q.num_elements());
   switch (q.op) {
@@ -181,7 +220,7 @@ void Runtime::validate_output(const EnqueueArgs& args) const {
     case OpType::Broadcast:
       break;
     case OpType::Reducescatter:
-      elements = slice_count(static_cast<size_t>(q.shape[0]), opts_.size, opts_.rank) *
+      elements = slice_count(static_cast<size_t>(q.shape[0]), set.size(), set.index_of(opts_.rank)) *
                  static_cast<size_t>(q.row_elements());
       break;
     default:
@@ -195,8 +234,10 @@ void Runtime::validate_output(const EnqueueArgs& args) const {
 }
 
 int64_t Runtime::enqueue(EnqueueArgs args) {
-  validate(args.req);
-  validate_output(args);
+  auto set = process_set_of(args.req);
+  validate(args.req, *set);
+  validate_output(args, *set);
+  args.req.name = qualified_name(args.req.name, args.req.process_set);
   if (args.req.op == OpType::Allgather || args.req.op == OpType::Alltoall) args.output = nullptr;
   std::lock_guard<std::mutex> lock(state_mu_);
   if (state_ == State::Created) throw_error(ErrorKind::Shutdown, "ring is not initialized: call init() first");

@@ -36,6 +36,7 @@
 #include "engine/coordinator.h"
 #include "engine/executor.h"
 #include "engine/handle_table.h"
+#include "engine/process_sets.h"
 #include "engine/response_cache.h"
 #include "engine/stall_inspector.h"
 #include "engine/tensor_queue.h"
@@ -93,6 +94,14 @@ class Runtime {
   // tensor's name was freed when the operation finished.
   OpResult release(int64_t handle);
 
+  // Process sets (engine/process_sets.h), while running. The front end adds
+  // and removes a set on every rank, and has the ranks agree on it, before
+  // any rank uses it. add: BadArgument for an id in use or bad ranks.
+  // remove: BadArgument for id 0, or while this rank has operations of the
+  // set in flight; false when no such set.
+  void add_process_set(int32_t id, const std::vector<int>& ranks);
+  bool remove_process_set(int32_t id);
+
   // The timeline (engine/timeline.h) is written by rank 0; on other ranks
   // these do nothing. start_timeline replaces a timeline being written.
   void start_timeline(const std::string& path, bool mark_cycles);
@@ -104,13 +113,15 @@ class Runtime {
   bool running() const;
 
  private:
-  void validate(const Request& req) const;
-  // op=Adasum: allreduce of a floating dtype on a power-of-two world.
-  void validate_adasum(const Request& req) const;
+  // The set `req` runs on, after checking that it exists and has this rank.
+  std::shared_ptr<const ProcessSet> process_set_of(const Request& req) const;
+  void validate(const Request& req, const ProcessSet& set) const;
+  // op=Adasum: allreduce of a floating dtype on a power-of-two set.
+  void validate_adasum(const Request& req, const ProcessSet& set) const;
   // RING_HIERARCHICAL_ALLREDUCE: gives the CPU backend this host's and this
   // local rank's subgroups of the data mesh.
   void setup_hierarchy(CpuRingBackend& cpu);
-  void validate_output(const EnqueueArgs& args) const;
+  void validate_output(const EnqueueArgs& args, const ProcessSet& set) const;
   // The longest control message accepted from a peer.
   static constexpr size_t kMaxControlMessage = 64u << 20;
   // A rank with nothing moving checks that its peers are alive this often.
@@ -185,6 +196,7 @@ class Runtime {
   TensorQueue queue_;
   HandleTable handles_;
   ResponseCache cache_;
+  ProcessSetTable sets_;
   std::unique_ptr<Executor> executor_;
   Timeline timeline_;
   std::mutex progress_mu_;  // one thread steps at a time

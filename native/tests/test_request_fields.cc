@@ -121,7 +121,8 @@ TEST(request_fields_fusion_key) {
       ring_test::record_failure(__FILE__, __LINE__, std::string("fusion key and the table disagree on ") + f.label);
     if (f.fusion_key) key.insert(f.label);
   });
-  const std::set<std::string> expected = {"dtype", "reduce op", "prescale_factor", "postscale_factor", "device"};
+  const std::set<std::string> expected = {"dtype", "reduce op", "prescale_factor", "postscale_factor", "device",
+                                          "process set"};
   CHECK(key == expected);
 }
 

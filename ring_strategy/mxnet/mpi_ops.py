@@ -78,9 +78,8 @@ def _reduce_op(average: Any) -> int:
 
 def _allreduce_async(tensor: Any, average: Any, name: Optional[str], prescale_factor: float,
                      postscale_factor: float, process_set: Any) -> _np.Handle:
-    _check_process_set(process_set)
     op = _reduce_op(average)
-    return _np.allreduce_async(_host(tensor), op, name, prescale_factor, postscale_factor)
+    return _np.allreduce_async(_host(tensor), op, name, prescale_factor, postscale_factor, process_set=process_set)
 
 
 def allreduce(tensor: Any, average: bool = True, name: Optional[str] = None, priority: int = 0,
@@ -119,7 +118,8 @@ def _grouped_allreduce(tensors: Sequence[Any], average: Any, name: Optional[str]
     them) under the names ``"<name>.<i>"``."""
     if not isinstance(tensors, (list, tuple)):
         raise BadArgumentError(f"tensors should be a list of NDArrays. Got: {type(tensors).__name__}")
-    names = group_names(_handles.auto_name("grouped_allreduce", name), len(tensors), True)
+    names = group_names(_handles.auto_name("grouped_allreduce", name, _check_process_set(process_set).id),
+                        len(tensors), True)
     handles = [
         _allreduce_async(t, average, n, prescale_factor, postscale_factor, process_set)
         for t, n in zip(tensors, names)
@@ -149,23 +149,20 @@ def allgather(tensor: Any, name: Optional[str] = None, priority: int = 0,
               process_set: Any = global_process_set) -> mx.nd.NDArray:
     """Every rank's ``tensor`` concatenated along the first dimension, in rank
     order. The first dimension may differ between ranks; the others must match."""
-    _check_process_set(process_set)
-    return _nd(_np.allgather(_host(tensor), name), tensor)
+    return _nd(_np.allgather(_host(tensor), name, process_set), tensor)
 
 
 def broadcast(tensor: Any, root_rank: int, name: Optional[str] = None, priority: int = 0,
               process_set: Any = global_process_set) -> mx.nd.NDArray:
     """``root_rank``'s ``tensor`` as a new NDArray on every rank (same shape
     and dtype everywhere); ``tensor`` is left as it was."""
-    _check_process_set(process_set)
-    return _nd(_np.broadcast(_host(tensor), root_rank, name), tensor)
+    return _nd(_np.broadcast(_host(tensor), root_rank, name, process_set), tensor)
 
 
 def broadcast_(tensor: Any, root_rank: int, name: Optional[str] = None, priority: int = 0,
                process_set: Any = global_process_set) -> mx.nd.NDArray:
     """:func:`broadcast` written into ``tensor``, which is returned."""
-    _check_process_set(process_set)
-    tensor[:] = _np.broadcast(_host(tensor), root_rank, name)
+    tensor[:] = _np.broadcast(_host(tensor), root_rank, name, process_set)
     return tensor
 
 
@@ -185,10 +182,9 @@ def alltoall(tensor: Any, splits: Any = None, name: Optional[str] = None, priori
         The received rows in rank order; when ``splits`` was given, the pair
         ``(output, received_splits)`` with ``received_splits`` an int32 NDArray.
     """
-    _check_process_set(process_set)
     if isinstance(splits, mx.nd.NDArray):
         splits = splits.asnumpy()
-    result = _np.alltoall(_host(tensor), splits, name)
+    result = _np.alltoall(_host(tensor), splits, name, process_set)
     if splits is None:
         return _nd(result, tensor)
     output, received = result

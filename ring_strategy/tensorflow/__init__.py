@@ -75,4 +75,5 @@ from ring_strategy.tensorflow.mpi_ops import (
     size,
 )
 from ring_strategy.tensorflow.optimizer import DistributedOptimizer
+from ring_strategy.process_sets import add_process_set, remove_process_set
 from ring_strategy.tensorflow.session_hooks import BroadcastGlobalVariablesHook

@@ -33,21 +33,21 @@ def broadcast_variables(variables: Sequence[tf.Variable], root_rank: int,
     Args:
         variables: tf.Variables, in the same order on every rank.
         root_rank: the rank whose values everyone receives.
-        process_set: only the global set is supported.
+        process_set: the ranks taking part (default: every rank).
         inplace: accepted for Horovod compatibility.
 
     Returns:
         In a graph, the op grouping the assignments; eagerly, None.
     """
-    _check_process_set(process_set)
+    place = _check_process_set(process_set)
     root_rank = check_root(root_rank)
     variables = list(variables)
     if not variables:
         return None
-    names = group_names(_op_name("broadcast_variables", None), len(variables), True)
+    names = group_names(_op_name("broadcast_variables", None, place.id), len(variables), True)
 
     def bcast(arrays: List[np.ndarray]) -> List[np.ndarray]:
-        handles = [_np.broadcast_async(a, root_rank, name=nm) for a, nm in zip(arrays, names)]
+        handles = [_np.broadcast_async(a, root_rank, name=nm, process_set=process_set) for a, nm in zip(arrays, names)]
         return [_np.synchronize(h).reshape(a.shape) for h, a in zip(handles, arrays)]
 
     values = host_call(bcast, [tf.convert_to_tensor(v) for v in variables], [v.dtype for v in variables],

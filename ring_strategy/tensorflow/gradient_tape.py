@@ -7,7 +7,6 @@ from typing import Any, List
 import tensorflow as tf
 
 from ring_strategy._fused import Flattener, fused_allreduce
-from ring_strategy.basics import size
 from ring_strategy.exceptions import BadArgumentError
 from ring_strategy.tensorflow.compression import Compression
 from ring_strategy.tensorflow.mpi_ops import (
@@ -54,14 +53,14 @@ class _DistributedGradientTape(tf.GradientTape):
     def gradient(self, target, sources, output_gradients=None,
                  unconnected_gradients=tf.UnconnectedGradients.NONE):
         grads = super().gradient(target, sources, output_gradients, unconnected_gradients)
-        if size() == 1 and self._ring_compression is Compression.none:
+        if _check_process_set(self._ring_process_set).size == 1 and self._ring_compression is Compression.none:
             return grads
         flat = tf.nest.flatten(grads)
         return tf.nest.pack_sequence_as(grads, self._ring_allreduce(flat))
 
     def _ring_allreduce(self, grads: List[Any]) -> List[Any]:
         return allreduce_gradients(grads, self._ring_op, self._ring_compression, self._ring_sparse_as_dense,
-                                   self._ring_predivide, "DistributedGradientTape")
+                                   self._ring_predivide, "DistributedGradientTape", self._ring_process_set)
 
 
 def check_gradient_reduction(op: Any, gradient_predivide_factor: Any, process_set: ProcessSet) -> int:
@@ -83,8 +82,9 @@ def check_gradient_reduction(op: Any, gradient_predivide_factor: Any, process_se
 
 
 def allreduce_gradients(grads: List[Any], op: int, compression: Any, sparse_as_dense: bool,
-                        predivide: float, label: str) -> List[Any]:
-    """Every gradient of ``grads`` reduced over all ranks (None stays None):
+                        predivide: float, label: str,
+                        process_set: ProcessSet = global_process_set) -> List[Any]:
+    """Every gradient of ``grads`` reduced over the ranks of ``process_set`` (None stays None):
     the dense ones in one fused host call, eagerly or in a graph;
     ``IndexedSlices`` allgathered unless ``sparse_as_dense``.
 
@@ -96,8 +96,10 @@ def allreduce_gradients(grads: List[Any], op: int, compression: Any, sparse_as_d
         predivide: with Average, divide by this before the sum and by
             ``size() / predivide`` after it.
         label: names the engine's tensors (the graph makes them unique).
+        process_set: the ranks that reduce (default: every rank).
     """
-    n = size()
+    place = _check_process_set(process_set)
+    n = place.size
     if op == Average:
         # Horovod: sum of grad / predivide, then times predivide / size.
         prescale, postscale, wire_op = 1.0 / predivide, predivide / n, Sum
@@ -112,14 +114,14 @@ def allreduce_gradients(grads: List[Any], op: int, compression: Any, sparse_as_d
             if sparse_as_dense:
                 out[i] = g = tf.convert_to_tensor(g)
             else:
-                out[i] = allreduce(g, op=op, compression=compression)
+                out[i] = allreduce(g, op=op, compression=compression, process_set=process_set)
                 continue
         dense.append(i)
     if not dense:
         return out
     wire, ctxs = zip(*[compression.compress(out[i]) for i in dense])
-    name = _op_name(label, None)
-    reduced = fused_allreduce(_TensorFlowFlattener, wire, name, wire_op, prescale, postscale)
+    name = _op_name(label, None, place.id)
+    reduced = fused_allreduce(_TensorFlowFlattener, wire, name, wire_op, prescale, postscale, process_set)
     for i, r, ctx in zip(dense, reduced, ctxs):
         out[i] = compression.decompress(r, ctx)
     return out
@@ -149,7 +151,7 @@ def DistributedGradientTape(gradtape: tf.GradientTape, device_dense: str = "", d
             sum and by ``size() / factor`` after it.
         num_groups, groups: accepted for Horovod compatibility; every dense
             gradient is fused anyway.
-        process_set: only the global set is supported.
+        process_set: the ranks that average (default: every rank).
         scale_local_gradients: accepted for Horovod compatibility.
 
     Example::
@@ -174,4 +176,5 @@ def DistributedGradientTape(gradtape: tf.GradientTape, device_dense: str = "", d
     tape._ring_sparse_as_dense = bool(sparse_as_dense)
     tape._ring_predivide = float(gradient_predivide_factor)
     tape._ring_scale_local = bool(scale_local_gradients)
+    tape._ring_process_set = process_set
     return tape

@@ -56,10 +56,12 @@ from ring_strategy.tensorflow.compression import Compression
 _do_not_convert = tf.autograph.experimental.do_not_convert
 
 
-def _op_name(label: str, name: Optional[str]) -> str:
+def _op_name(label: str, name: Optional[str], process_set: int = 0) -> str:
+    """``name``, or a generated one counted per label and process set (engine id)."""
     if name is not None or tf.executing_eagerly():
-        return _handles.auto_name(label, name)
-    return "tf." + tf.compat.v1.get_default_graph().unique_name(label)
+        return _handles.auto_name(label, name, process_set)
+    scoped = label if process_set == 0 else f"{label}_set{process_set}"
+    return "tf." + tf.compat.v1.get_default_graph().unique_name(scoped)
 
 
 @_do_not_convert
@@ -81,17 +83,19 @@ def _tensor(x: Any, what: str = "tensor") -> tf.Tensor:
 
 
 # ---------------------------------------------------------------- allreduce
-def _allreduce(x: tf.Tensor, op: int, prescale: float, postscale: float, name: Optional[str]) -> tf.Tensor:
-    return _grouped([x], op, prescale, postscale, name, "allreduce")[0]
+def _allreduce(x: tf.Tensor, op: int, prescale: float, postscale: float, name: Optional[str],
+               process_set: ProcessSet = global_process_set) -> tf.Tensor:
+    return _grouped([x], op, prescale, postscale, name, "allreduce", process_set)[0]
 
 
 def _grouped(xs: List[tf.Tensor], op: int, prescale: float, postscale: float, name: Optional[str],
-             label: str) -> List[tf.Tensor]:
+             label: str, process_set: ProcessSet = global_process_set) -> List[tf.Tensor]:
     single = len(xs) == 1
-    names = group_names(_op_name(label, name), len(xs), not single)
+    names = group_names(_op_name(label, name, _check_process_set(process_set).id), len(xs), not single)
 
     def reduce(arrays):
-        handles = [_np.allreduce_async(a, op, nm, prescale, postscale) for a, nm in zip(arrays, names)]
+        handles = [_np.allreduce_async(a, op, nm, prescale, postscale, process_set=process_set)
+                   for a, nm in zip(arrays, names)]
         # The numpy API returns 0-d inputs as shape (1,); keep the input's shape.
         return [_np.synchronize(h).reshape(a.shape) for h, a in zip(handles, arrays)]
 
@@ -104,7 +108,7 @@ def _grouped(xs: List[tf.Tensor], op: int, prescale: float, postscale: float, na
             if op not in (Sum, Average, Adasum):
                 return [None] * len(dys)
             dys = [tf.zeros_like(x) if d is None else tf.convert_to_tensor(d) for d, x in zip(dys, inputs)]
-            return _grouped(dys, op, prescale, postscale, None, label)
+            return _grouped(dys, op, prescale, postscale, None, label, process_set)
 
         return outs, grad
 
@@ -128,28 +132,29 @@ def allreduce(tensor: Any, average: Optional[bool] = None, device_dense: str = "
         prescale_factor, postscale_factor: multiply the input before and the
             result after the reduction.
         name: the engine's name for the tensor, the same on every rank.
-        process_set: only the global set is supported.
+        process_set: the ranks taking part (default: every rank).
         ignore_name_scope: accepted for Horovod compatibility.
 
     Returns:
         The reduced tensor (or IndexedSlices), identical on every rank.
     """
     op = check_op(handle_average_backwards_compatibility(op, average))
-    _check_process_set(process_set)
+    place = _check_process_set(process_set)
     tensor = _tensor(tensor)
     if isinstance(tensor, tf.IndexedSlices):
         check_sparse_op(op)
         if op not in (Sum, Average):
             raise NotImplementedError(f"allreduce of IndexedSlices supports op=Sum or Average. Got: {op!r}")
-        base = name or _op_name("allreduce", None)
-        values = allgather(tensor.values, name=f"{base}.values")
-        indices = allgather(tensor.indices, name=f"{base}.indices")
-        scale = prescale_factor * postscale_factor / (size() if op == Average else 1)
+        base = name or _op_name("allreduce", None, place.id)
+        values = allgather(tensor.values, name=f"{base}.values", process_set=process_set)
+        indices = allgather(tensor.indices, name=f"{base}.indices", process_set=process_set)
+        scale = prescale_factor * postscale_factor / (place.size if op == Average else 1)
         if scale != 1.0:
             values = values * tf.cast(scale, values.dtype)
         return tf.IndexedSlices(values, indices, dense_shape=tensor.dense_shape)
     compressed, ctx = compression.compress(tensor)
-    return compression.decompress(_allreduce(compressed, op, prescale_factor, postscale_factor, name), ctx)
+    return compression.decompress(
+        _allreduce(compressed, op, prescale_factor, postscale_factor, name, process_set), ctx)
 
 
 @_do_not_convert
@@ -166,9 +171,10 @@ def grouped_allreduce(tensors: Sequence[Any], average: Optional[bool] = None, de
         return []
     if any(isinstance(t, tf.IndexedSlices) for t in tensors):
         return [allreduce(t, op=op, compression=compression, prescale_factor=prescale_factor,
-                          postscale_factor=postscale_factor) for t in tensors]
+                          postscale_factor=postscale_factor, process_set=process_set) for t in tensors]
     pairs = [compression.compress(t) for t in tensors]
-    outs = _grouped([p[0] for p in pairs], op, prescale_factor, postscale_factor, name, "grouped_allreduce")
+    outs = _grouped([p[0] for p in pairs], op, prescale_factor, postscale_factor, name, "grouped_allreduce",
+                    process_set)
     return [compression.decompress(o, p[1]) for o, p in zip(outs, pairs)]
 
 
@@ -177,22 +183,23 @@ def grouped_allreduce(tensors: Sequence[Any], average: Optional[bool] = None, de
 def allgather(tensor: Any, name: Optional[str] = None, ignore_name_scope: bool = False,
               process_set: ProcessSet = global_process_set) -> tf.Tensor:
     """Concatenates every rank's ``tensor`` along the first dimension, in rank
-    order; the first dimension may differ between ranks."""
-    _check_process_set(process_set)
+    order (the set's ranks, ascending); the first dimension may differ between ranks."""
+    place = _check_process_set(process_set)
     x = _tensor(tensor)
-    name = _op_name("allgather", name)
+    name = _op_name("allgather", name, place.id)
     out_shape = tf.TensorShape([None]).concatenate(x.shape[1:]) if x.shape.rank else tf.TensorShape([None])
 
     @tf.custom_gradient
     def forward(x):
-        y = host_call(lambda a: [_np.allgather(a[0], name=name)], [x], [x.dtype], [out_shape], "RingAllgather")[0]
+        y = host_call(lambda a: [_np.allgather(a[0], name=name, process_set=process_set)], [x], [x.dtype],
+                      [out_shape], "RingAllgather")[0]
 
         def grad(dy):
-            summed = _allreduce(tf.convert_to_tensor(dy), Sum, 1.0, 1.0, None)
+            summed = _allreduce(tf.convert_to_tensor(dy), Sum, 1.0, 1.0, None, process_set)
             rows = tf.shape(tf.reshape(x, [-1]) if x.shape.rank == 0 else x, out_type=tf.int64)[:1]
-            sizes = allgather(rows)
-            offset = tf.reduce_sum(sizes[:rank()])
-            piece = summed[offset:offset + sizes[rank()]]
+            sizes = allgather(rows, process_set=process_set)
+            offset = tf.reduce_sum(sizes[:place.rank])
+            piece = summed[offset:offset + sizes[place.rank]]
             return tf.reshape(piece, tf.shape(x))
 
         return y, grad
@@ -204,19 +211,22 @@ def allgather(tensor: Any, name: Optional[str] = None, ignore_name_scope: bool =
 @_do_not_convert
 def broadcast(tensor: Any, root_rank: int, name: Optional[str] = None, ignore_name_scope: bool = False,
               process_set: ProcessSet = global_process_set) -> tf.Tensor:
-    """Returns ``root_rank``'s ``tensor`` on every rank."""
-    _check_process_set(process_set)
+    """Returns ``root_rank``'s ``tensor`` on every rank of the set
+    (``root_rank`` is a global rank in it)."""
+    place = _check_process_set(process_set)
     root_rank = check_root(root_rank)
     x = _tensor(tensor)
-    name = _op_name("broadcast", name)
+    name = _op_name("broadcast", name, place.id)
+
+    def bcast(a):
+        return [_np.broadcast(a[0], root_rank, name=name, process_set=process_set).reshape(a[0].shape)]
 
     @tf.custom_gradient
     def forward(x):
-        y = host_call(lambda a: [_np.broadcast(a[0], root_rank, name=name).reshape(a[0].shape)], [x], [x.dtype], [x.shape],
-                      "RingBroadcast")[0]
+        y = host_call(bcast, [x], [x.dtype], [x.shape], "RingBroadcast")[0]
 
         def grad(dy):
-            reduced = _allreduce(tf.convert_to_tensor(dy), Sum, 1.0, 1.0, None)
+            reduced = _allreduce(tf.convert_to_tensor(dy), Sum, 1.0, 1.0, None, process_set)
             return reduced if rank() == root_rank else reduced * 0
 
         return y, grad
@@ -240,11 +250,11 @@ def alltoall(tensor: Any, splits: Any = None, name: Optional[str] = None, ignore
         ``(output, received_splits)``: the received rows in rank order and
         how many came from each rank (int32).
     """
-    _check_process_set(process_set)
+    place = _check_process_set(process_set)
     x = _tensor(tensor)
     require_rows("alltoall", x.shape.rank)
-    name = _op_name("alltoall", name)
-    n = size()
+    name = _op_name("alltoall", name, place.id)
+    n = place.size
     out_shape = tf.TensorShape([None]).concatenate(x.shape[1:])
     inputs = [x]
     if splits is not None:
@@ -253,7 +263,7 @@ def alltoall(tensor: Any, splits: Any = None, name: Optional[str] = None, ignore
     def exchange(arrays):
         a = arrays[0]
         s = alltoall_splits(arrays[1] if len(arrays) > 1 else None, a.shape[0], n)
-        out, received = _np.alltoall(a, s, name=name)
+        out, received = _np.alltoall(a, s, name=name, process_set=process_set)
         return [out, received.astype(np.int32)]
 
     @tf.custom_gradient
@@ -261,7 +271,7 @@ def alltoall(tensor: Any, splits: Any = None, name: Optional[str] = None, ignore
         out, received = host_call(exchange, [x] + inputs[1:], [x.dtype, tf.int32], [out_shape, [n]], "RingAlltoall")
 
         def grad(dy, d_received=None):
-            back, _ = alltoall(tf.convert_to_tensor(dy), splits=received)
+            back, _ = alltoall(tf.convert_to_tensor(dy), splits=received, process_set=process_set)
             return back
 
         return (out, received), grad
@@ -278,12 +288,12 @@ def reducescatter(tensor: Any, device_dense: str = "", compression: Any = Compre
     """Reduces ``tensor`` over all ranks and returns this rank's block of rows
     (lower ranks get one extra row when the rows do not divide evenly)."""
     op = check_op(op)
-    _check_process_set(process_set)
+    place = _check_process_set(process_set)
     x = _tensor(tensor)
     require_rows("reducescatter", x.shape.rank)
-    name = _op_name("reducescatter", name)
-    n = size()
-    rows = None if x.shape[0] is None else reducescatter_rows(x.shape[0], n, rank())
+    name = _op_name("reducescatter", name, place.id)
+    n = place.size
+    rows = None if x.shape[0] is None else reducescatter_rows(x.shape[0], n, place.rank)
     out_shape = tf.TensorShape([rows]).concatenate(x.shape[1:])
     compressed, ctx = compression.compress(x)
 
@@ -291,13 +301,13 @@ def reducescatter(tensor: Any, device_dense: str = "", compression: Any = Compre
     def forward(x):
         if prescale_factor != 1.0:
             x = x * tf.cast(prescale_factor, x.dtype)
-        y = host_call(lambda a: [_np.reducescatter(a[0], op=op, name=name)], [x], [x.dtype], [out_shape],
-                      "RingReducescatter")[0]
+        y = host_call(lambda a: [_np.reducescatter(a[0], op=op, name=name, process_set=process_set)], [x],
+                      [x.dtype], [out_shape], "RingReducescatter")[0]
         if postscale_factor != 1.0:
             y = y * tf.cast(postscale_factor, y.dtype)
 
         def grad(dy):
-            g = allgather(tf.convert_to_tensor(dy))
+            g = allgather(tf.convert_to_tensor(dy), process_set=process_set)
             scale = prescale_factor * postscale_factor / (n if op == Average else 1)
             return g * tf.cast(scale, g.dtype) if scale != 1.0 else g
 
@@ -307,6 +317,5 @@ def reducescatter(tensor: Any, device_dense: str = "", compression: Any = Compre
 
 
 def barrier(process_set: ProcessSet = global_process_set) -> None:
-    """Returns once every rank has called ``barrier()`` (eager only)."""
-    _check_process_set(process_set)
-    _np.barrier()
+    """Returns once every rank of ``process_set`` has called ``barrier()`` (eager only)."""
+    _np.barrier(process_set)

@@ -14,9 +14,8 @@ from typing import Any, List, Optional
 
 import tensorflow as tf
 
-from ring_strategy.basics import size
 from ring_strategy.exceptions import BadArgumentError
-from ring_strategy.process_sets import ProcessSet, global_process_set
+from ring_strategy.process_sets import ProcessSet, _check_process_set, global_process_set
 from ring_strategy.tensorflow.compression import Compression
 from ring_strategy.tensorflow.gradient_aggregation import LocalGradientAggregation
 from ring_strategy.tensorflow.gradient_tape import allreduce_gradients, check_gradient_reduction
@@ -43,8 +42,10 @@ class _DistributedOptimizer(_LegacyOptimizer):
     def __init__(self, optimizer: Any, name: Optional[str] = None, use_locking: bool = False,
                  compression: Any = Compression.none, sparse_as_dense: bool = False, op: int = Average,
                  gradient_predivide_factor: float = 1.0, scale_local_gradients: bool = True,
-                 backward_passes_per_step: int = 1, average_aggregated_gradients: bool = False):
+                 backward_passes_per_step: int = 1, average_aggregated_gradients: bool = False,
+                 process_set: ProcessSet = global_process_set):
         super().__init__(name=name or f"Distributed{type(optimizer).__name__}", use_locking=use_locking)
+        self._process_set = process_set
         self._optimizer = optimizer
         self._op = op
         self._compression = compression
@@ -82,15 +83,16 @@ class _DistributedOptimizer(_LegacyOptimizer):
         """``grads`` reduced over the ranks, those of local variables kept (and scaled)."""
         grads = list(grads)
         shared = [i for i, v in enumerate(variables) if v.ref() not in self._local_vars]
-        if size() > 1 or self._compression is not Compression.none:
+        n = _check_process_set(self._process_set).size
+        if n > 1 or self._compression is not Compression.none:
             reduced = allreduce_gradients([grads[i] for i in shared], self._op, self._compression,
-                                          self._sparse_as_dense, self._predivide, self._name)
+                                          self._sparse_as_dense, self._predivide, self._name, self._process_set)
             for i, g in zip(shared, reduced):
                 grads[i] = g
-        if self._scale_local and len(shared) < len(grads) and size() > 1:
+        if self._scale_local and len(shared) < len(grads) and n > 1:
             for i, v in enumerate(variables):
                 if v.ref() in self._local_vars and grads[i] is not None:
-                    grads[i] = _scaled(grads[i], 1.0 / size())
+                    grads[i] = _scaled(grads[i], 1.0 / n)
         return grads
 
     def apply_gradients(self, grads_and_vars: Any, global_step: Any = None, name: Optional[str] = None) -> Any:
@@ -151,7 +153,7 @@ def DistributedOptimizer(optimizer: Any, name: Optional[str] = None, use_locking
             apply the mean of the accumulated gradients, not their sum.
         num_groups, groups: accepted for Horovod compatibility; every dense
             gradient is fused anyway.
-        process_set: only the global set is supported.
+        process_set: the ranks that average (default: every rank).
         scale_local_gradients: divide the gradients of variables registered
             with ``register_local_var`` by ``size()``.
 
@@ -175,7 +177,7 @@ def DistributedOptimizer(optimizer: Any, name: Optional[str] = None, use_locking
             raise BadArgumentError(f"backward_passes_per_step should be an integer >= 1. Got: {backward_passes_per_step!r}")
         return _DistributedOptimizer(optimizer, name, use_locking, compression, sparse_as_dense, op,
                                      gradient_predivide_factor, scale_local_gradients, backward_passes_per_step,
-                                     bool(average_aggregated_gradients))
+                                     bool(average_aggregated_gradients), process_set)
     if _is_keras_optimizer(optimizer):
         if gradient_predivide_factor != 1.0:
             raise BadArgumentError(
@@ -185,7 +187,7 @@ def DistributedOptimizer(optimizer: Any, name: Optional[str] = None, use_locking
         keras_compression = getattr(keras_callbacks.Compression, _compression_name(compression))
         return keras_callbacks.DistributedOptimizer(
             optimizer, name=name, compression=keras_compression, backward_passes_per_step=backward_passes_per_step,
-            average_aggregated_gradients=average_aggregated_gradients, op=op)
+            average_aggregated_gradients=average_aggregated_gradients, op=op, process_set=process_set)
     raise BadArgumentError(
         f"optimizer should be a tf.compat.v1.train.Optimizer or a keras.optimizers.Optimizer. Got: {optimizer!r}")
 

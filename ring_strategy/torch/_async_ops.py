@@ -32,7 +32,6 @@ from ring_strategy._rules import (
     reducescatter_rows,
     require_rows,
 )
-from ring_strategy.basics import rank, size
 from ring_strategy.exceptions import BadArgumentError
 from ring_strategy.process_sets import ProcessSet, _check_process_set, global_process_set
 
@@ -117,12 +116,13 @@ def _allreduce_group(tensors: Sequence[Any], label: str, name: Optional[str], op
                      prescale_factor: float, postscale_factor: float,
                      process_set: ProcessSet, inplace: bool, grouped: bool) -> int:
     op = check_op(op)
-    _check_process_set(process_set)
+    ps = _check_process_set(process_set).id
     bufs = [_contiguous(_checked(t)) for t in tensors]
-    names = group_names(_handles.auto_name(label, name), len(bufs), grouped)
+    names = group_names(_handles.auto_name(label, name, ps), len(bufs), grouped)
     outs = bufs if inplace else [torch.empty_like(b) for b in bufs]
     ids = _handles.enqueue_all([
-        partial(_enqueue, _frontend.ALLREDUCE, nm, b, o, op=op, prescale=prescale_factor, postscale=postscale_factor)
+        partial(_enqueue, _frontend.ALLREDUCE, nm, b, o, op=op, prescale=prescale_factor, postscale=postscale_factor,
+                process_set=ps)
         for b, o, nm in zip(bufs, outs, names)
     ])
 
@@ -158,7 +158,8 @@ def allreduce_async(tensor: torch.Tensor, average: Optional[bool] = None, name: 
             divides with truncation toward zero.
         prescale_factor: multiplies the input before the reduction.
         postscale_factor: multiplies the result after it.
-        process_set: only ``global_process_set`` for now.
+        process_set: the ranks taking part (default: every rank); this rank
+            must be one of them.
 
     Returns:
         A handle for :func:`poll` and :func:`synchronize`.
@@ -218,13 +219,15 @@ def grouped_allreduce_(tensors: Sequence[torch.Tensor], average: Optional[bool] 
 # ---------------------------------------------------------------- allgather
 def _allgather_group(tensors: Sequence[Any], label: str, name: Optional[str], process_set: ProcessSet,
                      grouped: bool) -> int:
-    _check_process_set(process_set)
+    ps = _check_process_set(process_set).id
     bufs = []
     for t in tensors:
         b = _contiguous(_checked(t))
         bufs.append(b.reshape(1) if b.dim() == 0 else b)
-    names = group_names(_handles.auto_name(label, name), len(bufs), grouped)
-    ids = _handles.enqueue_all([partial(_enqueue, _frontend.ALLGATHER, nm, b, None) for b, nm in zip(bufs, names)])
+    names = group_names(_handles.auto_name(label, name, ps), len(bufs), grouped)
+    ids = _handles.enqueue_all([
+        partial(_enqueue, _frontend.ALLGATHER, nm, b, None, process_set=ps) for b, nm in zip(bufs, names)
+    ])
     dtypes = [b.dtype for b in bufs]
 
     def finish(results: list) -> Any:
@@ -250,12 +253,12 @@ def grouped_allgather_async(tensors: Sequence[torch.Tensor], name: Optional[str]
 
 # ---------------------------------------------------------------- broadcast
 def _broadcast(tensor: Any, root_rank: int, name: Optional[str], process_set: ProcessSet, inplace: bool) -> int:
-    _check_process_set(process_set)
+    ps = _check_process_set(process_set).id
     root_rank = check_root(root_rank)
     buf = _contiguous(_checked(tensor))
-    name = _handles.auto_name("broadcast", name)
+    name = _handles.auto_name("broadcast", name, ps)
     out = buf if inplace else torch.empty_like(buf)
-    hid = _enqueue(_frontend.BROADCAST, name, buf, out, root=root_rank)
+    hid = _enqueue(_frontend.BROADCAST, name, buf, out, root=root_rank, process_set=ps)
 
     def finish(_results: list) -> torch.Tensor:
         if not inplace:
@@ -297,15 +300,15 @@ def alltoall_async(tensor: torch.Tensor, splits: Any = None, name: Optional[str]
     ``synchronize`` returns ``(output, received_splits)``, received_splits an
     int32 tensor (the dtype of ``splits`` when that is a tensor).
     """
-    _check_process_set(process_set)
+    place = _check_process_set(process_set)
     buf = _contiguous(_checked(tensor))
     require_rows("alltoall", buf.dim())
     splits_dtype = torch.int32
     if isinstance(splits, torch.Tensor):
         splits_dtype, splits = splits.dtype, splits.detach().cpu().tolist()
-    split_list = alltoall_splits(splits, buf.shape[0], size())
-    name = _handles.auto_name("alltoall", name)
-    hid = _enqueue(_frontend.ALLTOALL, name, buf, None, splits=split_list)
+    split_list = alltoall_splits(splits, buf.shape[0], place.size)
+    name = _handles.auto_name("alltoall", name, place.id)
+    hid = _enqueue(_frontend.ALLTOALL, name, buf, None, splits=split_list, process_set=place.id)
 
     def finish(results: list) -> tuple:
         return _from_engine(results[0], buf.dtype), torch.tensor(results[0][2], dtype=splits_dtype)
@@ -318,16 +321,16 @@ def _reducescatter_group(tensors: Sequence[Any], label: str, name: Optional[str]
                          process_set: ProcessSet, prescale_factor: float, postscale_factor: float,
                          grouped: bool) -> int:
     op = check_op(op)
-    _check_process_set(process_set)
+    place = _check_process_set(process_set)
     bufs = [_contiguous(_checked(t)) for t in tensors]
     for b in bufs:
         require_rows("reducescatter", b.dim())
-    names = group_names(_handles.auto_name(label, name), len(bufs), grouped)
-    n, me = size(), rank()
-    outs = [torch.empty((reducescatter_rows(b.shape[0], n, me),) + tuple(b.shape[1:]), dtype=b.dtype) for b in bufs]
+    names = group_names(_handles.auto_name(label, name, place.id), len(bufs), grouped)
+    outs = [torch.empty((reducescatter_rows(b.shape[0], place.size, place.rank),) + tuple(b.shape[1:]), dtype=b.dtype)
+            for b in bufs]
     ids = _handles.enqueue_all([
         partial(_enqueue, _frontend.REDUCESCATTER, nm, b, o, op=op, prescale=prescale_factor,
-                postscale=postscale_factor)
+                postscale=postscale_factor, process_set=place.id)
         for b, o, nm in zip(bufs, outs, names)
     ])
     return _handles.register(ids, (tuple(bufs), tuple(outs)), lambda _r: outs if grouped else outs[0])
@@ -359,11 +362,12 @@ def sparse_allreduce_async(tensor: torch.Tensor, name: str, op: int,
 
     Returns:
         A function that waits for the reduction and returns the
-        (uncoalesced) sparse sum, divided by ``size()`` for Average; later
-        calls return the same tensor.
+        (uncoalesced) sparse sum, divided by the process set's size for
+        Average; later calls return the same tensor.
     """
     op = check_op(op)
     check_sparse_op(op)
+    members = _check_process_set(process_set).size
     if op not in (Sum, Average):
         raise BadArgumentError(f"sparse allreduce supports op=Sum or op=Average. Got: {op!r}")
     t = tensor.coalesce() if not tensor.is_coalesced() else tensor
@@ -375,7 +379,7 @@ def sparse_allreduce_async(tensor: torch.Tensor, name: str, op: int,
         indices = parts[0].finish(results[:1])
         values = parts[1].finish(results[1:])
         if op == Average:
-            values = values / size()
+            values = values / members
         return torch.sparse_coo_tensor(indices.transpose(0, 1), values, t.size(), check_invariants=False)
 
     handle = _handles.register(parts[0].ids + parts[1].ids, (t, parts[0].keep, parts[1].keep), finish)
@@ -403,6 +407,5 @@ def join(device: int = -1) -> int:
 
 
 def barrier(process_set: ProcessSet = global_process_set) -> None:
-    """Returns once every rank has called ``barrier()``."""
-    _check_process_set(process_set)
-    _core_ops.barrier()
+    """Returns once every rank of ``process_set`` has called ``barrier()``."""
+    _core_ops.barrier(process_set)

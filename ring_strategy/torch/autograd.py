@@ -23,19 +23,20 @@ from typing import Any, List, Optional, Sequence
 import torch
 
 from ring_strategy._rules import Average, Sum, handle_average_backwards_compatibility
-from ring_strategy.basics import rank, size
-from ring_strategy.process_sets import ProcessSet, global_process_set
+from ring_strategy.basics import rank
+from ring_strategy.process_sets import ProcessSet, _check_process_set, global_process_set
 from ring_strategy.torch import _async_ops as _ops
 from ring_strategy.torch._async_ops import synchronize
 from ring_strategy.torch.compression import Compression
 
 
 def _process_set_size(process_set: ProcessSet) -> int:
-    return size() if process_set is global_process_set else process_set.size()
+    return _check_process_set(process_set).size
 
 
 def _process_set_rank(process_set: ProcessSet) -> int:
-    return rank() if process_set is global_process_set else process_set.rank()
+    """This rank's index in the set (the order of allgather's blocks)."""
+    return _check_process_set(process_set).rank
 
 
 # ---------------------------------------------------------------- allreduce
@@ -68,7 +69,7 @@ def allreduce(tensor: torch.Tensor, average: Optional[bool] = None, name: Option
         op: Average (default), Sum, Min, Max or Product.
         prescale_factor: multiplies the input before the reduction.
         postscale_factor: multiplies the result after it.
-        process_set: only ``global_process_set`` for now.
+        process_set: the ranks taking part (default: every rank).
 
     Returns:
         A new tensor of the same shape and dtype, identical on every rank.
@@ -181,7 +182,7 @@ class _Broadcast(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         averaged = allreduce(grad, op=Average, process_set=ctx.process_set)
-        if _process_set_rank(ctx.process_set) != ctx.root_rank:
+        if rank() != ctx.root_rank:  # root_rank is a global rank
             averaged = torch.zeros_like(averaged)
         return averaged, None, None, None
 
@@ -223,7 +224,7 @@ def alltoall(tensor: torch.Tensor, splits: Any = None, name: Optional[str] = Non
         splits: rows for each rank (list, tuple or tensor, summing to the
             first dimension); when omitted dimension 0 is split evenly.
         name: unique name while in flight.
-        process_set: only ``global_process_set`` for now.
+        process_set: the ranks taking part (default: every rank).
 
     Returns:
         The received tensor; when ``splits`` is given, the pair
@@ -265,7 +266,7 @@ def reducescatter(tensor: torch.Tensor, name: Optional[str] = None, compression:
         name: unique name while in flight.
         compression: ``Compression.none``, ``fp16`` or ``bf16``.
         op: Average (default), Sum, Min, Max or Product.
-        process_set: only ``global_process_set`` for now.
+        process_set: the ranks taking part (default: every rank).
         prescale_factor: multiplies the input before the reduction.
         postscale_factor: multiplies the result after it.
     """

@@ -54,13 +54,13 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequ
 
 import torch
 
+from ring_strategy.process_sets import averages_here
 from ring_strategy.torch.compression import Compression
 from ring_strategy.torch.mpi_ops import (
     Average,
     allreduce_async_,
     global_process_set,
     grouped_allreduce_async_,
-    size,
     sparse_allreduce_async,
     synchronize,
 )
@@ -80,8 +80,8 @@ TOO_MANY_PASSES = (
 
 
 def is_active(process_set: Any) -> bool:
-    """Whether gradients need averaging here: this rank is in a set of more than one."""
-    return bool(process_set.included()) and (process_set.size() or size()) > 1
+    """Whether gradients need averaging here (process_sets.averages_here)."""
+    return averages_here(process_set)
 
 
 def check_passes(passes: Any) -> None:

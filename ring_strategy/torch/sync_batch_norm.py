@@ -18,7 +18,6 @@ from torch.autograd.function import once_differentiable
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from ring_strategy._rules import Sum
-from ring_strategy.basics import size
 from ring_strategy.process_sets import _check_process_set, global_process_set
 from ring_strategy.torch._async_ops import allreduce_
 
@@ -32,8 +31,7 @@ _layer_ids = itertools.count()
 
 def _set_size(process_set: Any) -> int:
     """Ranks in ``process_set``, after checking it as every collective does."""
-    _check_process_set(process_set)
-    return process_set.size() or size()
+    return _check_process_set(process_set).size
 
 
 class _SyncBatchNormFunction(torch.autograd.Function):

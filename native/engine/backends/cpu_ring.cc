@@ -4,6 +4,7 @@
 
 #include "collectives/collectives.h"
 #include "collectives/slices.h"
+#include "common/error.h"
 #include "reduce/reduce.h"
 
 namespace ring {
@@ -47,7 +48,19 @@ void CpuRingBackend::finish_all(std::vector<Entry>& entries, std::vector<OpResul
   }
 }
 
+void CpuRingBackend::select_mesh(const Response& r) {
+  mesh_ = world_;
+  set_ = nullptr;
+  if (r.process_set == 0) return;
+  set_ = sets_ ? sets_->find(r.process_set) : nullptr;
+  if (!set_ || !set_->mesh)
+    throw_error(ErrorKind::Internal, "process set " + std::to_string(r.process_set) +
+                                         " was removed on this rank while its operations were in flight");
+  mesh_ = set_->mesh.get();
+}
+
 void CpuRingBackend::execute(const Response& r, std::vector<Entry>& entries) {
+  select_mesh(r);
   timeline_.open(entries, r);
   switch (r.op) {
     case OpType::Allreduce: return run_allreduce(entries);
@@ -93,7 +106,7 @@ void CpuRingBackend::collective(std::vector<Entry>& entries, Run run) {
 
 void CpuRingBackend::reduce(const Request& q, const void* src, void* dst, const std::vector<size_t>& chunks,
                             double post) {
-  if (local_ && cross_) {
+  if (hierarchical()) {
     timeline_.phase_begin("HIERARCHICAL_ALLREDUCE");
     hierarchical_allreduce(*local_, *cross_, src, dst, chunks, q.dtype, q.reduce_op, post);
   } else {
@@ -111,7 +124,7 @@ void CpuRingBackend::allreduce(std::vector<Entry>& entries) {
   // One tensor: reduce straight from the input into the output. The layout's
   // chunks are the first stage's: the ranks of the ring, or of this host for
   // the hierarchical allreduce.
-  const int n = local_ && cross_ ? local_->size() : mesh_->size();
+  const int n = hierarchical() ? local_->size() : mesh_->size();
   Entry& e = entries[0];
   const size_t total = static_cast<size_t>(q.num_elements());
   const void* src = e.input;
@@ -125,7 +138,7 @@ void CpuRingBackend::allreduce(std::vector<Entry>& entries) {
 
 void CpuRingBackend::allreduce_fused(std::vector<Entry>& entries, double post) {
   const Request& q = entries[0].req;
-  const int n = local_ && cross_ ? local_->size() : mesh_->size();
+  const int n = hierarchical() ? local_->size() : mesh_->size();
   const size_t esize = dtype_size(q.dtype);
   timeline_.phase_begin("MEMCPY_IN_FUSION_BUFFER");
   size_t total = 0;
@@ -204,8 +217,9 @@ OpResult CpuRingBackend::broadcast(Entry& e) {
   size_t bytes = static_cast<size_t>(q.num_elements()) * dtype_size(q.dtype);
   OpResult res;
   uint8_t* out = output_for(e, bytes, res);
-  if (mesh_->rank() == q.root && out != e.input && bytes) std::memcpy(out, e.input, bytes);
-  ring::broadcast(*mesh_, out, bytes, q.root);
+  const int root = set_ ? set_->index_of(q.root) : q.root;  // q.root is a global rank
+  if (mesh_->rank() == root && out != e.input && bytes) std::memcpy(out, e.input, bytes);
+  ring::broadcast(*mesh_, out, bytes, root);
   res.shape = q.shape;
   return res;
 }

@@ -11,6 +11,10 @@
 // whatever else was fused with it. Results are bitwise identical across
 // runs and across ranks.
 //
+// Process sets: a response of set S runs on this rank's subgroup mesh of
+// S (flat ring; the hierarchical allreduce is for the global set), with
+// ranks, roots and Average's divisor counted within S.
+//
 // Completion: every handle is completed before execute() returns.
 #pragma once
 
@@ -20,14 +24,17 @@
 #include "engine/backend.h"
 #include "engine/handle_table.h"
 #include "engine/op_timeline.h"
+#include "engine/process_sets.h"
 #include "transport/mesh.h"
 
 namespace ring {
 
 class CpuRingBackend : public Backend {
  public:
-  // `mesh` and `handles` must outlive the backend.
-  CpuRingBackend(Mesh* mesh, HandleTable* handles) : mesh_(mesh), handles_(handles) {}
+  // `mesh` (every rank), `handles` and `sets` (null: only the global set)
+  // must outlive the backend.
+  CpuRingBackend(Mesh* mesh, HandleTable* handles, const ProcessSetTable* sets = nullptr)
+      : world_(mesh), mesh_(mesh), handles_(handles), sets_(sets) {}
 
   // Allreduces run hierarchically over these two subgroups of the mesh
   // (collectives.h: hierarchical_allreduce); null: flat ring.
@@ -44,6 +51,9 @@ class CpuRingBackend : public Backend {
   void execute(const Response& r, std::vector<Entry>& entries) override;
 
  private:
+  // Points mesh_ (and set_) at the mesh of r's process set.
+  void select_mesh(const Response& r);
+  bool hierarchical() const { return mesh_ == world_ && local_ && cross_; }
   // Entries' outputs are set; several entries are fused.
   void allreduce(std::vector<Entry>& entries);
   void allreduce_fused(std::vector<Entry>& entries, double post);
@@ -70,8 +80,11 @@ class CpuRingBackend : public Backend {
   // handles with results[i] (stand-ins have none).
   void finish_all(std::vector<Entry>& entries, std::vector<OpResult>& results);
 
-  Mesh* mesh_;
+  Mesh* world_;
+  Mesh* mesh_;  // of the response running now: world_ or its set's subgroup
   HandleTable* handles_;
+  const ProcessSetTable* sets_;
+  std::shared_ptr<const ProcessSet> set_;  // of the response running now (null: global)
   std::unique_ptr<Mesh> local_, cross_;  // hierarchical allreduce
   std::vector<uint8_t> fusion_;
   std::vector<std::vector<uint8_t>> stand_ins_;  // zero buffers of a joined rank

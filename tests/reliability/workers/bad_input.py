@@ -201,9 +201,9 @@ def dropped_handle() -> None:
 
 
 def process_sets() -> None:
-    """Only the global process set exists, so ranks cannot disagree on one:
-    any other set is refused on the rank that names it, before anything is
-    sent (the name stays free), and a set of every rank is the global set."""
+    """A set that was never registered is refused on the rank that names it,
+    before anything is sent (the name stays free), and a set of every rank
+    is the global set."""
     import torch
 
     import ring_strategy.torch as hvd
@@ -212,7 +212,7 @@ def process_sets() -> None:
     every = hvd.ProcessSet(list(range(N)))
     mine = every if ME == 0 else hvd.ProcessSet([ME])
     if N > 1 and ME > 0:
-        raises(NotImplementedError, lambda: hvd.allreduce(x, name="ps.same", process_set=mine), "global process set")
+        raises(hvd.BadArgumentError, lambda: hvd.allreduce(x, name="ps.same", process_set=mine), "not registered")
     want = torch.full((3,), float(N))
     got = hvd.allreduce(x, op=hvd.Sum, name="ps.same", process_set=every if ME % 2 else hvd.global_process_set)
     assert torch.equal(got, want), got

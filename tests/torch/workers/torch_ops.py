@@ -345,10 +345,10 @@ def errors():
            "floating-point")
     raises(hvd.BadArgumentError, lambda: hvd.reducescatter(torch.ones(4), op=hvd.Adasum), "allreduce only")
     if N > 1:
-        sub = hvd.ProcessSet([0])
-        raises(NotImplementedError, lambda: hvd.allreduce(x, process_set=sub), "global process set")
-        raises(NotImplementedError, lambda: hvd.barrier(process_set=sub), "global process set")
-        raises(NotImplementedError, lambda: hvd.add_process_set([0]), "global process set")
+        sub = hvd.ProcessSet([0])  # never registered
+        raises(hvd.BadArgumentError, lambda: hvd.allreduce(x, process_set=sub), "not registered")
+        raises(hvd.BadArgumentError, lambda: hvd.barrier(process_set=sub), "not registered")
+        raises(hvd.BadArgumentError, lambda: hvd.add_process_set([0]), "dynamic process sets")
     equal(hvd.allreduce(x, op=hvd.Sum, process_set=hvd.ProcessSet(list(range(N)))), x * N, "every rank as a set")
     # ranks that disagree get a MismatchError on every rank
     last = ME == N - 1
