@@ -237,7 +237,7 @@ int64_t Runtime::enqueue(EnqueueArgs args) {
   auto set = process_set_of(args.req);
   validate(args.req, *set);
   validate_output(args, *set);
-  args.req.name = qualified_name(args.req.name, args.req.process_set);
+  if (args.req.process_set != 0) args.req.name = qualified_name(args.req.name, args.req.process_set);
   if (args.req.op == OpType::Allgather || args.req.op == OpType::Alltoall) args.output = nullptr;
   std::lock_guard<std::mutex> lock(state_mu_);
   if (state_ == State::Created) throw_error(ErrorKind::Shutdown, "ring is not initialized: call init() first");
