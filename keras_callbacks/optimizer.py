@@ -262,6 +262,7 @@ def load_model(
     classes = _optimizer_classes()
     for cls in custom_optimizers or []:
         classes[cls.__name__] = cls
-    objects = {name: _distributed_class(cls, compression, ring_ops.Average, 1.0, None) for name, cls in classes.items()}
+    objects = {name: _distributed_class(cls, compression, ring_ops.Average, 1.0, None, global_process_set)
+               for name, cls in classes.items()}
     objects.update(custom_objects or {})
     return keras.models.load_model(filepath, custom_objects=objects, **kwargs)
