@@ -10,7 +10,8 @@ The loop, on every rank::
             if any rank needs_sync:          # decided together: one allreduce
                 state.sync()
             return func(state, *args, **kwargs)
-        except HorovodInternalError:          # a peer was lost, or a timeout
+        except HorovodInternalError:          # a peer was lost, or a timeout (also
+                                              # as a framework wraps it: lost_a_peer)
             state.restore()                   # back to the last commit
             need_sync = True
         except HostsUpdatedInterrupt as e:    # raised by state.commit()
@@ -27,6 +28,7 @@ same commit. How many resets a job may take is the launcher's business.
 from __future__ import annotations
 
 import functools
+import re
 from typing import Any, Callable, TypeVar
 
 import numpy as np
@@ -34,10 +36,14 @@ import numpy as np
 from ring_strategy.elastic import _world
 from ring_strategy.exceptions import HorovodInternalError, HostsUpdatedInterrupt
 
-__all__ = ["run"]
+__all__ = ["run", "lost_a_peer"]
 
 _Func = TypeVar("_Func", bound=Callable[..., Any])
 _SYNC_DECISION = "elastic.sync_decision"
+# How a framework that wraps an error raised inside its graph (TensorFlow's
+# UnknownError from a tf.numpy_function, JAX's from an io_callback) shows a
+# lost peer: the original error's class name, a colon, its message.
+_WRAPPED = re.compile(r"\b(HorovodInternalError|PeerFailureError|RingTimeoutError): ")
 
 
 def run(func: _Func) -> _Func:
@@ -75,15 +81,24 @@ def run(func: _Func) -> _Func:
                 if _anyone_needs_sync(need_sync):
                     state.sync()
                 return func(state, *args, **kwargs)
-            except HorovodInternalError:
-                state.restore()
-                need_sync = True
             except HostsUpdatedInterrupt as e:
                 need_sync = not e.skip_sync
+            except Exception as e:  # noqa: BLE001 - a lost peer goes on below, anything else is raised again
+                if not lost_a_peer(e):
+                    raise
+                state.restore()
+                need_sync = True
             _world.reset()
             state.on_reset()
 
     return wrapper  # type: ignore[return-value]
+
+
+def lost_a_peer(error: BaseException) -> bool:
+    """Whether ``error`` is a ``HorovodInternalError`` (a lost peer or a
+    timeout), itself or wrapped by a framework that ran the collective in
+    its graph."""
+    return isinstance(error, HorovodInternalError) or bool(_WRAPPED.search(str(error)))
 
 
 def _anyone_needs_sync(need_sync: bool) -> bool:

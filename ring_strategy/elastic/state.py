@@ -13,12 +13,11 @@ from __future__ import annotations
 import copy
 from typing import Any, Callable, Dict, Iterable, List
 
+from ring_strategy import _objects
 from ring_strategy.elastic import _world
 from ring_strategy.exceptions import HostsUpdatedInterrupt
 
-__all__ = ["State", "ObjectState"]
-
-_HOST_UPDATES = "elastic.host_updates"
+__all__ = ["State", "ObjectState", "broadcast_object"]
 
 
 class State:
@@ -28,9 +27,9 @@ class State:
     may override :meth:`reset`.
 
     Args:
-        bcast_object: ``bcast_object(obj, root_rank=0, name=None)`` returning
-            ``root_rank``'s ``obj`` on every rank (a front end's
-            ``broadcast_object``).
+        bcast_object: ``bcast_object(obj)`` returning rank 0's ``obj`` on
+            every rank (a front end's ``broadcast_object``, or
+            :func:`broadcast_object`).
         get_rank: Returns this process's rank in the current world.
     """
 
@@ -71,7 +70,7 @@ class State:
             HostsUpdatedInterrupt: the hosts changed; ``skip_sync`` is True
                 when hosts were only added.
         """
-        updated, skip_sync = self._bcast_object(tuple(_world.host_updates()), 0, _HOST_UPDATES)
+        updated, skip_sync = self._bcast_object(tuple(_world.host_updates()))
         if updated:
             raise HostsUpdatedInterrupt(bool(skip_sync))
 
@@ -127,7 +126,7 @@ class ObjectState(State):
     def sync(self) -> None:
         if self._saved_state:
             current = {name: getattr(self, name) for name in self._saved_state}
-            synced = self._bcast_object(current, 0, "elastic.object_state")
+            synced = self._bcast_object(current)
             self._saved_state = {name: _copy(value) for name, value in synced.items()}
             self._set_attrs()
 
@@ -142,3 +141,11 @@ def _copy(value: Any) -> Any:
         return copy.deepcopy(value)
     except Exception:  # noqa: BLE001 - locks, handles, ...: kept by reference
         return value
+
+
+def broadcast_object(obj: Any, root_rank: int = 0, name: str = "elastic.broadcast_object") -> Any:
+    """``root_rank``'s ``obj`` on every rank of the world, for front ends
+    without a ``broadcast_object`` of their own (Keras on any backend)."""
+    from ring_strategy.process_sets import global_process_set
+
+    return _objects.broadcast_object(obj, root_rank, name, global_process_set)

@@ -9,33 +9,21 @@ must end with the reference's parameters, bit for bit.
 
 from __future__ import annotations
 
-import re
-import sys
 from pathlib import Path
 from typing import Dict
 
 import pytest
 
-from tests.jobs import run_ringrun
+from tests.elastic_state.elastic_jobs import train
 
 WORKER = Path(__file__).parent / "workers" / "elastic_torch_train.py"
-RANKS = 2
 STEPS = 12  # 2 epochs of 48 samples, 4 per rank a step
 COMMIT_EVERY = 3
 
 
 def _train(*options: str) -> Dict[str, Dict[int, str]]:
-    """Runs the script; returns {what: {rank: value}} from its ``<rank>: <what> <value>`` lines."""
-    proc = run_ringrun(RANKS, [sys.executable, WORKER, *options], timeout=180, drop_ring=True)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-6000:]
-    found: Dict[str, Dict[int, str]] = {}
-    for rank, what, value in re.findall(r"^(?:\[\d+\] )?(\d+): (params|steps run|steps|syncs|resets|commits|seen)"
-                                        r" ?(.*)$", proc.stdout, re.M):
-        found.setdefault(what, {})[int(rank)] = value
-    assert set(found.get("seen", {})) == set(range(RANKS)), out[-6000:]
-    assert len(set(found["params"].values())) == 1, f"ranks differ: {found['params']}"
-    return found
+    return train(WORKER, options, ["params", "steps run", "steps", "syncs", "resets", "commits"], "seen",
+                 same=["params"])
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +46,7 @@ def test_elastic_script_equals_the_plain_one(reference):
     assert _commits(found) == list(range(COMMIT_EVERY, STEPS + 1, COMMIT_EVERY))
 
 
-@pytest.mark.parametrize("skip_sync", [1, 0])
+@pytest.mark.parametrize("skip_sync", [1, pytest.param(0, marks=pytest.mark.slow)])
 def test_hosts_updated_on_rank_0_resets_every_rank(reference, skip_sync):
     """Rank 0 alone hears of new hosts at the commit after step 3: every rank
     raises HostsUpdatedInterrupt there, resets once, syncs again only when
