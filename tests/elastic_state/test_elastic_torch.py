@@ -68,7 +68,8 @@ def test_internal_error_rolls_back_to_the_last_commit(reference):
     assert found["resets"] == {0: "6", 1: "6"}
     assert found["syncs"] == {0: "2", 1: "2"}
     commits = _commits(found)
-    assert commits == sorted(set(commits)) and commits[-1] == STEPS, commits
+    assert commits == sorted(set(commits)) and commits[-1] == STEPS, commits  # strictly increasing
+    assert commits == list(range(COMMIT_EVERY, STEPS + 1, COMMIT_EVERY))  # none lost, none repeated
     assert found["steps"] == {0: str(STEPS), 1: str(STEPS)}
     assert found["steps run"] == {0: str(STEPS + 1), 1: str(STEPS + 1)}
     assert found["params"][0] == reference
