@@ -68,6 +68,7 @@ from keras_callbacks.callbacks import (
     MetricAverageCallback,
 )
 from keras_callbacks.sharding import shard
+from keras_callbacks import elastic
 
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size", "cross_rank", "cross_size",

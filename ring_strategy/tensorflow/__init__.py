@@ -77,3 +77,4 @@ from ring_strategy.tensorflow.mpi_ops import (
 from ring_strategy.tensorflow.optimizer import DistributedOptimizer
 from ring_strategy.process_sets import add_process_set, remove_process_set
 from ring_strategy.tensorflow.session_hooks import BroadcastGlobalVariablesHook
+from ring_strategy.tensorflow import elastic

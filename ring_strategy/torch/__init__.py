@@ -23,6 +23,7 @@ from ring_strategy.exceptions import (
     ShutdownError,
 )
 from ring_strategy.timeline import start_timeline, stop_timeline
+from ring_strategy.torch import elastic
 from ring_strategy.torch.compression import Compression
 from ring_strategy.torch.functions import (
     allgather_object,

@@ -244,7 +244,7 @@ class GradientSync:
     ) -> None:
         check_passes(backward_passes_per_step)
         self.backward_passes_per_step = backward_passes_per_step
-        self.active = is_active(process_set)
+        self._process_set = process_set
         self.names: Dict[torch.Tensor, str] = dict(names or {})
         #: Reductions of this step, by parameter or by group; None marks a
         #: parameter whose hook fired but whose reduction is not due yet.
@@ -262,6 +262,12 @@ class GradientSync:
         for group in groups or ():
             self._add_group(tuple(group))
         self.refresh()
+
+    @property
+    def active(self) -> bool:
+        """Whether gradients need averaging here, in the current world (an
+        elastic job may grow from one rank, or shrink to one)."""
+        return is_active(self._process_set)
 
     # ------------------------------------------------------------ parameters
     def _add_group(self, group: Group) -> None:
