@@ -71,5 +71,13 @@ def poll(handle_id: int) -> bool:
 def wait(handle_id: int) -> Tuple[Optional[Any], list, list]:
     """Blocks (GIL released) until done; returns (engine-allocated output as a
     flat uint8 numpy array or None, output shape, received splits) or raises
-    the operation's error."""
+    the operation's error. Python's signal handlers run meanwhile (at least
+    every 100 ms); when one raises, its exception comes out and the handle
+    is neither finished nor released (see :func:`wait_done`)."""
     return _runtime().wait_release(handle_id)
+
+
+def wait_done(handle_id: int) -> None:
+    """Blocks, as :func:`wait` does, until the operation has finished,
+    without releasing the handle."""
+    _runtime().wait_interruptibly(handle_id)

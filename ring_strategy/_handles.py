@@ -183,25 +183,37 @@ def poll(op: Operation) -> bool:
 def synchronize(op: Operation) -> Any:
     """Waits for ``op`` and returns its result, or raises the first error of
     its engine operations. Every engine handle is released, even after an
-    error."""
+    error.
+
+    Python's signal handlers run while it waits; when one raises (Ctrl-C's
+    KeyboardInterrupt, a SIGALRM timeout), that exception comes out and
+    ``op`` is left in flight, as it was: it can be synchronized again (its
+    integer handle stays valid), or the job ended with ``shutdown()``."""
     if op.world != _state.generation:
         raise _ended_error(op.number, op.world)
     if op.done:
         raise BadArgumentError(f"unknown {op!r} (already synchronized?)")
-    op.done = True
     ids = op.ids
+    for i in ids[:-1]:  # every one finished before any is released
+        _frontend.wait_done(i)
+    last: Any = None
+    last_error: Optional[RingError] = None
     try:
-        if len(ids) == 1:
-            return op.finish([_frontend.wait(ids[0])])
-        results, error = [], None
-        for i in ids:
+        last = _frontend.wait(ids[-1])  # a signal's exception leaves it unreleased
+    except RingError as e:  # the operation's own error: the handle is released
+        last_error = e
+    op.done = True
+    _live.pop(op.number, None)
+    try:
+        results, errors = [], []
+        for i in ids[:-1]:  # finished: these waits return at once
             try:
                 results.append(_frontend.wait(i))
             except RingError as e:
-                error = error or e
-        if error is not None:
-            raise error
-        return op.finish(results)
+                errors.append(e)
+        if errors or last_error is not None:
+            raise (errors + [last_error])[0]
+        return op.finish(results + [last])
     finally:
         op.keep = None
 

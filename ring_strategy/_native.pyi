@@ -97,7 +97,11 @@ class Runtime:
     def release(self, handle: int) -> tuple[Optional[np.ndarray], list[int], list[int]]:
         """(engine-allocated output bytes or None, output shape, received splits)."""
     def wait_release(self, handle: int) -> tuple[Optional[np.ndarray], list[int], list[int]]:
-        """wait(handle) then release(handle) in one call."""
+        """wait_interruptibly(handle) then release(handle) in one call."""
+    def wait_interruptibly(self, handle: int) -> None:
+        """Blocks until the handle has finished, running Python's signal
+        handlers at least every 100 ms; an exception one raises propagates
+        and leaves the handle as it was."""
     def shutdown(self) -> None: ...
     def start_timeline(self, path: str, mark_cycles: bool = False) -> None: ...
     def stop_timeline(self) -> None: ...

@@ -223,11 +223,25 @@ void new_runtime(ring::Runtime* self, int rank, int size, int local_rank, int lo
   new (self) ring::Runtime(std::move(o));
 }
 
-nb::tuple wait_release(ring::Runtime& rt, int64_t handle) {
-  {
-    nb::gil_scoped_release unlocked;
-    rt.wait(handle);
+// Blocks until `handle` has finished, with the GIL released, running
+// Python's signal handlers at least every kSignalCheckSeconds: an exception a
+// handler raises (KeyboardInterrupt, a SIGALRM timeout) propagates, and the
+// handle stays as it was (it can be waited for again).
+void wait_interruptibly(ring::Runtime& rt, int64_t handle) {
+  constexpr double kSignalCheckSeconds = 0.1;
+  while (true) {
+    bool done;
+    {
+      nb::gil_scoped_release unlocked;
+      done = rt.wait(handle, kSignalCheckSeconds);
+    }
+    if (done) return;
+    if (PyErr_CheckSignals() != 0) throw nb::python_error();
   }
+}
+
+nb::tuple wait_release(ring::Runtime& rt, int64_t handle) {
+  wait_interruptibly(rt, handle);
   return release(rt, handle);
 }
 
@@ -248,6 +262,7 @@ void register_runtime(nb::module_& m) {
       .def("wait", &ring::Runtime::wait, "handle"_a, "timeout"_a = -1.0, nb::call_guard<nb::gil_scoped_release>())
       .def("release", &release, "handle"_a)
       .def("wait_release", &wait_release, "handle"_a)
+      .def("wait_interruptibly", &wait_interruptibly, "handle"_a)
       .def("shutdown", &ring::Runtime::shutdown, nb::call_guard<nb::gil_scoped_release>())
       .def("start_timeline", &ring::Runtime::start_timeline, "path"_a, "mark_cycles"_a = false)
       .def("stop_timeline", &ring::Runtime::stop_timeline)

@@ -88,7 +88,8 @@ class Runtime {
   int64_t enqueue(EnqueueArgs args);
   bool poll(int64_t handle) { return handles_.poll(handle); }
   // Blocks until the operation finished (true) or timeout_s passed (false;
-  // < 0: no limit). Makes progress itself while it can.
+  // < 0: no limit). Makes progress itself while it can (drive(), which may
+  // run past timeout_s while progress keeps coming).
   bool wait(int64_t handle, double timeout_s = -1.0);
   // Returns the result (or throws the error) and forgets the handle. The
   // tensor's name was freed when the operation finished.

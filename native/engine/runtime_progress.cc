@@ -56,7 +56,7 @@ void Runtime::loop() {
 }
 
 bool Runtime::wait(int64_t handle, double timeout_s) {
-  if (timeout_s < 0 && !handles_.poll(handle)) drive(handle);
+  if (!handles_.poll(handle)) drive(handle);
   return handles_.wait(handle, timeout_s);
 }
 

@@ -107,7 +107,7 @@ def synchronize(handle: int) -> Any:
     a handle of a world that ended with ``shutdown()``. As in Horovod, a
     handle that is unknown or already synchronized gives None.
     """
-    op = _handles.take(handle)
+    op = _handles.find(handle)
     return None if op is None else _handles.synchronize(op)
 
 
