@@ -84,7 +84,8 @@ def init() -> None:
             advertise_host=env.advertise_host,
         )
         if env.size > 1:
-            _rendezvous(env, rt, _state.generation, start_timeout)
+            world = env.world_generation
+            _rendezvous(env, rt, _state.generation if world is None else world, start_timeout)
         else:
             rt.connect([rt.local_endpoint()])
         rt.start()

@@ -4,10 +4,17 @@ Contract:
 - ``reset()`` leaves the current world and joins the next one the launcher
   forms: afterwards ``ring_strategy.rank()`` / ``size()`` describe the new
   world. Without an elastic launcher the next world is the same ranks again.
+  Under ``ringrun``'s elastic driver it blocks until the driver has formed a
+  world after this process's last one (up to ``RING_ELASTIC_TIMEOUT``), and
+  a worker the driver removed from the job leaves through
+  :class:`~ring_strategy.environments.elastic.WorkerRemoved` (a
+  ``SystemExit`` with status 0).
 - ``host_updates()`` says, without blocking and without communicating,
   whether the launcher has announced a change of hosts since this world
   began: ``(False, False)`` when not, ``(True, skip_sync)`` when it has
-  (``skip_sync`` is True when hosts were only added).
+  (``skip_sync`` is True when workers were only removed, so every member of
+  the next world already holds the same state). It reports this process's
+  own knowledge; ranks may learn it at different times.
 """
 
 from __future__ import annotations
@@ -15,14 +22,16 @@ from __future__ import annotations
 from typing import Tuple
 
 from ring_strategy import basics
+from ring_strategy.environments import elastic
 
 
 def reset() -> None:
     """Leaves this world and joins the next (see the module's contract)."""
     basics.shutdown()
+    elastic.leave_world()
     basics.init()
 
 
 def host_updates() -> Tuple[bool, bool]:
     """Whether the hosts changed since this world began (see the module's contract)."""
-    return False, False
+    return elastic.host_updates()

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import List, Type
 
 from ring_strategy.environments.base import ClusterEnvironment
+from ring_strategy.environments.elastic import ElasticEnvironment
 from ring_strategy.environments.external import ExternalLauncherEnvironment
 from ring_strategy.environments.local import LocalEnvironment
 from ring_strategy.environments.mpirun import MpirunEnvironment
@@ -19,6 +20,7 @@ from ring_strategy.environments.torchrun import TorchrunEnvironment
 __all__ = [
     "DETECTION_ORDER",
     "ClusterEnvironment",
+    "ElasticEnvironment",
     "ExternalLauncherEnvironment",
     "LocalEnvironment",
     "MpirunEnvironment",
@@ -33,6 +35,8 @@ __all__ = [
 # any of them), and a process inherits the variables of every launcher above
 # it, so the launcher that started this process directly, the innermost one,
 # must be asked first:
+# - ringrun's elastic driver: RING_ELASTIC_WORKER is set by nothing else, and
+#   ringrun gives it instead of RING_RANK (whose values would go stale).
 # - ringrun: its RING_RANK/RING_SIZE are set only by ringrun (or the Ray
 #   executor, or a user who means them).
 # - torchrun: it sets RANK, WORLD_SIZE, LOCAL_RANK and MASTER_ADDR/PORT for its
@@ -45,6 +49,7 @@ __all__ = [
 #   launchers because its variables surround every launcher it starts.
 # - LocalEnvironment always detects: a single process with no launcher.
 DETECTION_ORDER: List[Type[ClusterEnvironment]] = [
+    ElasticEnvironment,
     RingrunEnvironment,
     TorchrunEnvironment,
     MpirunEnvironment,

@@ -1,0 +1,131 @@
+"""An elastic numpy training loop for the launcher's tests: ``python elastic_train.py [TAG]``.
+
+Least squares on a fixed data set; step ``s`` trains on the global batch
+``s`` split ``rank::size``, so any run equals one process training on the
+global batches (:func:`reference`) up to rounding. The loop does its own
+minimal elastic handling: it commits a copy of its parameters after every
+step; on ``HorovodInternalError`` it restores the commit, calls
+``_world.reset()`` and takes rank 0's state; at every step it asks rank 0
+whether the hosts changed, and if so resets (syncing unless ``skip_sync``).
+
+Settings (environment): ``TRAIN_STEPS`` (default 40), ``TRAIN_SLEEP``
+(seconds per step, default 0.05), ``TRAIN_FAIL`` = ``WORKER:STEP:MODE``
+(the worker numbered WORKER fails at STEP by MODE: ``sigkill``, ``raise``,
+``exit3``; WORKER ``all``: every worker). TAG is unused; tests pass a unique
+one to find leftover processes.
+
+Lines (ringrun prefixes each with ``[worker number]``):
+``world G worker N pid P rank R size S at T``, ``synced world G rank R step
+K params HEX``, ``caught CLS at T``, ``first step world G at T``, ``victim
+worker N pid P failing at T``, ``done worker N rank R steps K params HEX``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import numpy as np
+
+DIM, BATCH, SAMPLES, LR = 8, 12, 96, 0.05
+
+
+def data():
+    """The data set: features and targets, float32."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((SAMPLES, DIM)).astype(np.float32)
+    y = (x @ rng.standard_normal(DIM).astype(np.float32) + 0.1 * rng.standard_normal(SAMPLES)).astype(np.float32)
+    return x, y
+
+
+def batch(step: int) -> np.ndarray:
+    """The rows of global batch ``step``."""
+    return (step * BATCH + np.arange(BATCH)) % SAMPLES
+
+
+def gradient(w: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """The summed least-squares gradient over the rows given."""
+    return (x.T @ (x @ w - y)).astype(np.float32)
+
+
+def reference(steps: int) -> np.ndarray:
+    """The parameters after ``steps`` steps of one process on the global batches."""
+    x, y = data()
+    w = np.zeros(DIM, np.float32)
+    for step in range(steps):
+        rows = batch(step)
+        w = (w - LR * gradient(w, x[rows], y[rows]) / BATCH).astype(np.float32)
+    return w
+
+
+def main() -> None:
+    import ring_strategy as rs
+    from ring_strategy.elastic import _world
+    from ring_strategy.exceptions import HorovodInternalError, HostsUpdatedInterrupt
+
+    steps = int(os.environ.get("TRAIN_STEPS", "40"))
+    pause = float(os.environ.get("TRAIN_SLEEP", "0.05"))
+    worker = os.environ.get("RING_ELASTIC_WORKER", "-")
+    fail_worker, fail_step, fail_mode = (os.environ.get("TRAIN_FAIL", "") or "none:-1:none").split(":")
+    x, y = data()
+    state = {"step": 0, "w": np.zeros(DIM, np.float32)}
+    committed = dict(step=0, w=state["w"].copy())
+
+    def joined() -> None:
+        print(f"world {rs.basics._env().world_generation} worker {worker} pid {os.getpid()} rank {rs.rank()} "
+              f"size {rs.size()} at {time.time():.3f}", flush=True)
+
+    def sync() -> None:
+        both = rs.broadcast(np.append(state["w"], np.float32(state["step"])), 0, name="sync")
+        state["w"], state["step"] = both[:DIM].copy(), int(both[DIM])
+        committed.update(step=state["step"], w=state["w"].copy())
+        print(f"synced world {rs.basics._env().world_generation} rank {rs.rank()} step {state['step']} "
+              f"params {state['w'].tobytes().hex()}", flush=True)
+
+    rs.init()
+    joined()
+    sync()
+    first = False
+    while state["step"] < steps:
+        try:
+            updated, skip = _world.host_updates()
+            flags = rs.broadcast(np.array([updated, skip], np.int32), 0, name="hosts")
+            if flags[0]:
+                raise HostsUpdatedInterrupt(bool(flags[1]))
+            if worker in (fail_worker, "all") and state["step"] == int(fail_step):
+                print(f"victim worker {worker} pid {os.getpid()} failing at {time.time():.3f}", flush=True)
+                if fail_mode == "sigkill":
+                    os.kill(os.getpid(), signal.SIGKILL)
+                elif fail_mode == "exit3":
+                    os._exit(3)
+                raise RuntimeError("the training script failed")
+            rows = batch(state["step"])[rs.rank()::rs.size()]
+            total = rs.allreduce(gradient(state["w"], x[rows], y[rows]), op=rs.Sum, name="grad")
+            state["w"] = (state["w"] - LR * total / BATCH).astype(np.float32)
+            state["step"] += 1
+            committed.update(step=state["step"], w=state["w"].copy())
+            if first:
+                print(f"first step world {rs.basics._env().world_generation} at {time.time():.3f}", flush=True)
+                first = False
+            time.sleep(pause)
+        except HorovodInternalError as e:
+            print(f"caught {type(e).__name__} at {time.time():.3f}", flush=True)
+            state.update(step=committed["step"], w=committed["w"].copy())
+            _world.reset()
+            joined()
+            sync()
+            first = True
+        except HostsUpdatedInterrupt as e:
+            _world.reset()
+            joined()
+            if not e.skip_sync:
+                sync()
+            first = True
+    print(f"done worker {worker} rank {rs.rank()} steps {state['step']} params {state['w'].tobytes().hex()}",
+          flush=True)
+    rs.shutdown()
+
+
+if __name__ == "__main__":
+    main()
