@@ -124,7 +124,7 @@ def _sizes(parser: argparse.ArgumentParser, args: argparse.Namespace,
            hosts: Optional[List[HostSlots]]) -> Tuple[int, int, Optional[int]]:
     np_ = args.np
     if np_ is None:
-        np_ = args.min_np if args.min_np is not None else (sum(h.slots for h in hosts) if hosts else None)
+        np_ = sum(h.slots for h in hosts) if hosts else args.min_np
     if np_ is None:
         parser.error("the number of workers to start is required: -np N")
     min_np = np_ if args.min_np is None else args.min_np

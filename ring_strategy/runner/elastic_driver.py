@@ -23,7 +23,7 @@ What changes the membership:
 The job ends with 0 once every worker has exited and one of them finished.
 It fails with a message when it has had fewer than ``--min-np`` workers for
 ``--elastic-timeout`` seconds, when forming another world would exceed
-``--reset-limit``, or when every worker has failed and every listed host is
+``--reset-limit`` (worlds formed after a worker finished do not count), or when every worker has failed and every listed host is
 blacklisted for good.
 """
 
@@ -182,7 +182,8 @@ class ElasticJob(Job):
         """Forms and publishes the next world of ``members``; fails past --reset-limit."""
         previous = self.world
         limit = self.settings.reset_limit
-        if previous is not None and limit is not None and self.resets >= limit:
+        counts = previous is not None and not self.finishing  # leaving a finishing job is no reset
+        if counts and limit is not None and self.resets >= limit:
             log(f"the job would reset a {self.resets + 1}. time, more than --reset-limit {limit}; the job failed")
             return 1
         generation = 1 if previous is None else previous.generation + 1
@@ -191,7 +192,7 @@ class ElasticJob(Job):
         assert self._client is not None
         self._client.set(names.elastic_key(self.job_id, "world", generation), world.encode())
         self._client.set(names.elastic_key(self.job_id, "latest"), str(generation).encode())
-        self.resets += previous is not None
+        self.resets += counts
         self.world = world
         log(f"world {generation}: " + ", ".join(f"rank {r} = worker {w} on {h}" for r, (w, h) in enumerate(world.members)))
         return None

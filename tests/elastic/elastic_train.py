@@ -12,7 +12,8 @@ Settings (environment): ``TRAIN_STEPS`` (default 40), ``TRAIN_SLEEP``
 (seconds per step, default 0.05), ``TRAIN_FAIL`` = ``WORKER:STEP:MODE``
 (the worker numbered WORKER fails at STEP by MODE: ``sigkill``, ``raise``,
 ``exit3``; WORKER ``all``: every worker). TAG is unused; tests pass a unique
-one to find leftover processes.
+one to find leftover processes. ``TRAIN_PROGRESS``: a file rank 0 rewrites
+after every step with ``STEP SIZE`` (for tests that change the hosts midway).
 
 Lines (ringrun prefixes each with ``[worker number]``):
 ``world G worker N pid P rank R size S at T``, ``synced world G rank R step
@@ -68,6 +69,7 @@ def main() -> None:
     pause = float(os.environ.get("TRAIN_SLEEP", "0.05"))
     worker = os.environ.get("RING_ELASTIC_WORKER", "-")
     fail_worker, fail_step, fail_mode = (os.environ.get("TRAIN_FAIL", "") or "none:-1:none").split(":")
+    progress = os.environ.get("TRAIN_PROGRESS", "")
     x, y = data()
     state = {"step": 0, "w": np.zeros(DIM, np.float32)}
     committed = dict(step=0, w=state["w"].copy())
@@ -93,7 +95,7 @@ def main() -> None:
             flags = rs.broadcast(np.array([updated, skip], np.int32), 0, name="hosts")
             if flags[0]:
                 raise HostsUpdatedInterrupt(bool(flags[1]))
-            if worker in (fail_worker, "all") and state["step"] == int(fail_step):
+            if fail_worker in (worker, "all") and state["step"] == int(fail_step):
                 print(f"victim worker {worker} pid {os.getpid()} failing at {time.time():.3f}", flush=True)
                 if fail_mode == "sigkill":
                     os.kill(os.getpid(), signal.SIGKILL)
@@ -105,6 +107,10 @@ def main() -> None:
             state["w"] = (state["w"] - LR * total / BATCH).astype(np.float32)
             state["step"] += 1
             committed.update(step=state["step"], w=state["w"].copy())
+            if progress and rs.rank() == 0:
+                with open(progress + ".tmp", "w") as f:
+                    f.write(f"{state['step']} {rs.size()}\n")
+                os.replace(progress + ".tmp", progress)
             if first:
                 print(f"first step world {rs.basics._env().world_generation} at {time.time():.3f}", flush=True)
                 first = False
