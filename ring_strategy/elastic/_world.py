@@ -27,6 +27,7 @@ from ring_strategy.environments import elastic
 
 def reset() -> None:
     """Leaves this world and joins the next (see the module's contract)."""
+    elastic.ask_for_next_world()
     basics.shutdown()
     elastic.leave_world()
     basics.init()

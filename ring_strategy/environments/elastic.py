@@ -24,7 +24,10 @@ from ring_strategy.environments.base import ClusterEnvironment, override
 from ring_strategy.environments.network import is_loopback
 from ring_strategy.environments.ringrun import _address, _int, _job_id, _secret
 
-__all__ = ["DEFAULT_ELASTIC_TIMEOUT", "ElasticEnvironment", "WorkerRemoved", "host_updates", "leave_world"]
+__all__ = [
+    "DEFAULT_ELASTIC_TIMEOUT", "ElasticEnvironment", "WorkerRemoved", "ask_for_next_world", "host_updates",
+    "leave_world",
+]
 
 #: Seconds (``RING_ELASTIC_TIMEOUT``) by default.
 DEFAULT_ELASTIC_TIMEOUT = 600.0
@@ -121,6 +124,28 @@ def leave_world() -> None:
         if _watch is not None:
             _watch.stop()
             _watch = None
+
+
+def ask_for_next_world() -> None:
+    """Tells the driver that this worker is leaving its current world for
+    the next one (an elastic reset); does nothing outside an elastic job.
+
+    When some members of a world ask and the others neither ask nor exit
+    soon after, the driver takes those for lost (a stopped or hung worker).
+    """
+    world = _current
+    if world is None or names.ELASTIC_WORKER not in os.environ:
+        return
+    from ring_strategy.runner.store import StoreClient
+
+    env = os.environ
+    secret, job_id = _secret(env, names.SECRET, required=True), _job_id(env, required=True)
+    assert secret is not None
+    try:
+        with StoreClient(env[names.RENDEZVOUS_ADDR], secret, timeout=10.0) as store:
+            store.set(names.elastic_key(job_id, "reset", world.generation, env[names.ELASTIC_WORKER]), b"1")
+    except (ConnectionError, OSError):
+        pass  # the driver is gone: the job is ending
 
 
 def host_updates() -> Tuple[bool, bool]:

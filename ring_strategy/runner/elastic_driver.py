@@ -18,7 +18,12 @@ What changes the membership:
   workers are asked to leave through the next world, and end with status 0;
   one that has not left after the start timeout is terminated;
 - discovery lists a new host, or more slots, or a blacklisted host's cooldown
-  ends: new workers are started there, up to ``--max-np``.
+  ends: new workers are started there, up to ``--max-np``;
+- members of the current world ask for the next one (an elastic reset after
+  an error such as a timeout, ``ask_for_next_world``): once every live member
+  has asked, the same workers form a new world; a member that neither asks
+  nor exits within :data:`RESET_GRACE_SECONDS` of the first request is taken
+  for lost (stopped or hung): it is killed, which makes it a failure.
 
 The job ends with 0 once every worker has exited and one of them finished.
 It fails with a message when it has had fewer than ``--min-np`` workers for
@@ -48,7 +53,11 @@ from ring_strategy.runner.output import log
 from ring_strategy.runner.store import StoreClient
 from ring_strategy.runner.worker_env import elastic_worker_environment
 
-__all__ = ["ElasticJob"]
+__all__ = ["RESET_GRACE_SECONDS", "ElasticJob"]
+
+#: Seconds a member of a world may take to ask for the next world, or to
+#: exit, once another member has asked; after that it is taken for lost.
+RESET_GRACE_SECONDS = 5.0
 
 # Workers wait this much longer for a world than the driver waits for
 # --min-np workers, so that the driver's message comes first.
@@ -100,6 +109,7 @@ class ElasticJob(Job):
         self._client: Optional[StoreClient] = None
         self._address = ""
         self._said: Set[str] = set()
+        self._reset_asked_at: Optional[float] = None  # when a member first asked to leave the current world
 
     def _describe(self) -> str:
         top = "every slot" if self.settings.max_np is None else f"{self.settings.max_np}"
@@ -158,6 +168,8 @@ class ElasticJob(Job):
             self.short_since = None
             if self.world is None or tuple(sorted(w.number for w in members)) != self.world.workers:
                 return self._publish(members)
+            if self._resets_asked(now, members):
+                return self._publish(members)
             return None
         return self._short_of_workers(now, members)
 
@@ -178,6 +190,29 @@ class ElasticJob(Job):
             return 1
         return None
 
+    def _resets_asked(self, now: float, members: List[_Worker]) -> bool:
+        """Whether every member of the current world has asked for the next
+        one; kills those that have not, once the others have waited long enough."""
+        assert self.world is not None and self._client is not None
+        g = self.world.generation
+        asked = [w for w in members if _exists(self._client, names.elastic_key(self.job_id, "reset", g, w.number))]
+        if not asked:
+            return False
+        if len(asked) == len(members):
+            log(f"world {g}: every member asked for a new world (worker(s) "
+                f"{', '.join(str(w.number) for w in asked)})")
+            return True
+        if self._reset_asked_at is None:
+            self._reset_asked_at = now
+        elif now - self._reset_asked_at >= RESET_GRACE_SECONDS:
+            for w in members:
+                if w not in asked and w.signalled == 0:
+                    log(f"{self._where(w)} did not leave world {g} within {RESET_GRACE_SECONDS:g} s of worker "
+                        f"{asked[0].number}: taking it for lost")
+                    w.group.signal(signal.SIGKILL)
+                    w.signalled = 2
+        return False
+
     def _publish(self, members: List[_Worker]) -> Optional[int]:
         """Forms and publishes the next world of ``members``; fails past --reset-limit."""
         previous = self.world
@@ -194,6 +229,7 @@ class ElasticJob(Job):
         self._client.set(names.elastic_key(self.job_id, "latest"), str(generation).encode())
         self.resets += counts
         self.world = world
+        self._reset_asked_at = None
         log(f"world {generation}: " + ", ".join(f"rank {r} = worker {w} on {h}" for r, (w, h) in enumerate(world.members)))
         return None
 
@@ -306,3 +342,12 @@ class ElasticJob(Job):
                 log(f"{self._where(w)}: its host is no longer listed; asking it to leave")
                 w.leaving_since = now
                 w.stop_at = now + self.plan.start_timeout
+
+
+def _exists(client: StoreClient, key: str) -> bool:
+    """Whether ``key`` is in the store now (no waiting)."""
+    try:
+        client.get(key, timeout=0.0)
+    except TimeoutError:
+        return False
+    return True

@@ -11,7 +11,8 @@ whether the hosts changed, and if so resets (syncing unless ``skip_sync``).
 Settings (environment): ``TRAIN_STEPS`` (default 40), ``TRAIN_SLEEP``
 (seconds per step, default 0.05), ``TRAIN_FAIL`` = ``WORKER:STEP:MODE``
 (the worker numbered WORKER fails at STEP by MODE: ``sigkill``, ``raise``,
-``exit3``; WORKER ``all``: every worker). TAG is unused; tests pass a unique
+``exit3``, ``stop`` (SIGSTOP while its part of a transfer is running);
+WORKER ``all``: every worker). TAG is unused; tests pass a unique
 one to find leftover processes. ``TRAIN_PROGRESS``: a file rank 0 rewrites
 after every step with ``STEP SIZE`` (for tests that change the hosts midway).
 
@@ -95,10 +96,18 @@ def main() -> None:
             flags = rs.broadcast(np.array([updated, skip], np.int32), 0, name="hosts")
             if flags[0]:
                 raise HostsUpdatedInterrupt(bool(flags[1]))
+            if fail_mode == "stop" and state["step"] == int(fail_step):  # a long transfer for the victim to stop in
+                ballast = rs.allreduce_async(np.ones(1 << 22, np.float32), name="ballast")
+                if fail_worker == worker:
+                    time.sleep(0.01)
+                else:
+                    rs.synchronize(ballast)
             if fail_worker in (worker, "all") and state["step"] == int(fail_step):
                 print(f"victim worker {worker} pid {os.getpid()} failing at {time.time():.3f}", flush=True)
                 if fail_mode == "sigkill":
                     os.kill(os.getpid(), signal.SIGKILL)
+                elif fail_mode == "stop":  # silent in the middle of the transfer below
+                    os.kill(os.getpid(), signal.SIGSTOP)
                 elif fail_mode == "exit3":
                     os._exit(3)
                 raise RuntimeError("the training script failed")
