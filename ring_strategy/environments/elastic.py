@@ -177,28 +177,30 @@ def _wait_for_world(worker: int, address: str, secret: bytes, job_id: str, after
     from ring_strategy.runner.store import StoreClient
 
     deadline = time.monotonic() + timeout
-    generation = after + 1
+    wanted = after + 1
     with StoreClient(address, secret, timeout=min(timeout, 60.0)) as store:
-        while True:
-            left = deadline - time.monotonic()
+
+        def get(*key: object) -> bytes:
             try:
-                world = World.decode(store.get(names.elastic_key(job_id, "world", generation), timeout=max(left, 0.0)))
-                latest = int(store.get(names.elastic_key(job_id, "latest"), timeout=max(left, 0.0)))
+                return store.get(names.elastic_key(job_id, *key), timeout=max(deadline - time.monotonic(), 0.0))
             except TimeoutError:
                 raise TimeoutError(
                     f"elastic worker {worker}: no world of job {job_id} placed it within {timeout:g} s "
-                    f"({names.ELASTIC_TIMEOUT}); waiting for world {generation}"
+                    f"({names.ELASTIC_TIMEOUT}); waiting for world {wanted}"
                 ) from None
-            if latest > generation:
-                generation = latest
-                continue
+
+        while True:
+            wanted = max(wanted, int(get("latest")))
+            world = World.decode(get("world", wanted))
+            if int(get("latest")) > wanted:
+                continue  # a newer world already
             if worker in world.removed:
                 print(f"ring: elastic worker {worker} (pid {os.getpid()}) was removed from the job; "
                       "exiting", file=sys.stderr, flush=True)
-                raise WorkerRemoved(worker, generation)
+                raise WorkerRemoved(worker, wanted)
             if world.layout(worker) is not None:
                 return world
-            generation += 1
+            wanted += 1
 
 
 class _NextWorldWatch:
