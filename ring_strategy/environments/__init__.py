@@ -35,10 +35,11 @@ __all__ = [
 # any of them), and a process inherits the variables of every launcher above
 # it, so the launcher that started this process directly, the innermost one,
 # must be asked first:
-# - ringrun's elastic driver: RING_ELASTIC_WORKER is set by nothing else, and
-#   ringrun gives it instead of RING_RANK (whose values would go stale).
 # - ringrun: its RING_RANK/RING_SIZE are set only by ringrun (or the Ray
 #   executor, or a user who means them).
+# - ringrun's elastic driver: RING_ELASTIC_WORKER is set by nothing else; its
+#   workers get it instead of RING_RANK/RING_SIZE (whose values would go
+#   stale), and a job a worker starts drops it.
 # - torchrun: it sets RANK, WORLD_SIZE, LOCAL_RANK and MASTER_ADDR/PORT for its
 #   own workers; torchrun itself is usually started by srun or by hand, rarely
 #   by mpirun.
@@ -49,8 +50,8 @@ __all__ = [
 #   launchers because its variables surround every launcher it starts.
 # - LocalEnvironment always detects: a single process with no launcher.
 DETECTION_ORDER: List[Type[ClusterEnvironment]] = [
-    ElasticEnvironment,
     RingrunEnvironment,
+    ElasticEnvironment,
     TorchrunEnvironment,
     MpirunEnvironment,
     SlurmEnvironment,

@@ -161,7 +161,7 @@ def _publish(client: StoreClient, world: World) -> None:
 
 
 def test_elastic_worker_finds_its_place(store: StoreClient) -> None:
-    assert DETECTION_ORDER[0] is ElasticEnvironment
+    assert DETECTION_ORDER[1] is ElasticEnvironment
     _publish(store, form_world(1, [(0, "127.0.0.1"), (1, "127.0.0.2")], None))
     env = detect_environment()
     assert isinstance(env, ElasticEnvironment)
