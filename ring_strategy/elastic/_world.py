@@ -19,18 +19,34 @@ Contract:
 
 from __future__ import annotations
 
+import sys
 from typing import Tuple
 
 from ring_strategy import basics
 from ring_strategy.environments import elastic
+from ring_strategy.exceptions import RingError
 
 
 def reset() -> None:
-    """Leaves this world and joins the next (see the module's contract)."""
-    elastic.ask_for_next_world()
+    """Leaves this world and joins the next (see the module's contract).
+
+    Under the elastic driver, a world that cannot form (a member lost while
+    it forms: the rendezvous fails or times out) is left in turn for the
+    next one; an error while waiting for a world is raised.
+    """
     basics.shutdown()
-    elastic.leave_world()
-    basics.init()
+    while True:
+        elastic.ask_for_next_world()
+        elastic.leave_world()
+        before = elastic.current_generation()
+        try:
+            basics.init()
+            return
+        except (RingError, TimeoutError, ConnectionError) as e:
+            if elastic.current_generation() == before:
+                raise  # no world to join, or not an elastic job
+            print(f"ring: world {elastic.current_generation()} did not form ({e}); waiting for the next",
+                  file=sys.stderr, flush=True)
 
 
 def host_updates() -> Tuple[bool, bool]:

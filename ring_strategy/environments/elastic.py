@@ -25,8 +25,8 @@ from ring_strategy.environments.network import is_loopback
 from ring_strategy.environments.ringrun import _address, _int, _job_id, _secret
 
 __all__ = [
-    "DEFAULT_ELASTIC_TIMEOUT", "ElasticEnvironment", "WorkerRemoved", "ask_for_next_world", "host_updates",
-    "leave_world",
+    "DEFAULT_ELASTIC_TIMEOUT", "ElasticEnvironment", "WorkerRemoved", "ask_for_next_world", "current_generation",
+    "host_updates", "leave_world",
 ]
 
 #: Seconds (``RING_ELASTIC_TIMEOUT``) by default.
@@ -124,6 +124,12 @@ def leave_world() -> None:
         if _watch is not None:
             _watch.stop()
             _watch = None
+
+
+def current_generation() -> int:
+    """The world this process was last placed in (0: none, or not an elastic worker)."""
+    world = _current
+    return 0 if world is None else world.generation
 
 
 def ask_for_next_world() -> None:
