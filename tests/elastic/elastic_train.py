@@ -12,7 +12,8 @@ Settings (environment): ``TRAIN_STEPS`` (default 40), ``TRAIN_SLEEP``
 (seconds per step, default 0.05), ``TRAIN_FAIL`` = ``WORKER:STEP:MODE``
 (the worker numbered WORKER fails at STEP by MODE: ``sigkill``, ``raise``,
 ``exit3``, ``stop`` (SIGSTOP while its part of a transfer is running);
-WORKER ``all``: every worker). TAG is unused; tests pass a unique
+WORKER ``all``: every worker). ``TRAIN_DIE_ON_RESET`` = WORKER: that worker
+kills itself once it caught an error, while the next world forms. TAG is unused; tests pass a unique
 one to find leftover processes. ``TRAIN_PROGRESS``: a file rank 0 rewrites
 after every step with ``STEP SIZE`` (for tests that change the hosts midway).
 
@@ -126,6 +127,9 @@ def main() -> None:
             time.sleep(pause)
         except HorovodInternalError as e:
             print(f"caught {type(e).__name__} at {time.time():.3f}", flush=True)
+            if worker == os.environ.get("TRAIN_DIE_ON_RESET"):
+                time.sleep(0.5)  # the driver has placed this worker in the next world by now
+                os.kill(os.getpid(), signal.SIGKILL)
             state.update(step=committed["step"], w=committed["w"].copy())
             _world.reset()
             joined()
