@@ -11,12 +11,14 @@ What changes the membership:
 
 - a worker that exits with a non-zero code or a signal failed: its host is
   blacklisted (for good, or for ``--blacklist-cooldown-range``) and gets no
-  new worker meanwhile; the others form a new world without it;
+  new worker meanwhile; the others form a new world without it (with a new
+  worker on a free slot of another host, if there is one: the job keeps
+  ``-np`` workers, or ``--max-np`` once hosts were added);
 - a worker that exits 0 has finished: the others go on without it, and no
   new worker is started from then on (the job is ending);
 - discovery lists a host no longer (or with fewer slots): its (youngest)
   workers are asked to leave through the next world, and end with status 0;
-  one that has not left after the start timeout is terminated;
+  one that has not left within the start timeout of that world is terminated;
 - discovery lists a new host, or more slots, or a blacklisted host's cooldown
   ends: new workers are started there, up to ``--max-np``;
 - members of the current world ask for the next one (an elastic reset after
@@ -222,8 +224,11 @@ class ElasticJob(Job):
             log(f"the job would reset a {self.resets + 1}. time, more than --reset-limit {limit}; the job failed")
             return 1
         generation = 1 if previous is None else previous.generation + 1
-        leaving = [w.number for w in self.workers.values() if w.alive and w.leaving_since is not None]
-        world = form_world(generation, [(w.number, w.host) for w in members], previous, leaving)
+        leaving = [w for w in self.workers.values() if w.alive and w.leaving_since is not None]
+        for w in leaving:  # told now: terminated if still there after the start timeout
+            if w.stop_at is None:
+                w.stop_at = time.monotonic() + self.plan.start_timeout
+        world = form_world(generation, [(w.number, w.host) for w in members], previous, [w.number for w in leaving])
         assert self._client is not None
         self._client.set(names.elastic_key(self.job_id, "world", generation), world.encode())
         self._client.set(names.elastic_key(self.job_id, "latest"), str(generation).encode())
@@ -341,7 +346,6 @@ class ElasticJob(Job):
             for w in workers[slots.get(host, 0):]:
                 log(f"{self._where(w)}: its host is no longer listed; asking it to leave")
                 w.leaving_since = now
-                w.stop_at = now + self.plan.start_timeout
 
 
 def _exists(client: StoreClient, key: str) -> bool:
