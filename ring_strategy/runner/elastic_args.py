@@ -110,10 +110,15 @@ def elastic_settings(parser: argparse.ArgumentParser, args: argparse.Namespace,
     slots = args.slots_per_host if args.slots_per_host is not None else 1
     if slots < 1:
         parser.error(f"--slots-per-host should be a positive integer. Got: {slots}")
+    discovery: Union[HostDiscovery, FixedHosts]
+    if script is not None:
+        discovery = HostDiscovery(script, slots)
+    else:
+        discovery = FixedHosts(hosts or [HostSlots("localhost", max(np_, max_np or 0))])
     return ElasticSettings(
-        np=np_, min_np=min_np, max_np=max_np,
-        discovery=HostDiscovery(script, slots) if script is not None else FixedHosts(hosts or [HostSlots("localhost", max(np_, max_np or 0))]),
-        discovery_interval=_positive(parser, "--discovery-interval", args.discovery_interval, DEFAULT_DISCOVERY_INTERVAL),
+        np=np_, min_np=min_np, max_np=max_np, discovery=discovery,
+        discovery_interval=_positive(parser, "--discovery-interval", args.discovery_interval,
+                                     DEFAULT_DISCOVERY_INTERVAL),
         reset_limit=_reset_limit(parser, args.reset_limit),
         cooldown=_cooldown(parser, args.blacklist_cooldown_range),
         elastic_timeout=_elastic_timeout(parser, args.elastic_timeout),
@@ -159,7 +164,8 @@ def _cooldown(parser: argparse.ArgumentParser, value: Optional[List[float]]) -> 
         return None
     low, high = value
     if not (math.isfinite(low) and math.isfinite(high) and 0 <= low <= high):
-        parser.error(f"--blacklist-cooldown-range should be MIN MAX seconds with 0 <= MIN <= MAX. Got: {low:g} {high:g}")
+        parser.error("--blacklist-cooldown-range should be MIN MAX seconds with 0 <= MIN <= MAX. "
+                     f"Got: {low:g} {high:g}")
     return low, high
 
 

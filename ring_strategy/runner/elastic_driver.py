@@ -30,7 +30,8 @@ What changes the membership:
 The job ends with 0 once every worker has exited and one of them finished.
 It fails with a message when it has had fewer than ``--min-np`` workers for
 ``--elastic-timeout`` seconds, when forming another world would exceed
-``--reset-limit`` (worlds formed after a worker finished do not count), or when every worker has failed and every listed host is
+``--reset-limit`` (worlds formed after a worker finished do not count), or
+when every worker has failed and every listed host is
 blacklisted for good.
 """
 
@@ -235,7 +236,8 @@ class ElasticJob(Job):
         self.resets += counts
         self.world = world
         self._reset_asked_at = None
-        log(f"world {generation}: " + ", ".join(f"rank {r} = worker {w} on {h}" for r, (w, h) in enumerate(world.members)))
+        ranks = (f"rank {r} = worker {w} on {h}" for r, (w, h) in enumerate(world.members))
+        log(f"world {generation}: " + ", ".join(ranks))
         return None
 
     # -- workers -----------------------------------------------------------------
