@@ -41,6 +41,7 @@ import re
 from typing import Iterable, List
 
 __all__ = [
+    "ABANDONED_ENDPOINT",
     "ADVERTISE_HOST",
     "CROSS_RANK",
     "CROSS_SIZE",
@@ -67,6 +68,7 @@ __all__ = [
     "elastic_key",
     "job_shm_paths",
     "remove_job_shm",
+    "rendezvous_key",
     "shm_segment_names",
     "shm_segment_paths",
     "world_job_id",
@@ -184,6 +186,22 @@ def world_job_id(job_id: str, generation: int) -> str:
     """
     check_job_id(job_id)
     return check_job_id(f"{job_id}_g{int(generation)}")
+
+
+def rendezvous_key(job_id: str, generation: int, *parts: object) -> str:
+    """A key of ``init()``'s rendezvous for world ``generation`` of job ``job_id``.
+
+    ``init()`` writes ``endpoint/<rank>`` (the rank's engine endpoint), then
+    ``connected/<rank>`` and ``done/<rank>``, and waits for every rank's.
+    The elastic driver writes the missing ones of a world it gave up on, so
+    that no rank waits for them (:data:`ABANDONED_ENDPOINT`).
+    """
+    return "/".join([f"ring/{job_id}/init{int(generation)}", *(str(p) for p in parts)])
+
+
+#: The endpoint the elastic driver writes for a rank of a world it gave up
+#: on: the engine rejects it, so ``init()`` fails at once.
+ABANDONED_ENDPOINT = "abandoned-world"
 
 
 def elastic_key(job_id: str, *parts: object) -> str:

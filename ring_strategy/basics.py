@@ -113,7 +113,7 @@ def _rendezvous(env: ClusterEnvironment, rt: _native.Runtime, generation: int, t
     try:
         store = StoreClient(env.rendezvous_address, env.secret, timeout=timeout)
         try:
-            prefix = f"ring/{env.job_id}/init{generation}"
+            prefix = _contracts.rendezvous_key(env.job_id, generation)
             store.set(f"{prefix}/endpoint/{env.rank}", rt.local_endpoint().encode())
             endpoints = [
                 store.get(f"{prefix}/endpoint/{r}", timeout=timeout).decode()

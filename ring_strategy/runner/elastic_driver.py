@@ -225,6 +225,8 @@ class ElasticJob(Job):
             log(f"the job would reset a {self.resets + 1}. time, more than --reset-limit {limit}; the job failed")
             return 1
         generation = 1 if previous is None else previous.generation + 1
+        if previous is not None:
+            self._abandon(previous)
         leaving = [w for w in self.workers.values() if w.alive and w.leaving_since is not None]
         for w in leaving:  # told now: terminated if still there after the start timeout
             if w.stop_at is None:
@@ -239,6 +241,20 @@ class ElasticJob(Job):
         ranks = (f"rank {r} = worker {w} on {h}" for r, (w, h) in enumerate(world.members))
         log(f"world {generation}: " + ", ".join(ranks))
         return None
+
+    def _abandon(self, world: World) -> None:
+        """Writes the rendezvous keys of ``world`` that its ranks have not, so
+        that none waits for them: a world given up on before it formed fails
+        at once in every rank still joining it (``init()`` rejects the
+        abandoned endpoint, or the ranks find a peer lost), and they join
+        the next. A world that formed has every key already."""
+        assert self._client is not None
+        world_id = names.world_job_id(self.job_id, world.generation)
+        for rank in range(len(world.members)):
+            for part, value in (("endpoint", names.ABANDONED_ENDPOINT), ("connected", "1"), ("done", "1")):
+                key = names.rendezvous_key(world_id, world.generation, part, rank)
+                if not _exists(self._client, key):
+                    self._client.set(key, value.encode())
 
     # -- workers -----------------------------------------------------------------
 
@@ -265,7 +281,9 @@ class ElasticJob(Job):
         number = len(self.workers)
         env = elastic_worker_environment(
             os.environ, worker=number, rendezvous_address=self._address, secret=self.secret, job_id=self.job_id,
-            start_timeout=self.plan.start_timeout,
+            # A new worker waits in its world's rendezvous until the others
+            # reach their next check of host updates.
+            start_timeout=max(self.plan.start_timeout, self.settings.elastic_timeout),
             elastic_timeout=self.settings.elastic_timeout + _WORKER_WAIT_MARGIN_SECONDS, hostname=host,
         )
         env[names.ADVERTISE_HOST] = "127.0.0.1"  # every host of an elastic job is this machine for now
