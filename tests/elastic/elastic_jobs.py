@@ -80,6 +80,10 @@ class Finished:
         """The parameters (hex) each rank held after the sync of ``world``, by rank."""
         return {int(m[3]): m[5] for m in _SYNCED.finditer(self.output) if int(m[2]) == world}
 
+    def synced_steps(self, world: int) -> Dict[int, int]:
+        """The step each rank resumed from after the sync of ``world``, by rank."""
+        return {int(m[3]): int(m[4]) for m in _SYNCED.finditer(self.output) if int(m[2]) == world}
+
     def done(self) -> Dict[int, Tuple[int, int, str]]:
         """Each finished worker's rank, step count and parameters (hex), by worker."""
         return {int(m[1]): (int(m[2]), int(m[3]), m[4]) for m in _DONE.finditer(self.output)}

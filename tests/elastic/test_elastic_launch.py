@@ -76,6 +76,8 @@ def test_failed_worker_3_to_2(tmp_path: Path, mode: str) -> None:
     pids = _pids(run)
     for w in (0, 2):
         assert pids[w] == [run.started()[w][1]] * 2, f"worker {w} changed process: {pids}"
+    # Committed after every step: the step being taken when worker 1 failed is the only one redone.
+    assert set(run.synced_steps(2).values()) == {15}, run.synced_steps(2)
     _finished_equal(run, STEPS)
     _timings(run, [0, 2], 2, f"{mode} of 1 of 3")
     _clean(run)
