@@ -83,6 +83,20 @@ def test_failed_worker_3_to_2(tmp_path: Path, mode: str) -> None:
     _clean(run)
 
 
+def test_fixed_hosts_fault_tolerance(tmp_path: Path) -> None:
+    """-H with --min-np: two workers share a host (shared memory); one of them fails,
+    its neighbour trains on, and nothing new starts on the blacklisted host."""
+    job = ElasticJob(tmp_path, None, ["-H", "127.0.0.1:2,127.0.0.2:1", "--min-np", 2],
+                     env={"TRAIN_FAIL": "1:15:sigkill"})
+    run = job.finish()
+    assert run.returncode == 0, run.tail()
+    assert run.worlds() == {1: [(0, HOSTS[0]), (1, HOSTS[0]), (2, HOSTS[1])], 2: [(0, HOSTS[0]), (2, HOSTS[1])]}, \
+        run.tail()
+    assert sorted(run.started()) == [0, 1, 2], run.tail()
+    _finished_equal(run, STEPS)
+    _clean(run)
+
+
 def test_rank0_killed(tmp_path: Path) -> None:
     """The next-oldest worker becomes rank 0 and training goes on from its state."""
     job = ElasticJob(tmp_path, HOSTS, ["-np", 3, "--min-np", 2], env={"TRAIN_FAIL": "0:15:sigkill"})
