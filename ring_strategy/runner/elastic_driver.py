@@ -24,8 +24,10 @@ What changes the membership:
 - members of the current world ask for the next one (an elastic reset after
   an error such as a timeout, ``ask_for_next_world``): once every live member
   has asked, the same workers form a new world; a member that neither asks
-  nor exits within :data:`RESET_GRACE_SECONDS` of the first request is taken
-  for lost (stopped or hung): it is killed, which makes it a failure.
+  nor exits soon enough after the first request is taken for lost and
+  killed, which makes it a failure: within :data:`RESET_GRACE_SECONDS` when
+  its process is stopped (SIGSTOP), within the start timeout when it runs
+  (it may be busy computing).
 
 The job ends with 0 once every worker has exited and one of them finished.
 It fails with a message when it has had fewer than ``--min-np`` workers for
@@ -58,8 +60,9 @@ from ring_strategy.runner.worker_env import elastic_worker_environment
 
 __all__ = ["RESET_GRACE_SECONDS", "ElasticJob"]
 
-#: Seconds a member of a world may take to ask for the next world, or to
-#: exit, once another member has asked; after that it is taken for lost.
+#: Seconds a stopped member of a world (SIGSTOP) is given to ask for the
+#: next world, or to exit, once another member has asked; after that it is
+#: taken for lost. A running member gets the start timeout.
 RESET_GRACE_SECONDS = 5.0
 
 # Workers wait this much longer for a world than the driver waits for
@@ -207,13 +210,15 @@ class ElasticJob(Job):
             return True
         if self._reset_asked_at is None:
             self._reset_asked_at = now
-        elif now - self._reset_asked_at >= RESET_GRACE_SECONDS:
-            for w in members:
-                if w not in asked and w.signalled == 0:
-                    log(f"{self._where(w)} did not leave world {g} within {RESET_GRACE_SECONDS:g} s of worker "
-                        f"{asked[0].number}: taking it for lost")
-                    w.group.signal(signal.SIGKILL)
-                    w.signalled = 2
+        waited = now - self._reset_asked_at
+        for w in members:
+            # A stopped process will not come; a running one may be busy computing.
+            grace = RESET_GRACE_SECONDS if _stopped(w.group.procs[w.number].pid) else self.plan.start_timeout
+            if w not in asked and w.signalled == 0 and waited >= grace:
+                log(f"{self._where(w)} did not leave world {g} within {grace:g} s of worker "
+                    f"{asked[0].number}: taking it for lost")
+                w.group.signal(signal.SIGKILL)
+                w.signalled = 2
         return False
 
     def _publish(self, members: List[_Worker]) -> Optional[int]:
@@ -375,3 +380,12 @@ def _exists(client: StoreClient, key: str) -> bool:
     except TimeoutError:
         return False
     return True
+
+
+def _stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped (by a signal or a tracer)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+    except (OSError, IndexError):
+        return False
