@@ -205,7 +205,7 @@ class ElasticJob(Job):
         if not asked:
             return False
         if len(asked) == len(members):
-            log(f"world {g}: every member asked for a new world (worker(s) "
+            log(f"every member of world {g} asked for a new world (worker(s) "
                 f"{', '.join(str(w.number) for w in asked)})")
             return True
         if self._reset_asked_at is None:

@@ -11,7 +11,8 @@ whether the hosts changed, and if so resets (syncing unless ``skip_sync``).
 Settings (environment): ``TRAIN_STEPS`` (default 40), ``TRAIN_SLEEP``
 (seconds per step, default 0.05), ``TRAIN_FAIL`` = ``WORKER:STEP:MODE``
 (the worker numbered WORKER fails at STEP by MODE: ``sigkill``, ``raise``,
-``exit3``, ``stop`` (SIGSTOP while its part of a transfer is running);
+``exit3``, ``stop`` (SIGSTOP while its part of a transfer is running),
+``internal`` (raises ``HorovodInternalError`` once, without failing);
 WORKER ``all``: every worker). ``TRAIN_DIE_ON_RESET`` = WORKER: that worker
 kills itself once it caught an error, while the next world forms. TAG is unused; tests pass a unique
 one to find leftover processes. ``TRAIN_PROGRESS``: a file rank 0 rewrites
@@ -103,7 +104,11 @@ def main() -> None:
                     time.sleep(0.01)
                 else:
                     rs.synchronize(ballast)
-            if fail_worker in (worker, "all") and state["step"] == int(fail_step):
+            if fail_mode == "internal" and fail_worker in (worker, "all") and state["step"] == int(fail_step):
+                fail_mode = "done"  # once: as after a timeout that every rank saw
+                raise HorovodInternalError("simulated: every rank timed out")
+            if fail_mode in ("sigkill", "stop", "exit3", "raise") and fail_worker in (worker, "all") \
+                    and state["step"] == int(fail_step):
                 print(f"victim worker {worker} pid {os.getpid()} failing at {time.time():.3f}", flush=True)
                 if fail_mode == "sigkill":
                     os.kill(os.getpid(), signal.SIGKILL)

@@ -141,6 +141,18 @@ def test_stopped_worker_is_taken_for_lost(tmp_path: Path) -> None:
     _clean(run)
 
 
+def test_every_rank_resetting_reforms_the_same_workers(tmp_path: Path) -> None:
+    """Every rank raises HorovodInternalError and resets, nobody is lost: the same workers form a new world."""
+    job = ElasticJob(tmp_path, HOSTS, ["-np", 3], env={"TRAIN_FAIL": "all:10:internal"})
+    run = job.finish()
+    assert run.returncode == 0, run.tail()
+    assert run.worlds() == {1: list(zip([0, 1, 2], HOSTS)), 2: list(zip([0, 1, 2], HOSTS))}, run.tail()
+    assert "every member of world 1 asked for a new world" in run.output and "blacklisted" not in run.output, run.tail()
+    assert set(run.synced_steps(2).values()) == {10}, run.synced_steps(2)
+    _finished_equal(run, STEPS)
+    _clean(run)
+
+
 def test_host_added_2_to_3(tmp_path: Path) -> None:
     """A host the discovery script starts listing gets a worker, which takes rank 0's state."""
     steps = 150
