@@ -188,7 +188,7 @@ class ElasticJob(Job):
         if self.short_since is None:
             self.short_since = now
             if not self.finishing:  # the others are about to finish too
-                    log(f"{len(members)} worker(s), fewer than --min-np {self.settings.min_np}: waiting up to "
+                log(f"{len(members)} worker(s), fewer than --min-np {self.settings.min_np}: waiting up to "
                     f"{self.settings.elastic_timeout:g} s (--elastic-timeout) for more slots")
         elif now - self.short_since >= self.settings.elastic_timeout:
             log(f"fewer than --min-np {self.settings.min_np} workers for {self.settings.elastic_timeout:g} s "
@@ -227,7 +227,8 @@ class ElasticJob(Job):
         limit = self.settings.reset_limit
         counts = previous is not None and not self.finishing  # leaving a finishing job is no reset
         if counts and limit is not None and self.resets >= limit:
-            log(f"the job would reset a {self.resets + 1}. time, more than --reset-limit {limit}; the job failed")
+            log(f"the job would reset again after {self.resets} reset(s), more than --reset-limit {limit}; "
+                "the job failed")
             return 1
         generation = 1 if previous is None else previous.generation + 1
         if previous is not None:
