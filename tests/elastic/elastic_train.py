@@ -70,22 +70,25 @@ def main() -> None:
 
     steps = int(os.environ.get("TRAIN_STEPS", "40"))
     pause = float(os.environ.get("TRAIN_SLEEP", "0.05"))
-    worker = os.environ.get("RING_ELASTIC_WORKER", "-")
+    worker = os.environ.get("RING_ELASTIC_WORKER", os.environ.get("RING_RANK", "0"))  # without elastic: the rank
     fail_worker, fail_step, fail_mode = (os.environ.get("TRAIN_FAIL", "") or "none:-1:none").split(":")
     progress = os.environ.get("TRAIN_PROGRESS", "")
     x, y = data()
     state = {"step": 0, "w": np.zeros(DIM, np.float32)}
     committed = dict(step=0, w=state["w"].copy())
 
+    def world() -> int:
+        return rs.basics._env().world_generation or 0  # 0: not an elastic job
+
     def joined() -> None:
-        print(f"world {rs.basics._env().world_generation} worker {worker} pid {os.getpid()} rank {rs.rank()} "
+        print(f"world {world()} worker {worker} pid {os.getpid()} rank {rs.rank()} "
               f"size {rs.size()} at {time.time():.3f}", flush=True)
 
     def sync() -> None:
         both = rs.broadcast(np.append(state["w"], np.float32(state["step"])), 0, name="sync")
         state["w"], state["step"] = both[:DIM].copy(), int(both[DIM])
         committed.update(step=state["step"], w=state["w"].copy())
-        print(f"synced world {rs.basics._env().world_generation} rank {rs.rank()} step {state['step']} "
+        print(f"synced world {world()} rank {rs.rank()} step {state['step']} "
               f"params {state['w'].tobytes().hex()}", flush=True)
 
     rs.init()
@@ -127,7 +130,7 @@ def main() -> None:
                     f.write(f"{state['step']} {rs.size()}\n")
                 os.replace(progress + ".tmp", progress)
             if first:
-                print(f"first step world {rs.basics._env().world_generation} at {time.time():.3f}", flush=True)
+                print(f"first step world {world()} at {time.time():.3f}", flush=True)
                 first = False
             time.sleep(pause)
         except HorovodInternalError as e:

@@ -153,6 +153,18 @@ def test_every_rank_resetting_reforms_the_same_workers(tmp_path: Path) -> None:
     _clean(run)
 
 
+def test_reset_without_elastic_launcher_reforms_the_same_ranks(tmp_path: Path) -> None:
+    """Under plain ringrun (no elastic option) the same loop resets into the same ranks and trains on."""
+    job = ElasticJob(tmp_path, None, ["-np", 2], env={"TRAIN_FAIL": "all:10:internal"})
+    run = job.finish()
+    assert run.returncode == 0, run.tail()
+    assert run.output.count("caught HorovodInternalError") == 2 and "ringrun: world" not in run.output, run.tail()
+    assert {w: len(set(p)) for w, p in _pids(run).items()} == {0: 1, 1: 1}, _pids(run)
+    assert run.synced_steps(0) == {0: 10, 1: 10}, run.tail()  # the last sync, after the reset: from the commit
+    _finished_equal(run, STEPS)
+    _clean(run)
+
+
 def test_host_added_2_to_3(tmp_path: Path) -> None:
     """A host the discovery script starts listing gets a worker, which takes rank 0's state."""
     steps = 150
