@@ -11,6 +11,7 @@ the first step in the new world) times are printed.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Dict, List
 
@@ -171,12 +172,15 @@ def test_host_added_2_to_3(tmp_path: Path) -> None:
     job = ElasticJob(tmp_path, HOSTS[:2], ["-np", 2, "--max-np", 3],
                      env={"TRAIN_STEPS": str(steps), "TRAIN_SLEEP": "0.02"})
     job.wait_progress(10, size=2)
+    added_at = time.time()
     job.set_hosts(HOSTS)
     job.wait_progress(0, size=3)
     run = job.finish()
     assert run.returncode == 0, run.tail()
     worlds = run.worlds()
     assert worlds[2] == list(zip([0, 1, 2], HOSTS)), run.tail()
+    joined_at = max(j["at"] for j in run.joined() if j["world"] == 2)
+    print(f"host added: every rank in world 2 {joined_at - added_at:.3f} s after the discovery file changed")
     synced = run.synced(2)
     assert sorted(synced) == [0, 1, 2] and len(set(synced.values())) == 1, f"world 2 sync: {synced}"
     assert "blacklisted" not in run.output and "caught" not in run.output, run.tail()
