@@ -24,6 +24,14 @@ Worker variables
     ``horovodrun`` gives them (:data:`HOROVOD_ALIASES`), since scripts and
     test suites read those. None of these names is a setting of the engine's
     own configuration table (``ring_strategy._native.config_table()``).
+
+Elastic jobs
+    ``ringrun``'s elastic driver gives each worker :data:`ELASTIC_WORKER`
+    instead of a rank: the worker asks the driver's store for its place in
+    each world (generation) the driver forms (:func:`elastic_key`). The
+    engine of world ``g`` runs under the job id :func:`world_job_id`, so its
+    shared-memory names and rendezvous keys carry the generation and no
+    process of one world can join another.
 """
 
 from __future__ import annotations
@@ -33,9 +41,12 @@ import re
 from typing import Iterable, List
 
 __all__ = [
+    "ABANDONED_ENDPOINT",
     "ADVERTISE_HOST",
     "CROSS_RANK",
     "CROSS_SIZE",
+    "ELASTIC_TIMEOUT",
+    "ELASTIC_WORKER",
     "HOROVOD_ALIASES",
     "HOSTNAME",
     "JOB_ID",
@@ -54,10 +65,13 @@ __all__ = [
     "WORKER_VARIABLES",
     "WORKER_VARIABLES_AND_ALIASES",
     "check_job_id",
+    "elastic_key",
     "job_shm_paths",
     "remove_job_shm",
+    "rendezvous_key",
     "shm_segment_names",
     "shm_segment_paths",
+    "world_job_id",
 ]
 
 # ---------------------------------------------------------------- worker variables
@@ -74,6 +88,15 @@ HOSTNAME = "RING_HOSTNAME"
 #: Seconds the workers may take to find each other (read by ``init()``
 #: whatever the launcher; ringrun also takes its default from it).
 START_TIMEOUT = "RING_START_TIMEOUT"
+
+#: Set only by ringrun's elastic driver: the worker's number in the job
+#: (``0``, ``1``, ... in launch order). Its presence makes the worker an
+#: elastic one (:class:`~ring_strategy.environments.ElasticEnvironment`).
+ELASTIC_WORKER = "RING_ELASTIC_WORKER"
+#: Seconds an elastic job may have fewer than ``--min-np`` workers, and an
+#: elastic worker may wait for its next world (``HOROVOD_ELASTIC_TIMEOUT``
+#: is read too).
+ELASTIC_TIMEOUT = "RING_ELASTIC_TIMEOUT"
 
 #: What :class:`~ring_strategy.environments.RingrunEnvironment` reads: the
 #: worker's place in the job and how to reach its peers.
@@ -154,6 +177,43 @@ def shm_segment_names(job_id: str, rank: int) -> List[str]:
     return [f"/ring.{job_id}{suffix}.{rank}" for suffix in _MESH_SUFFIXES]
 
 
+def world_job_id(job_id: str, generation: int) -> str:
+    """The job id the engine of world ``generation`` of elastic job ``job_id`` runs under.
+
+    Example:
+        >>> world_job_id("abc", 3)
+        'abc_g3'
+    """
+    check_job_id(job_id)
+    return check_job_id(f"{job_id}_g{int(generation)}")
+
+
+def rendezvous_key(job_id: str, generation: int, *parts: object) -> str:
+    """A key of ``init()``'s rendezvous for world ``generation`` of job ``job_id``.
+
+    ``init()`` writes ``endpoint/<rank>`` (the rank's engine endpoint), then
+    ``connected/<rank>`` and ``done/<rank>``, and waits for every rank's.
+    The elastic driver writes the missing ones of a world it gave up on, so
+    that no rank waits for them (:data:`ABANDONED_ENDPOINT`).
+    """
+    return "/".join([f"ring/{job_id}/init{int(generation)}", *(str(p) for p in parts)])
+
+
+#: The endpoint the elastic driver writes for a rank of a world it gave up
+#: on: the engine rejects it, so ``init()`` fails at once.
+ABANDONED_ENDPOINT = "abandoned-world"
+
+
+def elastic_key(job_id: str, *parts: object) -> str:
+    """A key of elastic job ``job_id``'s membership in the driver's store.
+
+    ``elastic_key(job, "world", g)`` holds world ``g`` (written once, before
+    ``elastic_key(job, "latest")`` says ``g``); see
+    :mod:`ring_strategy.runner.membership` for the value.
+    """
+    return "/".join(["ring", job_id, "elastic", *(str(p) for p in parts)])
+
+
 def shm_segment_paths(job_id: str, ranks: Iterable[int]) -> List[str]:
     """The files under :data:`SHM_DIR` that the ranks ``ranks`` of job ``job_id`` create.
 
@@ -166,20 +226,26 @@ def shm_segment_paths(job_id: str, ranks: Iterable[int]) -> List[str]:
 def job_shm_paths(job_id: str) -> List[str]:
     """The paths under :data:`SHM_DIR` of job ``job_id``'s segments that exist now, any rank.
 
-    Only names :func:`shm_segment_names` gives for some rank of this job
-    count, so job ``abc`` never claims job ``abcd``'s segments. (A job id
-    ending in ``-c`` shares names with the control mesh of the id without
-    it: give jobs ids that do not.)
+    Only names :func:`shm_segment_names` gives for some rank of this job, or
+    of one of its elastic worlds (:func:`world_job_id`), count, so job
+    ``abc`` never claims job ``abcd``'s segments. (A job id ending in ``-c``
+    or ``_g<N>`` shares names with the control mesh or a world of the id
+    without it: give jobs ids that do not.)
     """
     check_job_id(job_id)
     try:
         entries = os.listdir(SHM_DIR)
     except OSError:
         return []
+    world = re.compile(re.escape(job_id) + r"(_g[0-9]+)?")
     found = []
     for entry in entries:
-        rank = entry.rpartition(".")[2]
-        if rank.isascii() and rank.isdigit() and "/" + entry in shm_segment_names(job_id, int(rank)):
+        head, _, rank = entry.rpartition(".")
+        if not (rank.isascii() and rank.isdigit() and head.startswith("ring.")):
+            continue
+        mesh_id = head[len("ring."):]
+        owners = [i for i in (mesh_id, mesh_id[:-len("-c")]) if world.fullmatch(i)]
+        if any("/" + entry in shm_segment_names(i, int(rank)) for i in owners):
             found.append(os.path.join(SHM_DIR, entry))
     return sorted(found)
 

@@ -93,7 +93,8 @@ def init(comm: Any = None, process_sets: Any = None) -> None:
             advertise_host=env.advertise_host,
         )
         if env.size > 1:
-            _rendezvous(env, rt, _state.generation, start_timeout)
+            world = env.world_generation
+            _rendezvous(env, rt, _state.generation if world is None else world, start_timeout)
         else:
             rt.connect([rt.local_endpoint()])
         rt.start()
@@ -124,7 +125,7 @@ def _rendezvous(env: ClusterEnvironment, rt: _native.Runtime, generation: int, t
     try:
         store = StoreClient(env.rendezvous_address, env.secret, timeout=timeout)
         try:
-            prefix = f"ring/{env.job_id}/init{generation}"
+            prefix = _contracts.rendezvous_key(env.job_id, generation)
             store.set(f"{prefix}/endpoint/{env.rank}", rt.local_endpoint().encode())
             endpoints = [
                 store.get(f"{prefix}/endpoint/{r}", timeout=timeout).decode()

@@ -15,6 +15,7 @@ import pytest
 
 from ring_strategy.environments import (
     DETECTION_ORDER,
+    ElasticEnvironment,
     LocalEnvironment,
     MpirunEnvironment,
     RingrunEnvironment,
@@ -239,7 +240,7 @@ def test_slurm_rendezvous_port_override():
 
 # ---------------------------------------------------------------- detection
 def test_detection_order():
-    assert DETECTION_ORDER == [RingrunEnvironment, TorchrunEnvironment, MpirunEnvironment,
+    assert DETECTION_ORDER == [RingrunEnvironment, ElasticEnvironment, TorchrunEnvironment, MpirunEnvironment,
                                SlurmEnvironment, LocalEnvironment]
 
 

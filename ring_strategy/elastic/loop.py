@@ -51,8 +51,8 @@ def run(func: _Func) -> _Func:
     training loop (see the module's docstring).
 
     The state is synced from rank 0 before the first call and after every
-    reset (unless every rank may skip it: hosts were only added and no rank
-    is new); after a ``HorovodInternalError`` it is first restored to its
+    reset (unless every rank may skip it: workers were only removed, so every
+    member holds the same state); after a ``HorovodInternalError`` it is first restored to its
     last commit.
 
     Args:

@@ -68,7 +68,7 @@ class State:
 
         Raises:
             HostsUpdatedInterrupt: the hosts changed; ``skip_sync`` is True
-                when hosts were only added.
+                when workers were only removed.
         """
         updated, skip_sync = self._bcast_object(tuple(_world.host_updates()))
         if updated:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import List, Type
 
 from ring_strategy.environments.base import ClusterEnvironment
+from ring_strategy.environments.elastic import ElasticEnvironment
 from ring_strategy.environments.external import ExternalLauncherEnvironment
 from ring_strategy.environments.local import LocalEnvironment
 from ring_strategy.environments.mpirun import MpirunEnvironment
@@ -19,6 +20,7 @@ from ring_strategy.environments.torchrun import TorchrunEnvironment
 __all__ = [
     "DETECTION_ORDER",
     "ClusterEnvironment",
+    "ElasticEnvironment",
     "ExternalLauncherEnvironment",
     "LocalEnvironment",
     "MpirunEnvironment",
@@ -35,6 +37,9 @@ __all__ = [
 # must be asked first:
 # - ringrun: its RING_RANK/RING_SIZE are set only by ringrun (or the Ray
 #   executor, or a user who means them).
+# - ringrun's elastic driver: RING_ELASTIC_WORKER is set by nothing else; its
+#   workers get it instead of RING_RANK/RING_SIZE (whose values would go
+#   stale), and a job a worker starts drops it.
 # - torchrun: it sets RANK, WORLD_SIZE, LOCAL_RANK and MASTER_ADDR/PORT for its
 #   own workers; torchrun itself is usually started by srun or by hand, rarely
 #   by mpirun.
@@ -46,6 +51,7 @@ __all__ = [
 # - LocalEnvironment always detects: a single process with no launcher.
 DETECTION_ORDER: List[Type[ClusterEnvironment]] = [
     RingrunEnvironment,
+    ElasticEnvironment,
     TorchrunEnvironment,
     MpirunEnvironment,
     SlurmEnvironment,

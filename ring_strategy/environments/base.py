@@ -136,6 +136,17 @@ class ClusterEnvironment(abc.ABC):
         return self._host_id
 
     @property
+    def world_generation(self) -> Optional[int]:
+        """The launcher's number for the world this process joins, or None.
+
+        None (the default): the job's membership never changes, and each
+        process numbers its own ``init()`` calls. An elastic launcher numbers
+        its worlds itself, since a worker that joins later has made fewer
+        calls than those it joins; the rendezvous keys carry this number.
+        """
+        return None
+
+    @property
     def rendezvous_bind_address(self) -> Optional[str]:
         """``"host:port"`` this process serves the rendezvous store on, or None.
 

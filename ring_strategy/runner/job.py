@@ -214,8 +214,7 @@ class Job:
                     old_handlers[sig] = signal.signal(sig, self._on_signal)
             address = self._rendezvous_address(store.address)
             if self.plan.verbose:
-                log(f"job {self.job_id}: {self.plan.size} workers on {len(self.plan.hosts)} "
-                    f"host(s), rendezvous at {address}")
+                log(f"job {self.job_id}: {self._describe()}, rendezvous at {address}")
             code = self._start_all(address)
             if code is None:
                 code = self._supervise()
@@ -230,6 +229,10 @@ class Job:
                 signal.signal(sig, handler)
             store.stop()
             names.remove_job_shm(self.job_id)  # what workers killed on this host left
+
+    def _describe(self) -> str:
+        """What runs, for ``--verbose``."""
+        return f"{self.plan.size} workers on {len(self.plan.hosts)} host(s)"
 
     def _store_bind_host(self) -> str:
         """Loopback for a job on this machine only, else the interface's address or all."""

@@ -6,6 +6,7 @@ Usage::
     ringrun -np 4 -H localhost:4 --start-timeout 120 python train.py
     ringrun -np 8 -H host1:4,host2:4 python train.py
     ringrun -np 8 --hostfile hosts.txt --ssh-port 2222 --output-filename logs python train.py
+    ringrun -np 2 --min-np 1 --max-np 4 --host-discovery-script ./hosts.sh python train.py
     ringrun --check-build
 
 ringrun makes a fresh job secret and job id, serves the rendezvous store, and
@@ -20,6 +21,10 @@ fails, the others are terminated (SIGTERM, then SIGKILL after a grace period)
 and ringrun exits with the failing worker's code (128 + N for a signal N).
 SIGINT or SIGTERM to ringrun terminate all workers the same way, and ringrun
 exits with 130 or 143.
+
+With ``--min-np``, ``--max-np`` or ``--host-discovery-script`` the job is
+elastic (:mod:`ring_strategy.runner.elastic_driver`): workers may fail,
+leave and join while it runs.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from typing import List, Optional, Sequence
 
 from ring_strategy import _contracts as names
 from ring_strategy.launcher_watch import GRACE_SECONDS
+from ring_strategy.runner.elastic_args import ElasticSettings, add_elastic_options, elastic_settings
 from ring_strategy.runner.hosts import HostSlots, assign_ranks, is_this_host, parse_hostfile, parse_hosts
 from ring_strategy.runner.job import Job, JobPlan
 from ring_strategy.runner.remote import SshSettings
@@ -85,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
         f"(default: {DEFAULT_GRACE_SECONDS:g})",
     )
     _add_multi_host_options(parser)
+    add_elastic_options(parser)
     parser.add_argument(
         "--timeline-filename", metavar="PATH",
         help="rank 0 writes a Chrome trace of every tensor's phases to PATH (sets RING_TIMELINE)",
@@ -218,6 +225,14 @@ def _plan(parser: argparse.ArgumentParser, args: argparse.Namespace, command: Li
     )
 
 
+def _elastic_plan(parser: argparse.ArgumentParser, args: argparse.Namespace, command: List[str],
+                  elastic: ElasticSettings) -> JobPlan:
+    """The plan of an elastic job: its driver places the workers as hosts come and go."""
+    start_timeout = _start_timeout(parser, args.start_timeout)
+    return JobPlan(command=command, hosts=[], local=[], size=elastic.np, start_timeout=start_timeout,
+                   grace=_grace_period(parser, args.grace_period), verbose=args.verbose)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Runs ``ringrun``.
 
@@ -240,7 +255,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         command = command[1:]
     if not command:
         parser.error("missing the command to run, e.g. ringrun -np 2 python train.py")
-    plan = _plan(parser, args, command)
+    elastic = elastic_settings(parser, args, _hosts(parser, args))
+    plan = _elastic_plan(parser, args, command, elastic) if elastic else _plan(parser, args, command)
     if args.timeline_filename:
         # The workers inherit ringrun's environment; an absolute path keeps
         # the file where the user asked whatever directory rank 0 runs in.
@@ -252,6 +268,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         os.makedirs(plan.output_dir or ".", exist_ok=True)
     except OSError as e:
         parser.error(f"--output-filename: cannot create {args.output_filename!r}: {e.strerror or e}")
+    if elastic:
+        from ring_strategy.runner.elastic_driver import ElasticJob
+
+        return ElasticJob(plan, elastic).run()
     return Job(plan).run()
 
 

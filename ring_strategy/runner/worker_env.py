@@ -14,7 +14,7 @@ from typing import Dict, Mapping, Optional
 
 from ring_strategy import _contracts as names
 
-__all__ = ["forwarded_environment", "worker_environment"]
+__all__ = ["elastic_worker_environment", "forwarded_environment", "worker_environment"]
 
 # Variables that describe ringrun's host or login session, not the job: a
 # remote worker keeps its own host's values.
@@ -64,7 +64,8 @@ def worker_environment(
     Returns:
         A new environment mapping.
     """
-    env = dict(base)
+    env = _job_variables(base, rendezvous_address=rendezvous_address, secret=secret, job_id=job_id,
+                         start_timeout=start_timeout, hostname=hostname)
     env.update({
         names.RANK: str(rank),
         names.SIZE: str(size),
@@ -72,6 +73,56 @@ def worker_environment(
         names.LOCAL_SIZE: str(size if local_size is None else local_size),
         names.CROSS_RANK: str(cross_rank),
         names.CROSS_SIZE: str(cross_size),
+    })
+    env.pop(names.ELASTIC_WORKER, None)  # a job started from an elastic worker is not elastic
+    return _with_aliases(env)
+
+
+def elastic_worker_environment(
+    base: Mapping[str, str],
+    *,
+    worker: int,
+    rendezvous_address: str,
+    secret: bytes,
+    job_id: str,
+    start_timeout: float,
+    elastic_timeout: float,
+    hostname: str,
+) -> Dict[str, str]:
+    """Builds the environment of one worker of an elastic job.
+
+    Such a worker has no fixed rank: it gets its number in the job
+    (:data:`~ring_strategy._contracts.ELASTIC_WORKER`) and learns its place in
+    each world from the driver's store when it calls ``init()``. Layout
+    variables of ``base`` are left out.
+
+    Args:
+        base: The environment to start from (ringrun's own).
+        worker: The worker's number, in launch order from 0.
+        rendezvous_address: ``host:port`` of the driver's store.
+        secret: The job secret.
+        job_id: The job id.
+        start_timeout: Seconds the workers of one world may take to find each other.
+        elastic_timeout: Seconds the worker may wait for its next world.
+        hostname: The host the worker was placed on.
+
+    Returns:
+        A new environment mapping.
+    """
+    layout = set(names.LAYOUT_VARIABLES) | set(names.HOROVOD_ALIASES)
+    env = _job_variables({k: v for k, v in base.items() if k not in layout},
+                         rendezvous_address=rendezvous_address, secret=secret, job_id=job_id,
+                         start_timeout=start_timeout, hostname=hostname)
+    env[names.ELASTIC_WORKER] = str(worker)
+    env[names.ELASTIC_TIMEOUT] = f"{elastic_timeout:g}"
+    return _with_aliases(env)
+
+
+def _job_variables(base: Mapping[str, str], *, rendezvous_address: str, secret: bytes, job_id: str,
+                   start_timeout: float, hostname: str) -> Dict[str, str]:
+    """``base`` with what every worker of a job shares, whatever its place."""
+    env = dict(base)
+    env.update({
         names.RENDEZVOUS_ADDR: rendezvous_address,
         names.SECRET: secret.hex(),
         names.JOB_ID: names.check_job_id(job_id),
@@ -80,7 +131,12 @@ def worker_environment(
         # Prompt, whole lines from Python workers (and any Python they start).
         "PYTHONUNBUFFERED": "1",
     })
-    env.update({alias: env[ours] for alias, ours in names.HOROVOD_ALIASES.items()})
+    return env
+
+
+def _with_aliases(env: Dict[str, str]) -> Dict[str, str]:
+    """Adds Horovod's name of each worker variable ``env`` has."""
+    env.update({alias: env[ours] for alias, ours in names.HOROVOD_ALIASES.items() if ours in env})
     return env
 
 
