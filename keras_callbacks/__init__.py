@@ -3,7 +3,10 @@
 Works on the TensorFlow, JAX and torch Keras backends (choose one with
 ``KERAS_BACKEND`` before importing keras), inside the compiled train step.
 Besides the optimizer wrapper and the callbacks, this module gives the
-process API and the numpy collectives, so a script needs no other import.
+process API, the collectives on values (numpy results; ``allreduce`` and
+``reducescatter`` with ``horovod.keras``'s arguments), the object
+collectives, the timeline, Horovod's build queries and exceptions, so a
+script needs no other import.
 The callbacks are also under ``hvd.callbacks``, as in ``horovod.keras``.
 
 Example::
@@ -35,8 +38,22 @@ from ring_strategy.basics import (
     shutdown,
     size,
 )
+from ring_strategy.build_queries import (
+    ccl_built,
+    cuda_built,
+    ddl_built,
+    gloo_built,
+    gloo_enabled,
+    mpi_built,
+    mpi_enabled,
+    mpi_threads_supported,
+    nccl_built,
+    rocm_built,
+)
 from ring_strategy.exceptions import (
     BadArgumentError,
+    HorovodInternalError,
+    HostsUpdatedInterrupt,
     MismatchError,
     PeerFailureError,
     RingError,
@@ -50,13 +67,13 @@ from ring_strategy.ops import (
     Product,
     Sum,
     allgather,
-    allreduce,
     alltoall,
     barrier,
     broadcast,
-    reducescatter,
 )
+from ring_strategy.timeline import start_timeline, stop_timeline
 
+from keras_callbacks.collectives import allgather_object, allreduce, broadcast_object, reducescatter
 from keras_callbacks.compression import Compression
 from keras_callbacks.optimizer import DistributedOptimizer, load_model
 from keras_callbacks import callbacks
@@ -72,7 +89,11 @@ __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size", "cross_rank", "cross_size",
     "Average", "Sum", "Min", "Max", "Product",
     "allreduce", "allgather", "broadcast", "alltoall", "reducescatter", "barrier",
+    "broadcast_object", "allgather_object", "start_timeline", "stop_timeline",
     "RingError", "BadArgumentError", "MismatchError", "PeerFailureError", "RingTimeoutError", "ShutdownError",
+    "HorovodInternalError", "HostsUpdatedInterrupt",
+    "mpi_built", "mpi_enabled", "mpi_threads_supported", "gloo_built", "gloo_enabled", "nccl_built", "ddl_built",
+    "ccl_built", "cuda_built", "rocm_built",
     "Compression", "DistributedOptimizer", "load_model", "callbacks",
     "BroadcastGlobalVariablesCallback", "MetricAverageCallback",
     "LearningRateScheduleCallback", "LearningRateWarmupCallback", "shard",
