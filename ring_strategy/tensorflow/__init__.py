@@ -48,7 +48,7 @@ from ring_strategy.tensorflow.functions import (
     broadcast_object,
     broadcast_variables,
 )
-from ring_strategy.tensorflow.gradient_tape import DistributedGradientTape
+from ring_strategy.tensorflow.gradient_tape import DistributedGradientTape, PartialDistributedGradientTape
 from ring_strategy.tensorflow.mpi_ops import (
     Adasum,
     Average,

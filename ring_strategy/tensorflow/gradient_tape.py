@@ -1,4 +1,6 @@
-"""DistributedGradientTape: a tf.GradientTape whose gradients are averaged over all ranks."""
+"""DistributedGradientTape: a tf.GradientTape whose gradients are averaged
+over all ranks; PartialDistributedGradientTape: the same, except for the
+variables of the layers that stay local to each rank."""
 
 from __future__ import annotations
 
@@ -50,6 +52,12 @@ class _TensorFlowFlattener(Flattener):
 class _DistributedGradientTape(tf.GradientTape):
     """Methods placed in front of the user's tape class; see :func:`DistributedGradientTape`."""
 
+    def register_local_source(self, source: Any) -> None:
+        """Marks ``source`` (a variable) as local to this rank: its gradient is
+        not reduced, only divided by ``size()`` when the tape was made with
+        ``scale_local_gradients=True``."""
+        self._ring_local.add(_source_key(source))
+
     @_do_not_convert
     def gradient(self, target, sources, output_gradients=None,
                  unconnected_gradients=tf.UnconnectedGradients.NONE):
@@ -57,11 +65,32 @@ class _DistributedGradientTape(tf.GradientTape):
         if size() == 1 and self._ring_compression is Compression.none:
             return grads
         flat = tf.nest.flatten(grads)
-        return tf.nest.pack_sequence_as(grads, self._ring_allreduce(flat))
+        if not self._ring_local:
+            return tf.nest.pack_sequence_as(grads, self._ring_allreduce(flat))
+        local = [_source_key(s) in self._ring_local for s in tf.nest.flatten(sources)]
+        shared = iter(self._ring_allreduce([g for g, mine in zip(flat, local) if not mine]))
+        out = [(_divided(g, size()) if self._ring_scale_local else g) if mine else next(shared)
+               for g, mine in zip(flat, local)]
+        return tf.nest.pack_sequence_as(grads, out)
 
     def _ring_allreduce(self, grads: List[Any]) -> List[Any]:
         return allreduce_gradients(grads, self._ring_op, self._ring_compression, self._ring_sparse_as_dense,
                                    self._ring_predivide, "DistributedGradientTape")
+
+
+def _source_key(source: Any) -> Any:
+    """A hashable identity of a source: its tf.Variable (a Keras variable's
+    ``value`` on the TensorFlow backend), through ``ref()``."""
+    value = getattr(source, "value", source) if not hasattr(source, "ref") else source
+    return value.ref() if hasattr(value, "ref") else id(source)
+
+
+def _divided(grad: Any, n: int) -> Any:
+    if grad is None or n == 1:
+        return grad
+    if isinstance(grad, tf.IndexedSlices):
+        return tf.IndexedSlices(grad.values / tf.cast(n, grad.values.dtype), grad.indices, grad.dense_shape)
+    return grad / tf.cast(n, grad.dtype)
 
 
 def check_gradient_reduction(op: Any, gradient_predivide_factor: Any, process_set: ProcessSet) -> int:
@@ -150,7 +179,9 @@ def DistributedGradientTape(gradtape: tf.GradientTape, device_dense: str = "", d
         num_groups, groups: accepted for Horovod compatibility; every dense
             gradient is fused anyway.
         process_set: only the global set is supported.
-        scale_local_gradients: accepted for Horovod compatibility.
+        scale_local_gradients: divide the gradients of the sources marked
+            local (``register_local_source``, or the ``local_layers`` of
+            :func:`PartialDistributedGradientTape`) by ``size()``.
 
     Example::
 
@@ -174,4 +205,43 @@ def DistributedGradientTape(gradtape: tf.GradientTape, device_dense: str = "", d
     tape._ring_sparse_as_dense = bool(sparse_as_dense)
     tape._ring_predivide = float(gradient_predivide_factor)
     tape._ring_scale_local = bool(scale_local_gradients)
+    tape._ring_local = set()
+    return tape
+
+
+def PartialDistributedGradientTape(gradtape: tf.GradientTape, device_dense: str = "", device_sparse: str = "",
+                                   compression: Any = Compression.none, sparse_as_dense: bool = False,
+                                   op: int = Average, gradient_predivide_factor: float = 1.0, num_groups: int = 0,
+                                   groups: Any = None, process_set: ProcessSet = global_process_set,
+                                   local_layers: Any = None, scale_local_gradients: bool = True) -> tf.GradientTape:
+    """:func:`DistributedGradientTape`, except that the gradients of the
+    trainable variables of ``local_layers`` are not reduced: each rank keeps
+    its own (divided by ``size()`` with ``scale_local_gradients``), for
+    layers whose weights differ between ranks (model parallelism).
+
+    Args:
+        local_layers: a Keras layer or a list of them; None: every gradient
+            is reduced, as with :func:`DistributedGradientTape`.
+        Other arguments: as for :func:`DistributedGradientTape`.
+
+    Raises:
+        BadArgumentError: ``local_layers`` holds something that is not a Keras layer.
+
+    Example::
+
+        tape = hvd.PartialDistributedGradientTape(tape, local_layers=[model.layers[0]])
+    """
+    if local_layers is None:
+        local_layers = []
+    elif isinstance(local_layers, tf.keras.layers.Layer):
+        local_layers = [local_layers]
+    layers = list(local_layers)
+    bad = [layer for layer in layers if not isinstance(layer, tf.keras.layers.Layer)]
+    if bad:
+        raise BadArgumentError(f"local_layers should be Keras layers. Got: {bad[0]!r}")
+    tape = DistributedGradientTape(gradtape, device_dense, device_sparse, compression, sparse_as_dense, op,
+                                   gradient_predivide_factor, num_groups, groups, process_set, scale_local_gradients)
+    for layer in layers:
+        for variable in layer.trainable_weights:
+            tape.register_local_source(variable)
     return tape

@@ -1,8 +1,8 @@
 """The rest of horovod.tensorflow's surface on real workers: grouped allgather
 and reducescatter (eagerly, in tf.function, with gradients), join, the
 timeline started from the script, SyncBatchNormalization against one process
-on the global batch, and the process queries as ops. Prints
-"<rank>: <scenario> ok".
+on the global batch, PartialDistributedGradientTape, and the process queries
+as ops. Prints "<rank>: <scenario> ok".
 
 Usage: tf_surface_worker.py OUT_DIR SCENARIO...
 """
@@ -173,6 +173,35 @@ def scenario_sync_batch_norm():
         close(bn.moving_variance, ref.layers[1].moving_variance, rtol=1e-5, atol=1e-6)
         close(model(x, training=False), ref(x, training=False), rtol=1e-4, atol=1e-5)
     raises(ValueError, lambda: hvd.SyncBatchNormalization(fused=True), "fused=True")
+
+
+def scenario_partial_tape():
+    """PartialDistributedGradientTape: the gradients of local_layers stay on
+    their rank (divided by size() with scale_local_gradients), the others are
+    averaged; register_local_source marks a variable local; eagerly and in
+    tf.function."""
+    r, n = hvd.rank(), hvd.size()
+    local = tf.keras.layers.Dense(1, use_bias=False, kernel_initializer="ones")
+    local.build((None, 2))
+    shared = tf.Variable(tf.ones([3]))
+    mine = tf.Variable(tf.ones([2]))
+    x = tf.fill([1, 2], float(r + 1))
+
+    def grads(scale):
+        with tf.GradientTape() as tape:
+            loss = (tf.reduce_sum(shared) + tf.reduce_sum(local(x)) + tf.reduce_sum(mine)) * float(r + 1)
+        tape = hvd.PartialDistributedGradientTape(tape, local_layers=local, scale_local_gradients=scale)
+        tape.register_local_source(mine)
+        return tape.gradient(loss, [shared, local.kernel, mine])
+
+    for run in (lambda f: f(), lambda f: tf.function(f)()):
+        for scale, div in ((True, n), (False, 1)):
+            g_shared, g_local, g_mine = run(lambda: grads(scale))
+            equal(g_shared, np.full(3, (n + 1) / 2, np.float32))
+            equal(g_local, np.full((2, 1), (r + 1) ** 2 / div, np.float32))
+            equal(g_mine, np.full(2, (r + 1) / div, np.float32))
+    raises(hvd.BadArgumentError, lambda: hvd.PartialDistributedGradientTape(tf.GradientTape(), local_layers=["x"]),
+           "Keras layers")
 
 
 def scenario_process_ops():
