@@ -75,7 +75,7 @@ from ring_strategy.timeline import start_timeline, stop_timeline
 
 from keras_callbacks.collectives import allgather_object, allreduce, broadcast_object, reducescatter
 from keras_callbacks.compression import Compression
-from keras_callbacks.optimizer import DistributedOptimizer, load_model
+from keras_callbacks.optimizer import DistributedOptimizer, PartialDistributedOptimizer, load_model
 from keras_callbacks import callbacks
 from keras_callbacks.callbacks import (
     BroadcastGlobalVariablesCallback,
@@ -94,7 +94,7 @@ __all__ = [
     "HorovodInternalError", "HostsUpdatedInterrupt",
     "mpi_built", "mpi_enabled", "mpi_threads_supported", "gloo_built", "gloo_enabled", "nccl_built", "ddl_built",
     "ccl_built", "cuda_built", "rocm_built",
-    "Compression", "DistributedOptimizer", "load_model", "callbacks",
+    "Compression", "DistributedOptimizer", "PartialDistributedOptimizer", "load_model", "callbacks",
     "BroadcastGlobalVariablesCallback", "MetricAverageCallback",
     "LearningRateScheduleCallback", "LearningRateWarmupCallback", "shard",
 ]

@@ -1,7 +1,8 @@
 """The rest of horovod.keras' surface in keras_callbacks on two real workers
 (ringrun -np 2), once per Keras backend: broadcast_object, allgather_object,
 allreduce and reducescatter with Horovod's arguments, start_timeline /
-stop_timeline, Horovod's exceptions and build queries.
+stop_timeline, PartialDistributedOptimizer, Horovod's exceptions and build
+queries.
 
 One ringrun per backend runs every scenario of workers/surface_worker.py
 (importing TensorFlow or JAX is the slow part); each test then checks its
@@ -21,7 +22,7 @@ from tests.workers.checks import passed_ranks
 HERE = Path(__file__).parent
 WORKER = HERE / "workers" / "surface_worker.py"
 BACKENDS = ["tensorflow", "jax", "torch"]
-SCENARIOS = ["objects", "values", "timeline", "exports"]
+SCENARIOS = ["objects", "values", "timeline", "partial_optimizer", "exports"]
 _runs: dict = {}
 
 

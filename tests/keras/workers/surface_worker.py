@@ -1,7 +1,8 @@
 """The rest of horovod.keras' surface on real workers, with the backend chosen
 by KERAS_BACKEND: broadcast_object and allgather_object, allreduce and
 reducescatter with Horovod's arguments on backend tensors, the timeline
-started from the script, Horovod's exceptions and build queries. Prints
+started from the script, PartialDistributedOptimizer, Horovod's exceptions and
+build queries. Prints
 "<rank>: <scenario> ok".
 
 Usage: surface_worker.py OUT_DIR SCENARIO...
@@ -71,6 +72,38 @@ def scenario_timeline():
     if hvd.rank() == 0:
         names = {e["args"]["name"] for e in load_timeline(path) if e.get("name") == "process_name"}
         assert "keras_surface.timeline.tensor" in names, names
+
+
+def _partial_fit(scale):
+    """One SGD step of x -> Dense(1) [shared] -> Dense(1) [local] with mae
+    loss (gradient +1 on the prediction); returns both kernels."""
+    r = hvd.rank()
+    model = keras.Sequential([keras.Input((2,)),
+                              keras.layers.Dense(1, use_bias=False, kernel_initializer="ones"),
+                              keras.layers.Dense(1, use_bias=False, kernel_initializer="ones")])
+    opt = hvd.PartialDistributedOptimizer(keras.optimizers.SGD(0.1), local_layers=model.layers[1],
+                                          scale_local_gradients=scale, name=f"partial{int(scale)}")
+    model.compile(optimizer=opt, loss="mae", jit_compile=False)
+    model.fit(np.full((1, 2), r + 1.0, np.float32), np.full((1, 1), -100.0, np.float32), batch_size=1, epochs=1,
+              verbose=0)
+    return [np.asarray(w) for w in model.get_weights()]
+
+
+def scenario_partial_optimizer():
+    """PartialDistributedOptimizer: the local layer's gradient (2(r+1), from
+    h = 2(r+1)) stays on its rank, divided by size() with
+    scale_local_gradients; the shared layer's (r+1 per weight) is averaged."""
+    r, n = hvd.rank(), hvd.size()
+    for scale, div in ((True, n), (False, 1)):
+        shared, local = _partial_fit(scale)
+        close(shared, np.full((2, 1), 1 - 0.1 * (n + 1) / 2, np.float32))
+        close(local, np.full((1, 1), 1 - 0.1 * 2 * (r + 1) / div, np.float32))
+    raises(hvd.BadArgumentError, lambda: hvd.PartialDistributedOptimizer(keras.optimizers.SGD(), local_layers=["x"]),
+           "Keras layers")
+    layer = keras.layers.Dense(1)
+    layer.build((None, 2))
+    raises(NotImplementedError, lambda: hvd.PartialDistributedOptimizer(
+        keras.optimizers.SGD(), backward_passes_per_step=2, local_layers=layer), "backward_passes_per_step")
 
 
 def scenario_exports():
