@@ -44,8 +44,10 @@ from ring_strategy.timeline import start_timeline, stop_timeline
 from ring_strategy.tensorflow.compression import Compression
 from ring_strategy.tensorflow.functions import (
     allgather_object,
+    broadcast_,
     broadcast_global_variables,
     broadcast_object,
+    broadcast_object_fn,
     broadcast_variables,
 )
 from ring_strategy.tensorflow.gradient_tape import DistributedGradientTape, PartialDistributedGradientTape

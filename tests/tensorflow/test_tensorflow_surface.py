@@ -1,7 +1,7 @@
 """The rest of horovod.tensorflow's surface on two real workers (ringrun -np 2):
 grouped_allgather, grouped_reducescatter, join, start_timeline /
-stop_timeline, SyncBatchNormalization, PartialDistributedGradientTape, size_op and
-the other query ops.
+stop_timeline, SyncBatchNormalization, PartialDistributedGradientTape,
+broadcast_, broadcast_object_fn, size_op and the other query ops.
 
 One ringrun runs every scenario of workers/tf_surface_worker.py in sequence
 (importing TensorFlow is the slow part); each test then checks its
@@ -20,8 +20,8 @@ from tests.workers.checks import passed_ranks
 
 HERE = Path(__file__).parent
 WORKER = HERE / "workers" / "tf_surface_worker.py"
-SCENARIOS = ["grouped_allgather", "grouped_reducescatter", "timeline", "sync_batch_norm", "partial_tape", "process_ops",
-             "join"]
+SCENARIOS = ["grouped_allgather", "grouped_reducescatter", "timeline", "sync_batch_norm", "partial_tape",
+             "broadcast_inplace", "process_ops", "join"]
 _runs: dict = {}
 
 

@@ -32,7 +32,8 @@ def scenario_objects():
     assert got == ["x"] * n, got
     mine = {"rank": r, "data": list(range(r * 3))} if r % 2 == 0 else f"rank {r}"
     everyone = hvd.allgather_object(mine)
-    assert everyone == [{"rank": q, "data": list(range(q * 3))} if q % 2 == 0 else f"rank {q}" for q in range(n)], everyone
+    want = [{"rank": q, "data": list(range(q * 3))} if q % 2 == 0 else f"rank {q}" for q in range(n)]
+    assert everyone == want, everyone
     raises(hvd.BadArgumentError, lambda: hvd.broadcast_object(1, root_rank="0"), "root_rank")
 
 

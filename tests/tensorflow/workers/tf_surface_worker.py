@@ -1,8 +1,8 @@
 """The rest of horovod.tensorflow's surface on real workers: grouped allgather
 and reducescatter (eagerly, in tf.function, with gradients), join, the
 timeline started from the script, SyncBatchNormalization against one process
-on the global batch, PartialDistributedGradientTape, and the process queries
-as ops. Prints "<rank>: <scenario> ok".
+on the global batch, PartialDistributedGradientTape, broadcast_ and
+broadcast_object_fn, and the process queries as ops. Prints "<rank>: <scenario> ok".
 
 Usage: tf_surface_worker.py OUT_DIR SCENARIO...
 """
@@ -202,6 +202,23 @@ def scenario_partial_tape():
             equal(g_mine, np.full(2, (r + 1) / div, np.float32))
     raises(hvd.BadArgumentError, lambda: hvd.PartialDistributedGradientTape(tf.GradientTape(), local_layers=["x"]),
            "Keras layers")
+
+
+def scenario_broadcast_inplace():
+    """broadcast_ assigns the root's values to the variables and returns
+    them, eagerly and in tf.function; broadcast_object_fn is broadcast_object
+    with its arguments fixed."""
+    r, n = hvd.rank(), hvd.size()
+    a, b = tf.Variable(tf.fill([2], float(r))), tf.Variable(tf.fill([3], r * 10))
+    got = hvd.broadcast_([a, b], root_rank=n - 1, name="tf_surface.bcast_inplace")
+    equal(got[0], np.full(2, n - 1.0, np.float32))
+    equal(b, np.full(3, (n - 1) * 10, np.int32))
+    a.assign(tf.fill([2], float(r)))
+    tf.function(lambda: hvd.broadcast_([a], 0))()
+    equal(a, np.zeros(2, np.float32))
+    assert hvd.broadcast_([], 0) == []
+    fn = hvd.broadcast_object_fn(root_rank=n - 1, name="tf_surface.object_fn")
+    assert fn({"rank": r}) == {"rank": n - 1}
 
 
 def scenario_process_ops():
