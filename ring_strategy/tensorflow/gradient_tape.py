@@ -4,7 +4,7 @@ variables of the layers that stay local to each rank."""
 
 from __future__ import annotations
 
-from typing import Any, List
+from typing import Any, List, Optional
 
 import tensorflow as tf
 
@@ -56,7 +56,7 @@ class _DistributedGradientTape(tf.GradientTape):
         """Marks ``source`` (a variable) as local to this rank: its gradient is
         not reduced, only divided by ``size()`` when the tape was made with
         ``scale_local_gradients=True``."""
-        self._ring_local.add(_source_key(source))
+        self._ring_local.add(source_key(source))
 
     @_do_not_convert
     def gradient(self, target, sources, output_gradients=None,
@@ -65,32 +65,23 @@ class _DistributedGradientTape(tf.GradientTape):
         if size() == 1 and self._ring_compression is Compression.none:
             return grads
         flat = tf.nest.flatten(grads)
-        if not self._ring_local:
-            return tf.nest.pack_sequence_as(grads, self._ring_allreduce(flat))
-        local = [_source_key(s) in self._ring_local for s in tf.nest.flatten(sources)]
-        shared = iter(self._ring_allreduce([g for g, mine in zip(flat, local) if not mine]))
-        out = [(_divided(g, size()) if self._ring_scale_local else g) if mine else next(shared)
-               for g, mine in zip(flat, local)]
-        return tf.nest.pack_sequence_as(grads, out)
-
-    def _ring_allreduce(self, grads: List[Any]) -> List[Any]:
-        return allreduce_gradients(grads, self._ring_op, self._ring_compression, self._ring_sparse_as_dense,
-                                   self._ring_predivide, "DistributedGradientTape")
+        local = [source_key(s) in self._ring_local for s in tf.nest.flatten(sources)] if self._ring_local else None
+        return tf.nest.pack_sequence_as(grads, allreduce_gradients(
+            flat, self._ring_op, self._ring_compression, self._ring_sparse_as_dense, self._ring_predivide,
+            "DistributedGradientTape", local, self._ring_scale_local))
 
 
-def _source_key(source: Any) -> Any:
-    """A hashable identity of a source: its tf.Variable (a Keras variable's
-    ``value`` on the TensorFlow backend), through ``ref()``."""
+def source_key(source: Any) -> Any:
+    """A hashable identity of a variable (or tensor): its tf.Variable's
+    ``ref()`` (a Keras variable's ``value`` on the TensorFlow backend)."""
     value = getattr(source, "value", source) if not hasattr(source, "ref") else source
     return value.ref() if hasattr(value, "ref") else id(source)
 
 
-def _divided(grad: Any, n: int) -> Any:
-    if grad is None or n == 1:
-        return grad
+def _scaled(grad: Any, factor: float) -> Any:
     if isinstance(grad, tf.IndexedSlices):
-        return tf.IndexedSlices(grad.values / tf.cast(n, grad.values.dtype), grad.indices, grad.dense_shape)
-    return grad / tf.cast(n, grad.dtype)
+        return tf.IndexedSlices(grad.values * tf.cast(factor, grad.values.dtype), grad.indices, grad.dense_shape)
+    return grad * tf.cast(factor, grad.dtype)
 
 
 def check_gradient_reduction(op: Any, gradient_predivide_factor: Any, process_set: ProcessSet) -> int:
@@ -112,10 +103,13 @@ def check_gradient_reduction(op: Any, gradient_predivide_factor: Any, process_se
 
 
 def allreduce_gradients(grads: List[Any], op: int, compression: Any, sparse_as_dense: bool,
-                        predivide: float, label: str) -> List[Any]:
+                        predivide: float, label: str, local: Optional[List[bool]] = None,
+                        scale_local: bool = True) -> List[Any]:
     """Every gradient of ``grads`` reduced over all ranks (None stays None):
     the dense ones in one fused host call, eagerly or in a graph;
-    ``IndexedSlices`` allgathered unless ``sparse_as_dense``.
+    ``IndexedSlices`` allgathered unless ``sparse_as_dense``. The gradients
+    marked ``local`` are not reduced: they stay on their rank, divided by
+    ``size()`` with ``scale_local``.
 
     Args:
         grads: tf tensors, IndexedSlices or None, in the same order on every rank.
@@ -125,7 +119,18 @@ def allreduce_gradients(grads: List[Any], op: int, compression: Any, sparse_as_d
         predivide: with Average, divide by this before the sum and by
             ``size() / predivide`` after it.
         label: names the engine's tensors (the graph makes them unique).
+        local: per gradient, True when it stays local; None: none does.
+        scale_local: divide the local gradients by ``size()``.
     """
+    if local is not None and any(local):
+        shared = [i for i, mine in enumerate(local) if not mine]
+        out = list(grads)
+        for i, g in zip(shared, allreduce_gradients([grads[i] for i in shared], op, compression, sparse_as_dense,
+                                                     predivide, label)):
+            out[i] = g
+        if scale_local and size() > 1:
+            out = [_scaled(g, 1.0 / size()) if mine and g is not None else g for g, mine in zip(out, local)]
+        return out
     n = size()
     if op == Average:
         # Horovod: sum of grad / predivide, then times predivide / size.
