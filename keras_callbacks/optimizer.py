@@ -19,7 +19,7 @@ That host call works inside the compiled train step of every backend: a
 
 from __future__ import annotations
 
-from typing import Any, Dict, FrozenSet, List, Optional, Set, Tuple, Type
+from typing import Any, Dict, FrozenSet, List, Optional, Tuple, Type
 
 import numpy as np
 
@@ -29,7 +29,7 @@ from keras import ops
 from keras_callbacks._host import backend, host_call
 from keras_callbacks.compression import Compression, Compressor
 from ring_strategy import ops as ring_ops
-from ring_strategy._fused import Flattener, fused_allreduce
+from ring_strategy._fused import Flattener, fused_allreduce, reduce_except_local
 from ring_strategy.basics import size
 from ring_strategy.exceptions import BadArgumentError
 
@@ -84,22 +84,21 @@ class _DistributedMixin:
                 grads = self._ring_allreduce(grads)
         return super()._clip_gradients(grads)
 
-    def _ring_local_positions(self, variables: Optional[List[Any]]) -> Set[int]:
-        """Positions of the local variables in ``variables`` (the optimizer's
-        own when None), which the gradients follow."""
-        if not self._ring_local_ids:
-            return set()
-        variables = self._trainable_variables if variables is None else list(variables)
-        return {i for i, v in enumerate(variables) if id(v) in self._ring_local_ids}
-
     def _ring_allreduce(self, grads: List[Any], variables: Optional[List[Any]] = None) -> List[Any]:
         """Averages ``grads`` over every rank in one host call (None stays
-        None; the gradients of local variables stay, scaled)."""
+        None); the gradients of local variables (found in ``variables``, the
+        optimizer's own when None) stay on their rank."""
+        if self._ring_local_ids:
+            variables = self._trainable_variables if variables is None else list(variables)
+            local = [id(v) in self._ring_local_ids for v in variables]
+            if any(local):
+                return reduce_except_local(grads, local, self._ring_reduce, self._ring_scale_local,
+                                           lambda g, n: g / n)
+        return self._ring_reduce(grads)
+
+    def _ring_reduce(self, grads: List[Any]) -> List[Any]:
         compression = self._ring_compression
-        local = self._ring_local_positions(variables)
-        present = [i for i, g in enumerate(grads) if g is not None and i not in local]
-        if local and self._ring_scale_local:
-            grads = [g / size() if i in local and g is not None else g for i, g in enumerate(grads)]
+        present = [i for i, g in enumerate(grads) if g is not None]
         if not present:
             return list(grads)
         wire, ctxs = zip(*[compression.compress(_dense(grads[i])) for i in present])

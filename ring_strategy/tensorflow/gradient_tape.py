@@ -8,7 +8,7 @@ from typing import Any, List, Optional
 
 import tensorflow as tf
 
-from ring_strategy._fused import Flattener, fused_allreduce
+from ring_strategy._fused import Flattener, fused_allreduce, reduce_except_local
 from ring_strategy.basics import size
 from ring_strategy.exceptions import BadArgumentError
 from ring_strategy.tensorflow.compression import Compression
@@ -78,10 +78,10 @@ def source_key(source: Any) -> Any:
     return value.ref() if hasattr(value, "ref") else id(source)
 
 
-def _scaled(grad: Any, factor: float) -> Any:
+def _divided(grad: Any, n: int) -> Any:
     if isinstance(grad, tf.IndexedSlices):
-        return tf.IndexedSlices(grad.values * tf.cast(factor, grad.values.dtype), grad.indices, grad.dense_shape)
-    return grad * tf.cast(factor, grad.dtype)
+        return tf.IndexedSlices(grad.values / tf.cast(n, grad.values.dtype), grad.indices, grad.dense_shape)
+    return grad / tf.cast(n, grad.dtype)
 
 
 def check_gradient_reduction(op: Any, gradient_predivide_factor: Any, process_set: ProcessSet) -> int:
@@ -123,14 +123,10 @@ def allreduce_gradients(grads: List[Any], op: int, compression: Any, sparse_as_d
         scale_local: divide the local gradients by ``size()``.
     """
     if local is not None and any(local):
-        shared = [i for i, mine in enumerate(local) if not mine]
-        out = list(grads)
-        for i, g in zip(shared, allreduce_gradients([grads[i] for i in shared], op, compression, sparse_as_dense,
-                                                     predivide, label)):
-            out[i] = g
-        if scale_local and size() > 1:
-            out = [_scaled(g, 1.0 / size()) if mine and g is not None else g for g, mine in zip(out, local)]
-        return out
+        def reduce(shared: List[Any]) -> List[Any]:
+            return allreduce_gradients(shared, op, compression, sparse_as_dense, predivide, label)
+
+        return reduce_except_local(grads, local, reduce, scale_local, _divided)
     n = size()
     if op == Average:
         # Horovod: sum of grad / predivide, then times predivide / size.
