@@ -66,14 +66,19 @@ from ring_strategy.ops import (
     Min,
     Product,
     Sum,
-    allgather,
     alltoall,
     barrier,
-    broadcast,
 )
 from ring_strategy.timeline import start_timeline, stop_timeline
 
-from keras_callbacks.collectives import allgather_object, allreduce, broadcast_object, reducescatter
+from keras_callbacks.collectives import (
+    allgather,
+    allgather_object,
+    allreduce,
+    broadcast,
+    broadcast_object,
+    reducescatter,
+)
 from keras_callbacks.compression import Compression
 from keras_callbacks.optimizer import DistributedOptimizer, PartialDistributedOptimizer, load_model
 from keras_callbacks import callbacks

@@ -1,6 +1,7 @@
 """Collectives on values, with the signatures of ``horovod.keras`` and
 ``horovod.tensorflow.keras``: ``allreduce(value, name=None, average=None,
-...)``, ``reducescatter(value, name=None, op=Average)`` and the object
+...)``, ``allgather(value, name=None)``, ``broadcast(value, root_rank,
+name=None)``, ``reducescatter(value, name=None, op=Average)`` and the object
 collectives. A value is anything numpy reads: a numpy array, a Python
 number or list, a tensor of the active Keras backend. Results are numpy
 arrays, computed by the numpy core on the host (outside the train step; the
@@ -28,7 +29,7 @@ from ring_strategy import ops as ring_ops
 from ring_strategy._rules import handle_average_backwards_compatibility
 from ring_strategy.process_sets import ProcessSet, global_process_set
 
-__all__ = ["allreduce", "reducescatter", "broadcast_object", "allgather_object"]
+__all__ = ["allreduce", "allgather", "broadcast", "reducescatter", "broadcast_object", "allgather_object"]
 
 
 def _host(value: Any) -> np.ndarray:
@@ -77,6 +78,18 @@ def allreduce(value: Any, name: Optional[str] = None, average: Optional[bool] = 
         return result
     out[...] = result
     return out
+
+
+def allgather(value: Any, name: Optional[str] = None) -> np.ndarray:
+    """Concatenates every rank's ``value`` along the first dimension, in rank
+    order (the first dimension may differ between ranks; a scalar counts as
+    one row)."""
+    return ring_ops.allgather(_host(value), name=name)
+
+
+def broadcast(value: Any, root_rank: int, name: Optional[str] = None) -> np.ndarray:
+    """Returns ``root_rank``'s ``value`` on every rank (same shape and dtype everywhere)."""
+    return ring_ops.broadcast(_host(value), root_rank, name=name)
 
 
 def reducescatter(value: Any, name: Optional[str] = None, op: int = ring_ops.Average) -> np.ndarray:

@@ -38,9 +38,9 @@ def scenario_objects():
 
 
 def scenario_values():
-    """allreduce(value, name=None, average=None, ..., op=None, compression=)
-    and reducescatter(value, name=None, op=Average) on backend tensors, numpy
-    arrays and Python numbers; numpy results."""
+    """allreduce(value, name=None, average=None, ..., op=None, compression=),
+    reducescatter(value, name=None, op=Average), allgather and broadcast on
+    backend tensors, numpy arrays and Python numbers; numpy results."""
     r, n = hvd.rank(), hvd.size()
     x = keras.ops.convert_to_tensor(np.full((2, 3), r + 1.0, np.float32))
     tri = n * (n + 1) / 2
@@ -60,6 +60,9 @@ def scenario_values():
     full = np.arange(2 * n * 2, dtype=np.float32).reshape(2 * n, 2)
     equal(hvd.reducescatter(rows, "keras_surface.rs", hvd.Sum), full[2 * r:2 * r + 2] * n)
     equal(hvd.reducescatter(rows), full[2 * r:2 * r + 2])
+    equal(hvd.allgather(keras.ops.convert_to_tensor(np.full((r + 1, 2), r, np.int32)), "keras_surface.gather"),
+          np.concatenate([np.full((q + 1, 2), q, np.int32) for q in range(n)]))
+    equal(hvd.broadcast(x, n - 1, "keras_surface.bcast_value"), np.full((2, 3), float(n), np.float32))
 
 
 def scenario_timeline():
