@@ -175,6 +175,14 @@ def scenario_sync_batch_norm():
         close(bn.moving_variance, ref.layers[1].moving_variance, rtol=1e-5, atol=1e-6)
         close(model(x, training=False), ref(x, training=False), rtol=1e-4, atol=1e-5)
     raises(ValueError, lambda: hvd.SyncBatchNormalization(fused=True), "fused=True")
+    # In model.fit (a tf.function train step), with the optimizer averaging
+    # the weights' gradients: the replicas and their moving statistics stay equal.
+    model = _bn_model(hvd.SyncBatchNormalization, seed=2)
+    model.compile(optimizer=hvd.DistributedOptimizer(tf.keras.optimizers.SGD(0.1)), loss="mse")
+    model.fit(x, coeff, batch_size=len(x), epochs=2, verbose=0)
+    flat = np.concatenate([np.ravel(w) for w in model.get_weights()])
+    gathered = hvd.allgather(tf.constant(flat[None]), name="tf_surface.bn_fit").numpy()
+    close(gathered, np.repeat(flat[None], n, axis=0), rtol=1e-6, atol=1e-7)
 
 
 def scenario_partial_tape():
