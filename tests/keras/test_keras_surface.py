@@ -4,7 +4,7 @@ allreduce and reducescatter with Horovod's arguments, start_timeline /
 stop_timeline, PartialDistributedOptimizer, Horovod's exceptions and build
 queries.
 
-One ringrun per backend runs every scenario of workers/surface_worker.py
+One ringrun per backend runs every scenario of workers/keras_surface_worker.py
 (importing TensorFlow or JAX is the slow part); each test then checks its
 scenario's "<rank>: <scenario> ok" line on both ranks.
 """
@@ -20,7 +20,7 @@ import pytest
 from tests.workers.checks import passed_ranks
 
 HERE = Path(__file__).parent
-WORKER = HERE / "workers" / "surface_worker.py"
+WORKER = HERE / "workers" / "keras_surface_worker.py"
 BACKENDS = ["tensorflow", "jax", "torch"]
 SCENARIOS = ["objects", "values", "timeline", "partial_optimizer", "exports"]
 _runs: dict = {}

@@ -5,7 +5,7 @@ started from the script, PartialDistributedOptimizer, Horovod's exceptions and
 build queries. Prints
 "<rank>: <scenario> ok".
 
-Usage: surface_worker.py OUT_DIR SCENARIO...
+Usage: keras_surface_worker.py OUT_DIR SCENARIO...
 """
 
 import os
