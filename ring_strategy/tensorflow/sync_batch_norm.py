@@ -14,6 +14,7 @@ from ring_strategy.tensorflow.mpi_ops import Sum, allreduce
 __all__ = ["SyncBatchNormalization"]
 
 
+@tf.keras.utils.register_keras_serializable(package="ring")
 class SyncBatchNormalization(tf.keras.layers.BatchNormalization):
     """Batch normalization over the global batch of all ranks.
 
@@ -32,7 +33,8 @@ class SyncBatchNormalization(tf.keras.layers.BatchNormalization):
 
     Every rank must call the layer the same number of times, in the same
     order (each training call is one allreduce in the forward pass and one in
-    the backward pass).
+    the backward pass). A saved model loads it again without
+    ``custom_objects`` once ``ring_strategy.tensorflow`` is imported.
 
     Args:
         fused: accepted as Horovod's layer accepts it; only False (the

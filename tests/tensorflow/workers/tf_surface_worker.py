@@ -183,6 +183,11 @@ def scenario_sync_batch_norm():
     flat = np.concatenate([np.ravel(w) for w in model.get_weights()])
     gathered = hvd.allgather(tf.constant(flat[None]), name="tf_surface.bn_fit").numpy()
     close(gathered, np.repeat(flat[None], n, axis=0), rtol=1e-6, atol=1e-7)
+    path = os.path.join(OUT_DIR, f"sync_bn_{r}.keras")
+    model.save(path)
+    loaded = tf.keras.models.load_model(path)
+    assert type(loaded.layers[1]) is hvd.SyncBatchNormalization, loaded.layers
+    equal(loaded.layers[1].moving_variance, model.layers[1].moving_variance)
 
 
 def scenario_partial_tape():
