@@ -391,8 +391,14 @@ struct MeshBuilder::Impl {
 
   std::string me() const { return "rank " + std::to_string(opts.rank) + " (this process)"; }
   std::string at(int r) const { return peers[r].addr + ":" + std::to_string(peers[r].port); }
+  // "rank 1 (host-a, pid 4242)"; a peer on another host also shows the
+  // address it is reached at, which names the machine when host names
+  // repeat and tells which link failed: "rank 1 (host-b, 10.0.0.2, pid 7)".
   std::string peer_name(int r) const {
-    return "rank " + std::to_string(r) + " (" + peers[r].hostname + ", pid " + std::to_string(peers[r].pid) + ")";
+    std::string where = peers[r].hostname;
+    if (peers[r].host_id != opts.host_id && !peers[r].addr.empty() && peers[r].addr != peers[r].hostname)
+      where += ", " + peers[r].addr;
+    return "rank " + std::to_string(r) + " (" + where + ", pid " + std::to_string(peers[r].pid) + ")";
   }
   bool use_shm(int r) const {
     return own_seg != nullptr && !peers[r].shm.empty() && peers[r].host_id == opts.host_id;
