@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).parent / "workers"))
 import lightning_elastic_fit as fit  # noqa: E402
 
 from tests.elastic.elastic_jobs import ElasticJob, Finished, params  # noqa: E402
+from tests.jobs import job_environment, run_job, run_ringrun  # noqa: E402
 
 WORKER = Path(__file__).parent / "workers" / "lightning_elastic_fit.py"
 HOSTS = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
@@ -110,3 +111,58 @@ def test_host_added_2_to_3(tmp_path: Path) -> None:
     # Stopped in the middle of an epoch (should_stop): Lightning counts that epoch as done.
     _finished_equal(run, [0, 1, 2], fit.global_batches(epochs, size_at)[:steps], epochs=epochs)
     _clean(run)
+
+
+def test_elastic_fit_under_plain_ringrun_equals_the_plain_fit() -> None:
+    """Under plain ``ringrun -np 2`` (no elastic options) an elastic fit trains
+    bitwise what a fit without elastic does."""
+    proc = run_ringrun(2, [sys.executable, WORKER, "tag"], env={"TRAIN_PLAIN": "1"}, timeout=120, drop_ring=True,
+                       merge_output=True)
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    elastic = set(re.findall(r"^\[\d\] done worker .* params ([0-9a-f]+)$", proc.stdout, re.M))
+    plain = set(re.findall(r"^\[\d\] plain params ([0-9a-f]+)$", proc.stdout, re.M))
+    assert len(elastic) == 1 and elastic == plain, proc.stdout[-6000:]
+    np.testing.assert_allclose(params(elastic.pop()), fit.reference(fit.global_batches(3, lambda step: 2)).numpy(),
+                               rtol=0, atol=1e-5)
+
+
+_BAD_INPUT = """
+import ring_strategy, pytorch_lightning as pl, torch
+from torch.utils.data import DataLoader, TensorDataset, WeightedRandomSampler
+from ring_strategy.lightning import RingStrategy
+for bad in (0, 1.5, True):
+    try:
+        RingStrategy(elastic=True, commit_every_n_steps=bad)
+    except ValueError as e:
+        print("commit_every_n_steps", bad, e)
+
+class Net(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(2, 1)
+    def training_step(self, batch, batch_idx):
+        return self.layer(batch[0]).sum()
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+data = TensorDataset(torch.randn(8, 2))
+loader = DataLoader(data, batch_size=2, sampler=WeightedRandomSampler([1.0] * 8, 8))
+trainer = pl.Trainer(strategy=RingStrategy(elastic=True), accelerator="cpu", devices=1, max_epochs=1, logger=False,
+                     enable_checkpointing=False, enable_progress_bar=False, use_distributed_sampler=False)
+try:
+    trainer.fit(Net(), loader)
+except ValueError as e:
+    print("sampler", e)
+"""
+
+
+def test_bad_input_is_a_clear_error() -> None:
+    """A bad commit interval, and a training sampler that cannot be split elastically."""
+    proc = run_job([sys.executable, "-c", _BAD_INPUT], env=job_environment(drop_ring=True), timeout=120,
+                   merge_output=True)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    for bad in ("0", "1.5", "True"):
+        assert f"commit_every_n_steps {bad} RingStrategy: commit_every_n_steps should be a positive integer. " \
+               f"Got: {bad}" in proc.stdout, proc.stdout[-4000:]
+    assert "sampler RingStrategy(elastic=True): the training DataLoader should have a batch_size and" in proc.stdout
+    assert "Got: sampler WeightedRandomSampler, batch_size 2" in proc.stdout, proc.stdout[-4000:]

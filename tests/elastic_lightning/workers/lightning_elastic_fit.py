@@ -14,7 +14,9 @@ Settings (environment): ``TRAIN_EPOCHS`` (default 3), ``TRAIN_SLEEP``
 worker SIGKILLs itself as the batch after ``STEP`` optimizer steps starts),
 ``TRAIN_STOP`` = ``SIZE:STEPS`` (every rank stops once a world of SIZE
 ranks has trained STEPS steps after its start), ``TRAIN_PROGRESS`` (a file
-rank 0 rewrites after every step with ``STEP SIZE``).
+rank 0 rewrites after every step with ``STEP SIZE``), ``TRAIN_PLAIN=1``
+(then a second model is fitted the same way with ``RingStrategy()``, not
+elastic, and its parameters printed as ``plain params HEX``).
 
 Lines (ringrun prefixes each with ``[worker number]``): ``start worker W pid
 P rank R size S step G epoch E at T params HEX`` (when training starts, after
@@ -98,7 +100,7 @@ def main() -> None:
 
     from ring_strategy.lightning import RingStrategy
 
-    worker = os.environ["RING_ELASTIC_WORKER"]
+    worker = os.environ.get("RING_ELASTIC_WORKER", os.environ.get("RING_RANK", "0"))  # without elastic: the rank
     fail_worker, fail_step = (os.environ.get("TRAIN_FAIL") or "none:-1").split(":")
     stop_size, stop_steps = map(int, (os.environ.get("TRAIN_STOP") or "0:0").split(":"))
     pause = float(os.environ.get("TRAIN_SLEEP", "0"))
@@ -116,8 +118,11 @@ def main() -> None:
             self.first = False
 
         def train_dataloader(self):
-            sampler = DistributedSampler(TensorDataset(*data()), num_replicas=1, rank=0, shuffle=False)
-            return DataLoader(TensorDataset(*data()), batch_size=BATCH, sampler=sampler)
+            # Unshuffled (Lightning would put a shuffling one); elastic fits split it their own way.
+            dataset = TensorDataset(*data())
+            sampler = DistributedSampler(dataset, num_replicas=self.trainer.world_size, rank=self.global_rank,
+                                         shuffle=False)
+            return DataLoader(dataset, batch_size=BATCH, sampler=sampler)
 
         def training_step(self, batch, batch_idx):
             time.sleep(pause)
@@ -150,13 +155,19 @@ def main() -> None:
             if rt.size() == stop_size and step >= self.started_at_step + stop_steps:
                 self.trainer.should_stop = True
 
-    net = Regression()
-    trainer = pl.Trainer(strategy=RingStrategy(elastic=True, commit_every_n_steps=COMMIT_EVERY), accelerator="cpu",
-                         devices=1, max_epochs=int(os.environ.get("TRAIN_EPOCHS", "3")), logger=False,
-                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                         num_sanity_val_steps=0)
-    trainer.fit(net)
+    def fitted(strategy: RingStrategy) -> "tuple[pl.Trainer, Regression]":
+        net = Regression()
+        trainer = pl.Trainer(strategy=strategy, accelerator="cpu", devices=1, logger=False,
+                             max_epochs=int(os.environ.get("TRAIN_EPOCHS", "3")), enable_checkpointing=False,
+                             enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0)
+        trainer.fit(net)
+        return trainer, net
+
+    trainer, net = fitted(RingStrategy(elastic=True, commit_every_n_steps=COMMIT_EVERY))
     print(f"done {describe(trainer, net.net)} params {flat(net.net).numpy().tobytes().hex()}", flush=True)
+    if os.environ.get("TRAIN_PLAIN") == "1":
+        _, plain = fitted(RingStrategy())
+        print(f"plain params {flat(plain.net).numpy().tobytes().hex()}", flush=True)
 
 
 if __name__ == "__main__":
