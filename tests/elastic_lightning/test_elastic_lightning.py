@@ -166,3 +166,40 @@ def test_bad_input_is_a_clear_error() -> None:
                f"Got: {bad}" in proc.stdout, proc.stdout[-4000:]
     assert "sampler RingStrategy(elastic=True): the training DataLoader should have a batch_size and" in proc.stdout
     assert "Got: sampler WeightedRandomSampler, batch_size 2" in proc.stdout, proc.stdout[-4000:]
+
+
+@pytest.mark.slow
+def test_rank0_killed(tmp_path: Path) -> None:
+    """The next-oldest worker becomes rank 0 and fit goes on from its commit."""
+    job = ElasticJob(tmp_path, HOSTS, ["-np", 3, "--min-np", 2], env={"TRAIN_FAIL": "0:9"}, worker=WORKER)
+    run = job.finish(timeout=120)
+    assert run.returncode == 0, run.tail()
+    assert run.worlds()[2] == [(1, HOSTS[1]), (2, HOSTS[2])], run.tail()
+    restarted = [s for s in _lines(run, "start") if s["size"] == 2]
+    assert {(s["worker"], s["rank"]) for s in restarted} == {(1, 0), (2, 1)}, restarted
+    resumed = int(restarted[0]["step"])
+    assert resumed == 8, restarted
+    _finished_equal(run, [1, 2], fit.global_batches(3, lambda step: 3 if step < resumed else 2), epochs=3)
+    _clean(run)
+
+
+@pytest.mark.slow
+def test_host_removed(tmp_path: Path) -> None:
+    """A host no longer listed: its worker leaves at the next commit with status 0,
+    nothing is rolled back, and the others train on."""
+    job = ElasticJob(tmp_path, HOSTS, ["-np", 3, "--min-np", 2], worker=WORKER,
+                     env={"TRAIN_EPOCHS": "1000", "TRAIN_SLEEP": "0.05", "TRAIN_STOP": "2:6"})
+    job.wait_progress(4, size=3, timeout=60)
+    job.set_hosts(HOSTS[:2])
+    run = job.finish(timeout=120)
+    assert run.returncode == 0, run.tail()
+    assert run.worlds()[2] == list(zip([0, 1], HOSTS)), run.tail()
+    assert "worker 2 on 127.0.0.3 left the job (exited with code 0)" in run.output, run.tail()
+    assert "blacklisted" not in run.output, run.tail()
+    restarted = [s for s in _lines(run, "start") if s["size"] == 2]
+    assert sorted(s["worker"] for s in restarted) == [0, 1], run.tail()
+    changed = int(restarted[0]["step"])
+    steps, size_at = changed + 6, (lambda step: 3 if step < changed else 2)
+    epochs = next(n for n in range(1, 100) if len(fit.global_batches(n, size_at)) >= steps)
+    _finished_equal(run, [0, 1], fit.global_batches(epochs, size_at)[:steps], epochs=epochs)
+    _clean(run)
