@@ -19,11 +19,13 @@ as its state, around one ``fit``:
   broadcast to every rank, newcomers included. Any other error ends ``fit``
   as without elastic.
 - The commit callback (:class:`ElasticCommitMixin`) commits once when
-  training starts and then every ``commit_every_n_steps`` optimizer steps, at
-  the end of the batch of the step (where ``ModelCheckpoint`` saves too);
-  each commit then checks, with one broadcast of rank 0's answer, whether
-  the launcher announced new or lost hosts, so added workers join at the
-  next commit.
+  training starts and then once ``commit_every_n_steps`` optimizer steps
+  have passed since the last commit, at the end of the batch of the step
+  (where ``ModelCheckpoint`` saves too), but not at the last batch of an
+  epoch: Lightning resumes an epoch that ended only when the epoch has the
+  same number of batches, which a new world changes. Each commit then
+  checks, with one broadcast of rank 0's answer, whether the launcher
+  announced new or lost hosts, so added workers join at the next commit.
 - The training DataLoader's sampler is replaced by a :class:`FitSampler`
   (an ``ElasticSampler``) that records every trained batch; after a reset
   the rest of the epoch is split over the new world. The training
@@ -84,7 +86,6 @@ class LightningState(State):
         self._update_dataloader = update_dataloader
         self._trainer: Optional["pl.Trainer"] = None
         self._commit: Optional[Dict[str, Any]] = None
-        self._committed_step = -1
         self._sampler: Optional[FitSampler] = None
         self._sampler_to_load: Optional[Dict[str, Any]] = None
 
@@ -94,7 +95,7 @@ class LightningState(State):
         bound = inspect.signature(function).bind(*args, **kwargs)
         callback = self._callback_class(self)
         reload_every = trainer.reload_dataloaders_every_n_epochs
-        self._trainer, self._commit, self._committed_step, self._sampler = trainer, None, -1, None
+        self._trainer, self._commit, self._sampler = trainer, None, None
         trainer.callbacks.append(callback)
         trainer.reload_dataloaders_every_n_epochs = 1
         try:
@@ -124,6 +125,8 @@ class LightningState(State):
             if isinstance(e, HostsUpdatedInterrupt) or lost_a_peer(e):
                 trainer._teardown()
                 trainer.state.stage = None
+                if trainer.lightning_module is not None:
+                    trainer.lightning_module.train()  # a failure during validation left it in eval mode
             raise
 
     def load_commit(self) -> Dict[str, Any]:
@@ -138,8 +141,7 @@ class LightningState(State):
         assert trainer is not None
         checkpoint = trainer._checkpoint_connector.dump_checkpoint(weights_only=False)
         sampler = None if self._sampler is None else self._sampler.state_dict()
-        self._commit = copy.deepcopy({"checkpoint": checkpoint, "sampler": sampler})
-        self._committed_step = trainer.global_step
+        self._commit = copy.deepcopy({"checkpoint": checkpoint, "sampler": sampler, "step": trainer.global_step})
 
     def restore(self) -> None:
         """Nothing here: after every reset ``fit`` starts again from the commit."""
@@ -158,8 +160,9 @@ class LightningState(State):
         assert trainer is not None
         if self._sampler is not None:
             self._sampler.record_next_batch()
-        step = trainer.global_step
-        if step != self._committed_step and step % self.commit_every_n_steps == 0:
+        assert self._commit is not None
+        due = trainer.global_step - self._commit["step"] >= self.commit_every_n_steps
+        if due and not trainer.fit_loop.epoch_loop.batch_progress.is_last_batch:
             self.commit()
 
     def _check_one_train_loader(self) -> None:

@@ -11,7 +11,9 @@ TAG is unused; tests pass a unique one to find leftover processes.
 
 Settings (environment): ``TRAIN_EPOCHS`` (default 3), ``TRAIN_SLEEP``
 (seconds per step, default 0), ``TRAIN_FAIL`` = ``WORKER:STEP`` (that
-worker SIGKILLs itself as the batch after ``STEP`` optimizer steps starts),
+worker SIGKILLs itself as the batch after ``STEP`` optimizer steps starts;
+``WORKER:valEPOCH``: in the validation at the end of epoch EPOCH, which
+only then runs, logging with ``sync_dist``),
 ``TRAIN_STOP`` = ``SIZE:STEPS`` (every rank stops once a world of SIZE
 ranks has trained STEPS steps after its start), ``TRAIN_PROGRESS`` (a file
 rank 0 rewrites after every step with ``STEP SIZE``), ``TRAIN_PLAIN=1``
@@ -102,6 +104,7 @@ def main() -> None:
 
     worker = os.environ.get("RING_ELASTIC_WORKER", os.environ.get("RING_RANK", "0"))  # without elastic: the rank
     fail_worker, fail_step = (os.environ.get("TRAIN_FAIL") or "none:-1").split(":")
+    fail_epoch = int(fail_step[3:]) if fail_step.startswith("val") else None
     stop_size, stop_steps = map(int, (os.environ.get("TRAIN_STOP") or "0:0").split(":"))
     pause = float(os.environ.get("TRAIN_SLEEP", "0"))
     progress = os.environ.get("TRAIN_PROGRESS", "")
@@ -129,6 +132,17 @@ def main() -> None:
             x, y = batch
             return torch.nn.functional.mse_loss(self.net(x), y)
 
+        def val_dataloader(self):
+            return DataLoader(TensorDataset(*data()), batch_size=BATCH)
+
+        def validation_step(self, batch, batch_idx):
+            if worker == fail_worker and self.trainer.current_epoch == fail_epoch and batch_idx == 1:
+                print(f"victim worker {worker} pid {os.getpid()} failing at {time.time():.3f} "
+                      f"step {self.trainer.global_step}", flush=True)
+                os.kill(os.getpid(), signal.SIGKILL)
+            x, y = batch
+            self.log("val_loss", torch.nn.functional.mse_loss(self.net(x), y), sync_dist=True)
+
         def configure_optimizers(self):
             return optimizer(self.net)
 
@@ -138,7 +152,7 @@ def main() -> None:
                   f"params {flat(self.net).numpy().tobytes().hex()}", flush=True)
 
         def on_train_batch_start(self, batch, batch_idx):
-            if worker == fail_worker and self.trainer.global_step == int(fail_step):
+            if worker == fail_worker and fail_epoch is None and self.trainer.global_step == int(fail_step):
                 print(f"victim worker {worker} pid {os.getpid()} failing at {time.time():.3f} "
                       f"step {self.trainer.global_step}", flush=True)
                 os.kill(os.getpid(), signal.SIGKILL)
@@ -159,7 +173,8 @@ def main() -> None:
         net = Regression()
         trainer = pl.Trainer(strategy=strategy, accelerator="cpu", devices=1, logger=False,
                              max_epochs=int(os.environ.get("TRAIN_EPOCHS", "3")), enable_checkpointing=False,
-                             enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0)
+                             enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+                             limit_val_batches=None if fail_epoch is not None else 0)
         trainer.fit(net)
         return trainer, net
 
