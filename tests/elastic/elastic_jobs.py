@@ -106,7 +106,7 @@ class Finished:
 
 
 class ElasticJob:
-    """One elastic job of ``elastic_train.py`` under ``ringrun``.
+    """One elastic job of ``elastic_train.py`` (or ``worker``) under ``ringrun``.
 
     Args:
         directory: Where the hosts and progress files go.
@@ -114,10 +114,12 @@ class ElasticJob:
             gives its own ``-H``).
         args: ringrun's further arguments (``-np``, ``--min-np``, ...).
         env: Variables for the job (``TRAIN_*``).
+        worker: The worker script (``elastic_train.py`` by default); another
+            one takes the same ``TRAIN_PROGRESS`` and TAG arguments.
     """
 
     def __init__(self, directory: Path, hosts: Optional[Sequence[str]], args: Sequence[object],
-                 env: Optional[Dict[str, str]] = None) -> None:
+                 env: Optional[Dict[str, str]] = None, worker: Path = WORKER) -> None:
         self.hosts_file = directory / "hosts"
         self.progress_file = directory / "progress"
         self.tag = f"elastic-{uuid.uuid4().hex[:12]}"
@@ -125,7 +127,7 @@ class ElasticJob:
         if hosts is not None:
             self.set_hosts(hosts)
             discovery = ["--host-discovery-script", f"cat {shlex.quote(str(self.hosts_file))}"]
-        cmd = ringrun_command(None, ["-v", *discovery, *args, sys.executable, WORKER, self.tag])
+        cmd = ringrun_command(None, ["-v", *discovery, *args, sys.executable, worker, self.tag])
         variables = {"TRAIN_PROGRESS": str(self.progress_file), **(env or {})}
         self.started_at = time.monotonic()
         self.proc = start_job(cmd, env=job_environment(variables), merge_output=True)
