@@ -68,7 +68,8 @@ def requests(draw: Callable) -> bytes:
     return (_str(draw(_names)) + _u8(draw(st.integers(0, OP_TYPES - 1))) + _u8(draw(st.sampled_from(DTYPES)))
             + _u8(draw(st.sampled_from(REDUCE_OPS))) + _u32(draw(st.integers(0, 2 ** 32 - 1)))
             + struct.pack("<dd", draw(_f64), draw(_f64))
-            + _i64s(draw(st.lists(_i64, max_size=6))) + _i64s(draw(st.lists(_i64, max_size=6))) + _u8(0) + _u32(0))
+            + _i64s(draw(st.lists(_i64, max_size=6))) + _i64s(draw(st.lists(_i64, max_size=6))) + _u8(0) + _u32(0)
+            + _u32(draw(st.integers(0, 2 ** 32 - 1))))  # device: cpu; process set
 
 
 @st.composite
@@ -88,7 +89,8 @@ def responses(draw: Callable) -> bytes:
             + b"".join(_u8(0) + _str(n) for n in names) + _i64s(draw(st.lists(_i64, max_size=6)))
             + _u8(draw(st.sampled_from(DTYPES))) + _u8(draw(st.sampled_from(REDUCE_OPS)))
             + struct.pack("<dd", draw(_f64), draw(_f64)) + _u32(draw(st.integers(0, 2 ** 32 - 1)))
-            + _str(draw(st.binary(max_size=32))) + _u8(0) + _u32(0))  # device: cpu
+            + _str(draw(st.binary(max_size=32))) + _u8(0) + _u32(0)  # device: cpu
+            + struct.pack("<q", draw(st.integers(0, 2 ** 31 - 1))))  # process set
 
 
 @st.composite
