@@ -47,16 +47,12 @@ bool Coordinator::complete(const Pending& p) const {
   return true;
 }
 
-std::shared_ptr<const ProcessSet> Coordinator::find_set(int rank, const Request& req, std::string* error) const {
+std::shared_ptr<const ProcessSet> Coordinator::find_set(const Request& req, std::string* error) const {
   auto set = req.process_set == 0 ? global_ : sets_ ? sets_->find(req.process_set) : nullptr;
-  const std::string what = std::string(op_type_name(req.op)) + " of tensor '" + req.name + "': ";
-  if (!set) {
-    *error = what + "process set " + std::to_string(req.process_set) +
+  if (!set)
+    *error = std::string(op_type_name(req.op)) + " of tensor '" + req.name + "': process set " +
+             std::to_string(req.process_set) +
              " is not registered on rank 0 (add it on every rank, and remove it only when no rank uses it)";
-  } else if (!set->contains(rank)) {
-    *error = what + rank_name(rank) + " is not a member of process set " + std::to_string(req.process_set);
-    set = nullptr;
-  }
   return set;
 }
 
@@ -115,7 +111,7 @@ void Coordinator::add_request(int rank, const Request& req, long long timeline_u
   if (first) {
     it = table_.emplace(req.name, Pending{}).first;
     it->second.by_rank.resize(world_size_);
-    it->second.set = find_set(rank, req, &it->second.error);
+    it->second.set = find_set(req, &it->second.error);
     arrival_.push_back(req.name);
   }
   if (timeline_) timeline_->rank_ready(req.name, &it->second.timeline_row, req.op, rank, first, timeline_us);

@@ -111,8 +111,9 @@ class Coordinator {
     const Request& first() const;  // the lowest submitted rank's request
   };
   void join(int rank);
-  // The set `req` names, or null with `error` set.
-  std::shared_ptr<const ProcessSet> find_set(int rank, const Request& req, std::string* error) const;
+  // The set `req` names, or null with `error` set (membership is checked
+  // per submission, in add_request).
+  std::shared_ptr<const ProcessSet> find_set(const Request& req, std::string* error) const;
   // Members of p's set that have neither submitted nor (global set) joined.
   std::vector<int> missing(const Pending& p) const;
   void mark_ready(const std::string& name, Pending& p);

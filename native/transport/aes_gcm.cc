@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -72,6 +73,23 @@ void check(bool ok, const char* what) {
   if (!ok) throw_error(ErrorKind::Internal, std::string("AES-GCM: ") + what + " failed");
 }
 
+// One frame through `update` (EVP_EncryptUpdate or EVP_DecryptUpdate):
+// nonce `counter`, then the associated data, then `len` bytes of `in` into
+// `out`, in pieces EVP's int lengths can hold.
+template <class Init, class Update>
+void run_update(void* ctx, Init init, Update update, uint64_t counter, const uint8_t* aad, size_t aad_len,
+                const uint8_t* in, size_t len, uint8_t* out) {
+  unsigned char iv[kNonceBytes];
+  nonce(counter, iv);
+  int n = 0;
+  check(init(ctx, nullptr, nullptr, nullptr, iv) == 1, "cipher init");
+  check(update(ctx, nullptr, &n, aad, static_cast<int>(aad_len)) == 1, "update (associated data)");
+  for (size_t done = 0; done < len; done += kMaxUpdate) {
+    const int piece = static_cast<int>(std::min(kMaxUpdate, len - done));
+    check(update(ctx, out + done, &n, in + done, piece) == 1 && n == piece, "update");
+  }
+}
+
 }  // namespace
 
 bool AesGcm::available() { return crypto().error.empty(); }
@@ -101,15 +119,8 @@ AesGcm::~AesGcm() {
 void AesGcm::seal(uint64_t counter, const uint8_t* aad, size_t aad_len, const uint8_t* in, size_t len,
                   uint8_t* out, uint8_t* tag) {
   const Crypto& c = crypto();
-  unsigned char iv[kNonceBytes];
-  nonce(counter, iv);
+  run_update(enc_, c.encrypt_init, c.encrypt_update, counter, aad, aad_len, in, len, out);
   int n = 0;
-  check(c.encrypt_init(enc_, nullptr, nullptr, nullptr, iv) == 1, "EncryptInit");
-  check(c.encrypt_update(enc_, nullptr, &n, aad, static_cast<int>(aad_len)) == 1, "EncryptUpdate (aad)");
-  for (size_t done = 0; done < len; done += kMaxUpdate) {
-    const int piece = static_cast<int>(std::min(kMaxUpdate, len - done));
-    check(c.encrypt_update(enc_, out + done, &n, in + done, piece) == 1 && n == piece, "EncryptUpdate");
-  }
   check(c.encrypt_final(enc_, out + len, &n) == 1, "EncryptFinal");
   check(c.ctrl(enc_, kCtrlGetTag, static_cast<int>(kTagBytes), tag) == 1, "GET_TAG");
 }
@@ -117,15 +128,8 @@ void AesGcm::seal(uint64_t counter, const uint8_t* aad, size_t aad_len, const ui
 bool AesGcm::open(uint64_t counter, const uint8_t* aad, size_t aad_len, const uint8_t* in, size_t len,
                   uint8_t* out, const uint8_t* tag) {
   const Crypto& c = crypto();
-  unsigned char iv[kNonceBytes];
-  nonce(counter, iv);
+  run_update(dec_, c.decrypt_init, c.decrypt_update, counter, aad, aad_len, in, len, out);
   int n = 0;
-  check(c.decrypt_init(dec_, nullptr, nullptr, nullptr, iv) == 1, "DecryptInit");
-  check(c.decrypt_update(dec_, nullptr, &n, aad, static_cast<int>(aad_len)) == 1, "DecryptUpdate (aad)");
-  for (size_t done = 0; done < len; done += kMaxUpdate) {
-    const int piece = static_cast<int>(std::min(kMaxUpdate, len - done));
-    check(c.decrypt_update(dec_, out + done, &n, in + done, piece) == 1 && n == piece, "DecryptUpdate");
-  }
   check(c.ctrl(dec_, kCtrlSetTag, static_cast<int>(kTagBytes), const_cast<uint8_t*>(tag)) == 1, "SET_TAG");
   return c.decrypt_final(dec_, out + len, &n) == 1;
 }

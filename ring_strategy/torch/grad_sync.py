@@ -65,7 +65,7 @@ from ring_strategy.torch.mpi_ops import (
     synchronize,
 )
 
-__all__ = ["GradientSync", "check_passes", "is_active", "remove_hooks"]
+__all__ = ["GradientSync", "check_passes", "remove_hooks"]
 
 # Finishes one submitted reduction: waits for it and writes the result into
 # the parameters' .grad. Raises the operation's error.
@@ -77,11 +77,6 @@ TOO_MANY_PASSES = (
     "call to step(). Increase backward_passes_per_step to accumulate gradients "
     "locally."
 )
-
-
-def is_active(process_set: Any) -> bool:
-    """Whether gradients need averaging here (process_sets.averages_here)."""
-    return averages_here(process_set)
 
 
 def check_passes(passes: Any) -> None:
@@ -267,7 +262,7 @@ class GradientSync:
     def active(self) -> bool:
         """Whether gradients need averaging here, in the current world (an
         elastic job may grow from one rank, or shrink to one)."""
-        return is_active(self._process_set)
+        return averages_here(self._process_set)
 
     # ------------------------------------------------------------ parameters
     def _add_group(self, group: Group) -> None:

@@ -29,7 +29,8 @@ import torch
 
 from ring_strategy.torch.adasum_step import DeltaReducer
 from ring_strategy.torch.compression import Compression
-from ring_strategy.torch.grad_sync import GradientSync, check_passes, is_active, remove_hooks
+from ring_strategy.process_sets import averages_here
+from ring_strategy.torch.grad_sync import GradientSync, check_passes, remove_hooks
 from ring_strategy.torch.mpi_ops import Adasum, Average, global_process_set
 
 __all__ = ["DistributedOptimizer"]
@@ -158,7 +159,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if isinstance(groups, int):
             if groups <= 0:
                 raise ValueError(f"groups should be a positive integer or a list of lists of parameters. Got: {groups!r}")
-            if is_active(self.process_set):
+            if averages_here(self.process_set):
                 # Every rank must cut the same list: take rank 0's order.
                 from ring_strategy.torch.functions import broadcast_object
 
@@ -399,7 +400,7 @@ def DistributedOptimizer(
         raise ValueError("gradient_predivide_factor not supported with op != Average")
 
     base = type(optimizer)
-    wrapper = _DistributedAdasumOptimizer if op == Adasum and is_active(process_set) else _DistributedOptimizer
+    wrapper = _DistributedAdasumOptimizer if op == Adasum and averages_here(process_set) else _DistributedOptimizer
     cls = type(base.__name__, (wrapper, base), {"__module__": base.__module__})
     dist = cls.__new__(cls)
     # Take over the optimizer as it is (defaults, state, hooks, any attribute
