@@ -88,6 +88,7 @@ def test_worker_killed_mid_epoch_3_to_2(tmp_path: Path) -> None:
     _clean(run)
 
 
+@pytest.mark.slow  # the failure path of the mid-epoch kill above; slow-marked for make test's budget
 def test_worker_killed_in_validation_after_an_epoch(tmp_path: Path) -> None:
     """Worker 1 is SIGKILLed in the validation that ends epoch 1: the others go
     back to the commit before the epoch's last batch (the last batch of an
