@@ -1,4 +1,5 @@
-"""Running elastic ``ringrun`` jobs of ``elastic_train.py`` and reading what they print.
+"""Running elastic ``ringrun`` jobs of a training script (``elastic_train.py``
+by default) and reading what they print.
 
 A job runs through :mod:`tests.jobs` with ``-v`` (its first line names the
 job id) and a discovery script that prints a hosts file the test may
@@ -106,7 +107,7 @@ class Finished:
 
 
 class ElasticJob:
-    """One elastic job of ``elastic_train.py`` under ``ringrun``.
+    """One elastic job of a training script under ``ringrun``.
 
     Args:
         directory: Where the hosts and progress files go.
@@ -114,10 +115,12 @@ class ElasticJob:
             gives its own ``-H``).
         args: ringrun's further arguments (``-np``, ``--min-np``, ...).
         env: Variables for the job (``TRAIN_*``).
+        worker: The training script (it takes the job's tag as its last
+            argument and prints the lines :class:`Finished` reads).
     """
 
     def __init__(self, directory: Path, hosts: Optional[Sequence[str]], args: Sequence[object],
-                 env: Optional[Dict[str, str]] = None) -> None:
+                 env: Optional[Dict[str, str]] = None, worker: Path = WORKER) -> None:
         self.hosts_file = directory / "hosts"
         self.progress_file = directory / "progress"
         self.tag = f"elastic-{uuid.uuid4().hex[:12]}"
@@ -125,7 +128,7 @@ class ElasticJob:
         if hosts is not None:
             self.set_hosts(hosts)
             discovery = ["--host-discovery-script", f"cat {shlex.quote(str(self.hosts_file))}"]
-        cmd = ringrun_command(None, ["-v", *discovery, *args, sys.executable, WORKER, self.tag])
+        cmd = ringrun_command(None, ["-v", *discovery, *args, sys.executable, worker, self.tag])
         variables = {"TRAIN_PROGRESS": str(self.progress_file), **(env or {})}
         self.started_at = time.monotonic()
         self.proc = start_job(cmd, env=job_environment(variables), merge_output=True)
