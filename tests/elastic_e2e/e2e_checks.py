@@ -9,10 +9,12 @@ import time
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
-from tests.elastic.elastic_jobs import ElasticJob, Finished
+import numpy as np
+
+from tests.elastic.elastic_jobs import ElasticJob, Finished, params
 
 __all__ = ["HOSTS", "DETECT_SECONDS", "RECOVER_SECONDS", "ElasticJob", "Finished", "clean", "commits", "pids",
-           "resets", "steps_run", "timings", "trained", "every_sample_once", "added_host"]
+           "resets", "steps_run", "timings", "trained", "every_sample_once", "added_host", "finished_equal"]
 
 HOSTS = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
 DETECT_SECONDS = 10.0
@@ -70,6 +72,16 @@ def every_sample_once(run: Finished, samples: int, epochs: int, steps_per_epoch:
         seen.setdefault(epoch, []).extend(i for part in parts for i in part)
     for epoch, indices in seen.items():
         assert sorted(indices) == list(range(samples)), f"epoch {epoch}: samples {sorted(indices)}"
+
+
+def finished_equal(run: Finished, steps: int, reference: np.ndarray) -> None:
+    """Every finished worker trained ``steps`` steps to bitwise the same
+    parameters, within 1e-5 of ``reference`` (one process on the global batches)."""
+    done = run.done()
+    assert done and {s for _, s, _ in done.values()} == {steps}, run.tail()
+    values = {hex_ for _, _, hex_ in done.values()}
+    assert len(values) == 1, f"ranks disagree: {done}\n{run.tail()}"
+    np.testing.assert_allclose(params(values.pop()), reference, rtol=0, atol=1e-5)
 
 
 def pids(run: Finished) -> Dict[int, List[int]]:

@@ -11,13 +11,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from tests.elastic.elastic_jobs import params
 from tests.elastic_e2e import e2e_torch_train as script
 from tests.elastic_e2e.e2e_checks import (
-    HOSTS, ElasticJob, Finished, added_host, clean, commits, every_sample_once, pids, resets, steps_run, timings,
+    HOSTS, ElasticJob, Finished, added_host, clean, commits, every_sample_once, finished_equal, pids, resets, steps_run, timings,
 )
 
 EPOCHS, COMMIT_EVERY = 3, 3
@@ -42,16 +40,6 @@ def added(tmp_path_factory):
                       at_step=4)
 
 
-def _finished_equal(run: Finished, epochs: int) -> None:
-    """Every finished worker trained every step to bitwise the same
-    parameters, within 1e-5 of one process on the global batches."""
-    done = run.done()
-    assert done and {s for _, s, _ in done.values()} == {epochs * script.STEPS_PER_EPOCH}, run.tail()
-    values = {hex_ for _, _, hex_ in done.values()}
-    assert len(values) == 1, f"ranks disagree: {done}\n{run.tail()}"
-    np.testing.assert_allclose(params(values.pop()), script.reference(epochs).numpy(), rtol=0, atol=1e-5)
-
-
 def _commits_strictly_increase(run: Finished, epochs: int) -> None:
     """Acceptance 5: rank 0's commits go up one interval at a time, none
     lost or repeated, and the final step count is the steps trained."""
@@ -74,7 +62,7 @@ def test_killed_worker_3_to_2(killed):
     assert set(run.synced_steps(2).values()) == {24}, run.synced_steps(2)
     redone = {w: n - STEPS for w, n in steps_run(run).items()}
     assert redone == {0: FAIL_STEP - 24, 2: FAIL_STEP - 24} and max(redone.values()) <= COMMIT_EVERY, redone
-    _finished_equal(run, EPOCHS)
+    finished_equal(run, STEPS, script.reference(EPOCHS).numpy())
     timings(run, [0, 2], 2, "torch: SIGKILL of 1 of 3")
     clean(run)
 
@@ -106,7 +94,7 @@ def test_host_added_2_to_3(added):
     # Discovery runs every second and the workers watch every 0.5 s: a commit
     # later than that must have seen the new world.
     assert before[-1] - added_at < 3.0, commits(run)
-    _finished_equal(run, 4)
+    finished_equal(run, 4 * script.STEPS_PER_EPOCH, script.reference(4).numpy())
     clean(run)
 
 
