@@ -13,8 +13,9 @@ import numpy as np
 
 from tests.elastic.elastic_jobs import ElasticJob, Finished, params
 
-__all__ = ["HOSTS", "DETECT_SECONDS", "RECOVER_SECONDS", "ElasticJob", "Finished", "clean", "commits", "pids",
-           "resets", "steps_run", "timings", "trained", "every_sample_once", "added_host", "finished_equal"]
+__all__ = ["HOSTS", "DETECT_SECONDS", "RECOVER_SECONDS", "ElasticJob", "Finished", "added_host", "check_added",
+           "clean", "commits", "every_sample_once", "finished_equal", "pids", "resets", "steps_run", "timings",
+           "trained"]
 
 HOSTS = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
 DETECT_SECONDS = 10.0
@@ -116,3 +117,26 @@ def added_host(tmp_path: Path, worker: Path, env: Dict[str, str], at_step: int) 
     job.set_hosts(HOSTS)
     job.wait_progress(0, size=3)
     return job.finish(), added_at
+
+
+def check_added(run: Finished, added_at: float, what: str) -> int:
+    """Acceptance 3 on a job of :func:`added_host`: it exits 0; the third
+    host's worker is in world 2, reset into at the first commit after
+    discovery listed it; every rank holds rank 0's parameters after the
+    sync. Prints how long that took; returns the step of that commit."""
+    assert run.returncode == 0, run.tail()
+    worlds = run.worlds()  # later worlds: ranks leaving one by one as they finish
+    assert worlds[1] == list(zip([0, 1], HOSTS)) and worlds[2] == list(zip([0, 1, 2], HOSTS)), run.tail()
+    synced = run.synced(2)
+    assert sorted(synced) == [0, 1, 2] and len(set(synced.values())) == 1, f"world 2 sync: {synced}"
+    assert "blacklisted" not in run.output and "caught" not in run.output, run.tail()
+    (reset_step,) = set(sum(resets(run).values(), []))
+    at = {step: t for step, _, t in commits(run)}
+    training_at = max(j["at"] for j in run.joined() if j["world"] == 2)
+    print(f"{what}: host added; the commit of step {reset_step} reset into world 2 {at[reset_step] - added_at:.3f} s "
+          f"after the discovery file changed; every rank trained in world 2 {training_at - added_at:.3f} s after it")
+    # Discovery runs every second and the workers watch for new worlds every
+    # 0.5 s: a commit later than this would have seen world 2.
+    missed = [t for step, t in at.items() if step < reset_step]
+    assert not missed or missed[-1] - added_at < 3.0, sorted(at.items())
+    return reset_step
