@@ -48,7 +48,7 @@ def killed(request, tmp_path_factory) -> Tuple[Finished, str]:
 @pytest.fixture(scope="module", params=BACKENDS)
 def added(request, tmp_path_factory) -> Tuple[Finished, float, str]:
     """A third host listed once rank 0 has made 4 steps on two; when; the backend."""
-    env = _env(request.param, TRAIN_SLEEP="0.05")
+    env = _env(request.param, TRAIN_SLEEP="0.07")
     return (*added_host(tmp_path_factory.mktemp("added"), WORKER, env, at_step=4), request.param)
 
 
