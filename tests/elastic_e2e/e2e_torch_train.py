@@ -15,7 +15,9 @@ Settings (environment): ``TRAIN_EPOCHS`` (default 3), ``TRAIN_COMMIT``
 (default 3), ``TRAIN_SLEEP`` (seconds per step, default 0.02),
 ``TRAIN_FAIL`` = ``WORKER:STEP:MODE`` (the worker numbered WORKER, at
 global step STEP, ``sigkill``s itself or ``raise``\\ s), ``TRAIN_PROGRESS``
-(a file rank 0 rewrites after every step with ``STEP SIZE``).
+(a file rank 0 rewrites after every step with ``STEP SIZE``),
+``TRAIN_RECORD`` (``batch``, the default: ``sampler.record_batch``, every
+rank's batch; ``indices``: ``sampler.record_indices`` of this rank's samples).
 
 Lines (ringrun prefixes each with ``[worker number]``), those of
 tests/elastic/elastic_train.py that tests/elastic/elastic_jobs.py reads
@@ -86,6 +88,7 @@ def main() -> None:
     pause = float(os.environ.get("TRAIN_SLEEP", "0.02"))
     fail_worker, fail_step, fail_mode = (os.environ.get("TRAIN_FAIL", "") or "none:-1:none").split(":")
     progress = os.environ.get("TRAIN_PROGRESS", "")
+    record_batch = os.environ.get("TRAIN_RECORD", "batch") == "batch"
     worker = os.environ.get("RING_ELASTIC_WORKER", os.environ.get("RING_RANK", "0"))
     torch.set_num_threads(1)
 
@@ -147,7 +150,10 @@ def main() -> None:
                 torch.nn.functional.mse_loss(state.model(x), y).backward()
                 state.optimizer.step()
                 after_step(state, idx)
-                state.sampler.record_batch(i, loader.batch_size)
+                if record_batch:
+                    state.sampler.record_batch(i, loader.batch_size)
+                else:
+                    state.sampler.record_indices(idx.tolist())
                 state.batch += 1
                 state.step += 1
                 if state.step % commit_every == 0:

@@ -96,3 +96,26 @@ def test_host_added_sampler_mid_epoch_trains_every_sample_once(added):
     (reset_step,) = set(sum(resets(run).values(), []))
     assert reset_step % script.STEPS_PER_EPOCH != 0, f"the reset at step {reset_step} is not mid-epoch"
     every_sample_once(run, script.SAMPLES, 4, script.STEPS_PER_EPOCH)
+
+
+def test_host_removed_with_rank_local_sampler_records(tmp_path):
+    """A host no longer listed (3 ranks to 2, only removed: the loop may skip
+    the sync) while the sampler holds each rank's own records
+    (``record_indices``): the ranks still sync them, so the rest of the epoch
+    is split over the same samples on every rank: every sample once per
+    epoch. The removed worker exits 0; nothing is rolled back."""
+    job = ElasticJob(tmp_path, HOSTS, ["-np", 3, "--min-np", 2],
+                     env={**ENV, "TRAIN_SLEEP": "0.05", "TRAIN_RECORD": "indices"}, worker=WORKER)
+    job.wait_progress(4, size=3)
+    job.set_hosts(HOSTS[:2])
+    job.wait_progress(0, size=2)
+    run = job.finish()
+    assert run.returncode == 0, run.tail()
+    assert run.worlds()[2] == list(zip([0, 1], HOSTS)), run.tail()
+    assert "worker 2 on 127.0.0.3 left the job (exited with code 0)" in run.output, run.tail()
+    assert "blacklisted" not in run.output and "caught" not in run.output, run.tail()
+    (reset_step,) = set(sum(resets(run).values(), []))
+    assert reset_step % script.STEPS_PER_EPOCH != 0, f"the reset at step {reset_step} is not mid-epoch"
+    every_sample_once(run, script.SAMPLES, EPOCHS, script.STEPS_PER_EPOCH)
+    finished_equal(run, STEPS, script.reference(EPOCHS).numpy())
+    clean(run)
