@@ -93,16 +93,17 @@ def pids(run: Finished) -> Dict[int, List[int]]:
     return found
 
 
-def timings(run: Finished, survivors: Sequence[int], world: int, what: str) -> Tuple[float, float]:
-    """Prints and checks detection (failure to the survivors' exception) and
-    recovery (failure to their first step in ``world``) times."""
+def timings(run: Finished, survivors: Sequence[int], world: int, what: str,
+            error: str = "PeerFailureError") -> Tuple[float, float]:
+    """Prints and checks detection (failure to the survivors' exception, an
+    ``error``) and recovery (failure to their first step in ``world``) times."""
     failed_at = run.victim_at()
     caught, first = run.caught(), run.first_steps(world)
     assert set(survivors) <= set(caught) and set(survivors) <= set(first), run.tail()
     detect = max(caught[s][1] for s in survivors) - failed_at
     recover = max(first[s] for s in survivors) - failed_at
     print(f"{what}: detection {detect:.3f} s, recovery (first step of world {world}) {recover:.3f} s")
-    assert {caught[s][0] for s in survivors} == {"PeerFailureError"}, caught
+    assert {caught[s][0] for s in survivors} == {error}, caught
     assert detect < DETECT_SECONDS and recover < RECOVER_SECONDS, run.tail()
     return detect, recover
 

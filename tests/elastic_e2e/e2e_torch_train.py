@@ -14,7 +14,8 @@ processes).
 Settings (environment): ``TRAIN_EPOCHS`` (default 3), ``TRAIN_COMMIT``
 (default 3), ``TRAIN_SLEEP`` (seconds per step, default 0.02),
 ``TRAIN_FAIL`` = ``WORKER:STEP:MODE`` (the worker numbered WORKER, at
-global step STEP, ``sigkill``s itself or ``raise``\\ s), ``TRAIN_PROGRESS``
+global step STEP, ``sigkill``\\ s or ``stop``\\ s (SIGSTOP) itself, or
+``raise``\\ s), ``TRAIN_PROGRESS``
 (a file rank 0 rewrites after every step with ``STEP SIZE``),
 ``TRAIN_RECORD`` (``batch``, the default: ``sampler.record_batch``, every
 rank's batch; ``indices``: ``sampler.record_indices`` of this rank's samples).
@@ -119,8 +120,8 @@ def main() -> None:
     def fail_here(step: int) -> None:
         if fail_worker == worker and step == int(fail_step):
             print(f"victim worker {worker} pid {os.getpid()} failing at {time.time():.3f}", flush=True)
-            if fail_mode == "sigkill":
-                os.kill(os.getpid(), signal.SIGKILL)
+            if fail_mode in ("sigkill", "stop"):
+                os.kill(os.getpid(), signal.SIGKILL if fail_mode == "sigkill" else signal.SIGSTOP)
             raise RuntimeError("the training script failed")
 
     def after_step(state, idx) -> None:

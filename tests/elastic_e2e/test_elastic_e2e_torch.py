@@ -119,3 +119,31 @@ def test_host_removed_with_rank_local_sampler_records(tmp_path):
     every_sample_once(run, script.SAMPLES, EPOCHS, script.STEPS_PER_EPOCH)
     finished_equal(run, STEPS, script.reference(EPOCHS).numpy())
     clean(run)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fail, survivors, error", [
+    ("1:26:raise", [0, 2], "PeerFailureError"),  # acceptance 2
+    ("0:26:sigkill", [1, 2], "PeerFailureError"),  # acceptance 8: worker 1 becomes rank 0
+    # Acceptance 7, the victim stopped between two collectives: a stall.
+    ("1:26:stop", [0, 2], "RingTimeoutError"),
+])
+def test_failed_worker_variants(tmp_path, fail, survivors, error):
+    """The victim raises, is rank 0, or is stopped (before it submits its
+    gradients: the others see it as a stall, ended after 3 s with
+    RING_STALL_SHUTDOWN_TIME_SECONDS): the survivors roll back to the commit
+    after step 24 in their own processes and train on to the one-process
+    result."""
+    stall = {"RING_STALL_CHECK_TIME_SECONDS": "1", "RING_STALL_SHUTDOWN_TIME_SECONDS": "3"}
+    job = ElasticJob(tmp_path, HOSTS, ["-np", 3, "--min-np", 2], env={**ENV, "TRAIN_FAIL": fail, **stall},
+                     worker=WORKER)
+    run = job.finish()
+    assert run.returncode == 0, run.tail()
+    assert [w for w, _ in run.worlds()[2]] == survivors, run.tail()
+    assert resets(run) == {w: [24] for w in survivors}, resets(run)
+    for w in survivors:
+        assert pids(run)[w] == [run.started()[w][1]] * 2, f"worker {w} changed process: {pids(run)}"
+    finished_equal(run, STEPS, script.reference(EPOCHS).numpy())
+    timings(run, survivors, 2, f"torch: {fail}", error=error)
+    every_sample_once(run, script.SAMPLES, EPOCHS, script.STEPS_PER_EPOCH)
+    clean(run)
