@@ -113,10 +113,10 @@ def added_host(tmp_path: Path, worker: Path, env: Dict[str, str], at_step: int) 
     made ``at_step`` steps. Returns the finished job and when (``time.time()``)
     the discovery file changed."""
     job = ElasticJob(tmp_path, HOSTS[:2], ["-np", 2, "--max-np", 3], env=env, worker=worker)
-    job.wait_progress(at_step, size=2)
+    job.wait_progress(at_step, size=2, timeout=120)  # two workers importing a framework on a busy machine
     added_at = time.time()
     job.set_hosts(HOSTS)
-    job.wait_progress(0, size=3)
+    job.wait_progress(0, size=3, timeout=120)
     return job.finish(), added_at
 
 
@@ -137,7 +137,7 @@ def check_added(run: Finished, added_at: float, what: str) -> int:
     print(f"{what}: host added; the commit of step {reset_step} reset into world 2 {at[reset_step] - added_at:.3f} s "
           f"after the discovery file changed; every rank trained in world 2 {training_at - added_at:.3f} s after it")
     # Discovery runs every second and the workers watch for new worlds every
-    # 0.5 s: a commit later than this would have seen world 2.
+    # 0.5 s: a commit this much later (about 20 commits) would have seen world 2.
     missed = [t for step, t in at.items() if step < reset_step]
-    assert not missed or missed[-1] - added_at < 3.0, sorted(at.items())
+    assert not missed or missed[-1] - added_at < 4.0, sorted(at.items())
     return reset_step
