@@ -42,7 +42,7 @@ BUILD_TOOLS := "scikit-build-core>=0.10" "nanobind>=2.4" "cmake>=3.18" ninja
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: venv build sysdeps native-test test mxnet-test demo clean distclean
+.PHONY: venv build sysdeps native-test test mxnet-test large-tensor-test chaos-test demo clean distclean
 
 # ---------------------------------------------------------------- venv
 $(VPY):
@@ -133,6 +133,14 @@ $(MXNET_VENV)/.deps-stamp: $(MXNET_PY) constraints.txt Makefile
 mxnet-test: $(MXNET_VENV)/.deps-stamp
 	@ls ring_strategy/_native*.so >/dev/null 2>&1 || { echo "mxnet-test: no ring_strategy/_native*.so: run make build first"; exit 1; }
 	PYTHONPATH=$(CURDIR) $(MXNET_PY) -m pytest -q --timeout=$(PYTEST_TIMEOUT) tests/mxnet_frontend $(PYTEST_ARGS)
+
+# Tensors over 2 GiB on 2 ranks (about 10 GiB of memory; not in make test).
+large-tensor-test: build
+	python -m pytest -q -s --timeout=1800 -m slow tests/reliability/test_large_tensors.py $(PYTEST_ARGS)
+
+# 100 jobs, each with one random fault (CHAOS_JOBS=N for another count).
+chaos-test: build
+	python -m pytest -q -s --timeout=7200 -m slow tests/reliability/test_chaos.py $(PYTEST_ARGS)
 
 # The numpy version of the demo: ringrun -np 2 python examples/numpy_logreg.py
 demo: venv build

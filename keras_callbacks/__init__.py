@@ -3,7 +3,10 @@
 Works on the TensorFlow, JAX and torch Keras backends (choose one with
 ``KERAS_BACKEND`` before importing keras), inside the compiled train step.
 Besides the optimizer wrapper and the callbacks, this module gives the
-process API and the numpy collectives, so a script needs no other import.
+process API, the collectives on values (numpy results; ``allreduce`` and
+``reducescatter`` with ``horovod.keras``'s arguments), the object
+collectives, the timeline, Horovod's build queries and exceptions, so a
+script needs no other import.
 The callbacks are also under ``hvd.callbacks``, as in ``horovod.keras``.
 
 Example::
@@ -35,8 +38,22 @@ from ring_strategy.basics import (
     shutdown,
     size,
 )
+from ring_strategy.build_queries import (
+    ccl_built,
+    cuda_built,
+    ddl_built,
+    gloo_built,
+    gloo_enabled,
+    mpi_built,
+    mpi_enabled,
+    mpi_threads_supported,
+    nccl_built,
+    rocm_built,
+)
 from ring_strategy.exceptions import (
     BadArgumentError,
+    HorovodInternalError,
+    HostsUpdatedInterrupt,
     MismatchError,
     PeerFailureError,
     RingError,
@@ -49,17 +66,23 @@ from ring_strategy.ops import (
     Min,
     Product,
     Sum,
-    allgather,
-    allreduce,
     alltoall,
     barrier,
+)
+from ring_strategy.timeline import start_timeline, stop_timeline
+
+from keras_callbacks.collectives import (
+    allgather,
+    allgather_object,
+    allreduce,
     broadcast,
+    broadcast_object,
     reducescatter,
 )
 from ring_strategy.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 
 from keras_callbacks.compression import Compression
-from keras_callbacks.optimizer import DistributedOptimizer, load_model
+from keras_callbacks.optimizer import DistributedOptimizer, PartialDistributedOptimizer, load_model
 from keras_callbacks import callbacks
 from keras_callbacks.callbacks import (
     BroadcastGlobalVariablesCallback,
@@ -74,8 +97,12 @@ __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size", "cross_rank", "cross_size",
     "Average", "Sum", "Min", "Max", "Product",
     "allreduce", "allgather", "broadcast", "alltoall", "reducescatter", "barrier",
+    "broadcast_object", "allgather_object", "start_timeline", "stop_timeline",
     "RingError", "BadArgumentError", "MismatchError", "PeerFailureError", "RingTimeoutError", "ShutdownError",
-    "Compression", "DistributedOptimizer", "load_model", "callbacks",
+    "HorovodInternalError", "HostsUpdatedInterrupt",
+    "mpi_built", "mpi_enabled", "mpi_threads_supported", "gloo_built", "gloo_enabled", "nccl_built", "ddl_built",
+    "ccl_built", "cuda_built", "rocm_built",
+    "Compression", "DistributedOptimizer", "PartialDistributedOptimizer", "load_model", "callbacks",
     "BroadcastGlobalVariablesCallback", "MetricAverageCallback",
     "LearningRateScheduleCallback", "LearningRateWarmupCallback", "shard",
     "ProcessSet", "global_process_set", "add_process_set", "remove_process_set",

@@ -19,7 +19,7 @@ That host call works inside the compiled train step of every backend: a
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple, Type
+from typing import Any, Dict, FrozenSet, List, Optional, Tuple, Type
 
 import numpy as np
 
@@ -29,11 +29,11 @@ from keras import ops
 from keras_callbacks._host import backend, host_call
 from keras_callbacks.compression import Compression, Compressor
 from ring_strategy import ops as ring_ops
-from ring_strategy._fused import Flattener, fused_allreduce
+from ring_strategy._fused import Flattener, fused_allreduce, reduce_except_local
 from ring_strategy.process_sets import ProcessSet, averages_here, global_process_set
 from ring_strategy.exceptions import BadArgumentError
 
-__all__ = ["DistributedOptimizer", "load_model"]
+__all__ = ["DistributedOptimizer", "PartialDistributedOptimizer", "load_model"]
 
 _CLASSES: Dict[Tuple, Type] = {}
 
@@ -49,16 +49,30 @@ class _DistributedMixin:
     _ring_op: int = ring_ops.Average
     _ring_postscale: float = 1.0
     _ring_name: Optional[str] = None
+    # Per instance, set by register_local_var / PartialDistributedOptimizer.
+    _ring_local_ids: FrozenSet[int] = frozenset()
+    _ring_scale_local: bool = True
     _ring_process_set: ProcessSet = global_process_set
 
     def _ring_shared(self) -> bool:
         """True when the gradients are averaged with other ranks."""
         return averages_here(self._ring_process_set)
 
+    def register_local_var(self, var: Any) -> None:
+        """Marks ``var`` as local to this rank: its gradient is not reduced,
+        only divided by ``size()`` when the optimizer scales local gradients.
+
+        Raises:
+            NotImplementedError: with gradient accumulation (backward_passes_per_step > 1).
+        """
+        if self._ring_accumulates():
+            raise NotImplementedError("local variables with backward_passes_per_step > 1 are not supported")
+        self._ring_local_ids = self._ring_local_ids | {id(var)}
+
     def apply(self, grads, trainable_variables=None):
         grads = list(grads)
         if grads and self._ring_shared() and not self._ring_accumulates():
-            grads = self._ring_allreduce(grads)
+            grads = self._ring_allreduce(grads, trainable_variables)
         return super().apply(grads, trainable_variables)
 
     def _ring_accumulates(self) -> bool:
@@ -75,8 +89,19 @@ class _DistributedMixin:
                 grads = self._ring_allreduce(grads)
         return super()._clip_gradients(grads)
 
-    def _ring_allreduce(self, grads: List[Any]) -> List[Any]:
-        """Averages ``grads`` over the process set's ranks in one host call (None stays None)."""
+    def _ring_allreduce(self, grads: List[Any], variables: Optional[List[Any]] = None) -> List[Any]:
+        """Averages ``grads`` over every rank in one host call (None stays
+        None); the gradients of local variables (found in ``variables``, the
+        optimizer's own when None) stay on their rank."""
+        if self._ring_local_ids:
+            variables = self._trainable_variables if variables is None else list(variables)
+            local = [id(v) in self._ring_local_ids for v in variables]
+            if any(local):
+                return reduce_except_local(grads, local, self._ring_reduce, self._ring_scale_local,
+                                           lambda g, n: g / n, self._ring_process_set)
+        return self._ring_reduce(grads)
+
+    def _ring_reduce(self, grads: List[Any]) -> List[Any]:
         compression = self._ring_compression
         present = [i for i, g in enumerate(grads) if g is not None]
         if not present:
@@ -227,6 +252,50 @@ def DistributedOptimizer(
         raise BadArgumentError(f"process_set should be a ProcessSet. Got: {process_set!r}")
     cls = _distributed_class(type(optimizer), compression, int(op), postscale, name, process_set)
     return cls.from_config(config)
+
+
+def PartialDistributedOptimizer(
+    optimizer: keras.optimizers.Optimizer,
+    name: Optional[str] = None,
+    compression: Type[Compressor] = Compression.none,
+    backward_passes_per_step: int = 1,
+    average_aggregated_gradients: bool = False,
+    op: int = ring_ops.Average,
+    local_layers: Any = None,
+    scale_local_gradients: bool = True,
+) -> keras.optimizers.Optimizer:
+    """:func:`DistributedOptimizer`, except that the gradients of the
+    trainable variables of ``local_layers`` are not reduced: each rank applies
+    its own, divided by ``size()`` with ``scale_local_gradients``. For layers
+    whose weights differ between ranks (model parallelism). More variables
+    can be marked later with ``optimizer.register_local_var(var)``.
+
+    Args:
+        local_layers: a Keras layer or a list of them, built (their variables
+            exist); None: every gradient is reduced.
+        scale_local_gradients: divide the local gradients by ``size()``.
+        Other arguments: as for :func:`DistributedOptimizer`.
+
+    Raises:
+        BadArgumentError: ``local_layers`` holds something that is not a
+            Keras layer, or a layer that is not built.
+        NotImplementedError: local layers with ``backward_passes_per_step > 1``.
+
+    Example::
+
+        opt = hvd.PartialDistributedOptimizer(keras.optimizers.SGD(0.01), local_layers=[model.layers[-1]])
+    """
+    layers = [] if local_layers is None else [local_layers] if isinstance(local_layers, keras.layers.Layer) \
+        else list(local_layers)
+    for layer in layers:
+        if not isinstance(layer, keras.layers.Layer) or not layer.built:
+            raise BadArgumentError(f"local_layers should be built Keras layers. Got: {layer!r}")
+    opt = DistributedOptimizer(optimizer, name, compression, backward_passes_per_step, average_aggregated_gradients, op)
+    opt._ring_scale_local = bool(scale_local_gradients)
+    for layer in layers:
+        for var in layer.trainable_weights:
+            opt.register_local_var(var)
+    return opt
 
 
 def _optimizer_classes() -> Dict[str, type]:

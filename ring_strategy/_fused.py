@@ -6,16 +6,18 @@ reduce their gradients this way.
 
 A front end says how its tensors are flattened, split and handed to the host
 by subclassing :class:`Flattener`; nothing here imports a framework.
+:func:`reduce_except_local` is the rule for gradients that stay on their
+rank (local variables and layers), shared by TensorFlow and Keras.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Sequence
+from typing import Any, Callable, Dict, List, Sequence
 
 import numpy as np
 
 from ring_strategy import ops
-from ring_strategy.process_sets import ProcessSet, global_process_set
+from ring_strategy.process_sets import ProcessSet, _check_process_set, global_process_set
 
 
 class Flattener:
@@ -82,4 +84,29 @@ def fused_allreduce(flattener: type, tensors: Sequence[Any], name: str, op: int,
     for idx, flat in zip(groups.values(), flattener.host_call(reduce_on_host, flats)):
         for k, piece in zip(idx, flattener.split(flat, [tensors[k] for k in idx])):
             out[k] = piece
+    return out
+
+
+def reduce_except_local(grads: Sequence[Any], local: Sequence[bool], reduce: Callable[[List[Any]], List[Any]],
+                        scale_local: bool, divide: Callable[[Any, int], Any],
+                        process_set: ProcessSet = global_process_set) -> List[Any]:
+    """Gradients with those marked ``local`` kept on their rank (Horovod's
+    local variables and layers): the others go through ``reduce``, the local
+    ones are divided by the process set's size when ``scale_local`` (None stays None).
+
+    Args:
+        grads: gradients (framework tensors or None), in the same order on every rank.
+        local: per gradient, True when it stays local; the same on every rank.
+        reduce: reduces a list of gradients over the ranks (the front end's fused allreduce).
+        scale_local: divide the local gradients by the set's size.
+        divide: the front end's ``divide(gradient, n)`` (sparse gradients included).
+        process_set: the ranks that reduce (default: every rank).
+    """
+    shared = [i for i, mine in enumerate(local) if not mine]
+    out = list(grads)
+    for i, g in zip(shared, reduce([grads[i] for i in shared])):
+        out[i] = g
+    n = _check_process_set(process_set).size
+    if scale_local and n > 1:
+        out = [divide(g, n) if mine and g is not None else g for g, mine in zip(out, local)]
     return out

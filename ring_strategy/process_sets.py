@@ -135,6 +135,16 @@ def _check_process_set(process_set: Any) -> SetPlace:
     return SetPlace(ps_id, len(process_set.ranks or ()), me)
 
 
+def by_id(process_set_id: Any) -> ProcessSet:
+    """The registered set with this id (0: the global set); BadArgumentError otherwise."""
+    if process_set_id == 0:
+        return global_process_set
+    found = _world.sets.get(process_set_id) if isinstance(process_set_id, int) else None
+    if found is None:
+        raise BadArgumentError(f"no process set has id {process_set_id!r} in this world")
+    return found
+
+
 def averages_here(process_set: Any) -> bool:
     """Whether a distributed optimizer on ``process_set`` reduces gradients on
     this rank: it is a member of a set of more than one rank (a rank outside

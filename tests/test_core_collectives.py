@@ -147,3 +147,19 @@ def test_orderly_shutdown_logs_no_error():
     for _ in range(12):
         out = assert_ok(ringrun(4, ["-c", code], "tcp"), 4)
         assert " error]" not in out, out
+
+
+def test_encrypted_tcp_every_op_dtype_and_count():
+    """RING_ENCRYPT=1: every op, dtype and count over encrypted TCP links, as the grid checks them in clear."""
+    out = assert_ok(ringrun(3, [WORKERS / "grid.py"], "tcp", extra_env={"RING_ENCRYPT": "1"}), 3)
+    assert out.count("all checks passed") == 3, out[-3000:]
+
+
+def test_ringrun_encrypt_flag():
+    """``ringrun --encrypt`` sets RING_ENCRYPT=1 for the workers, whose engine then encrypts."""
+    proc = run_ringrun(2, ["--encrypt", sys.executable, "-c",
+                           "import ring_strategy as rs, numpy as np; rs.init(); "
+                           "assert rs.basics._runtime().config['encrypt']; "
+                           "assert rs.allreduce(np.ones(3), op=rs.Sum)[0] == 2; print(rs.rank(), 'ok')"],
+                       env={"RING_TRANSPORT": "tcp"})
+    assert proc.returncode == 0 and proc.stdout.count(" ok") == 2, (proc.stdout + proc.stderr)[-3000:]

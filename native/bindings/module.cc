@@ -162,6 +162,7 @@ nb::dict config_dict(const ring::Config& c) {
   d["timeline"] = c.timeline_path;
   d["timeline_mark_cycles"] = c.timeline_mark_cycles;
   d["dynamic_process_sets"] = c.dynamic_process_sets;
+  d["encrypt"] = c.encrypt;
   return d;
 }
 

@@ -34,6 +34,9 @@ const std::vector<ConfigEntry> kTable = {
      "seconds: rank 0 warns about tensors that some ranks have not submitted (0: never)"},
     {"RING_STALL_SHUTDOWN_TIME_SECONDS", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "0",
      "seconds: such a stall fails the job on every rank (0: never)"},
+    {"RING_ENCRYPT", "", "0",
+     "1: encrypt and authenticate TCP traffic between ranks (AES-256-GCM, keys from the job secret; needs "
+     "libcrypto); shared memory within a host is not encrypted"},
     {"RING_DYNAMIC_PROCESS_SETS", "HOROVOD_DYNAMIC_PROCESS_SETS", "0",
      "1: process sets may be added and removed after init() (collectively, by every rank)"},
 };
@@ -116,6 +119,7 @@ Config Config::from_env() {
                                                       c.autotune_warmup_samples));
   c.timeline_mark_cycles = flag("RING_TIMELINE_MARK_CYCLES", c.timeline_mark_cycles);
   c.dynamic_process_sets = flag("RING_DYNAMIC_PROCESS_SETS", c.dynamic_process_sets);
+  c.encrypt = flag("RING_ENCRYPT", c.encrypt);
   if (const char* v = lookup(entry("RING_TRANSPORT"))) {
     std::string t(v);
     if (t == "tcp") c.force_tcp = true;

@@ -34,7 +34,8 @@ struct Config {
   double autotune_sample_seconds = 0.5;
   int autotune_warmup_samples = 1;
   bool timeline_mark_cycles = false;
-  bool dynamic_process_sets = false;  // read by the front end's process-set registry
+  bool dynamic_process_sets = false;
+  bool encrypt = false;  // RING_ENCRYPT: TCP links are encrypted (transport/aead_channel.h)  // read by the front end's process-set registry
 
   // Reads the process environment.
   static Config from_env();

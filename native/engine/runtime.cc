@@ -23,6 +23,7 @@ MeshOptions mesh_options(const RuntimeOptions& o, const Config& c, MeshRole role
   m.bind_host = o.bind_host;
   m.advertise_host = o.advertise_host;
   m.force_tcp = c.force_tcp;
+  m.encrypt = c.encrypt;
   m.shm_ring_bytes = ring_bytes;
   m.connect_timeout_s = std::max(60.0, c.timeout_seconds);
   return m;

@@ -42,6 +42,12 @@ class Channel {
   // sent, then gets PeerFailure; its writes fail too. Idempotent, never throws.
   virtual void close() = 0;
 
+  // A peer process seen stopped (SIGSTOP, a debugger) for longer than this
+  // many seconds is PeerFailure in check_alive(), where the channel can
+  // see the peer's process state (shared memory); 0: never. Set by the Mesh
+  // to its timeout.
+  double stopped_peer_limit_s = 0;
+
   // Bytes of the stream so far in each direction, kept by the Mesh (which
   // aligns large messages on it; see Mesh::sendrecv_sink).
   uint64_t stream_out = 0;

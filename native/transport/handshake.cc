@@ -108,6 +108,13 @@ std::vector<uint8_t> Handshake::mac(const char* label) const {
   return std::vector<uint8_t>(d.begin(), d.end());
 }
 
+Handshake::SessionKeys Handshake::session_keys() const {
+  std::vector<uint8_t> to_acceptor = mac("key connector->acceptor");
+  std::vector<uint8_t> to_connector = mac("key acceptor->connector");
+  if (is_connector_) return SessionKeys{to_acceptor, to_connector};
+  return SessionKeys{to_connector, to_acceptor};
+}
+
 std::vector<uint8_t> Handshake::take_output() {
   std::vector<uint8_t> pending(out_.begin() + static_cast<long>(out_sent_), out_.end());
   out_.clear();

@@ -69,6 +69,15 @@ class Handshake {
   // The authenticated peer (for the acceptor, known after the Hello).
   int peer_rank() const { return peer_rank_; }
 
+  // Once done(): this connection's keys for encrypted traffic
+  // (transport/aead_channel.h), HMAC(secret, direction label | transcript):
+  // each connection and each direction has its own, known only to the two
+  // ranks that ran this handshake.
+  struct SessionKeys {
+    std::vector<uint8_t> send, recv;
+  };
+  SessionKeys session_keys() const;
+
   // Moves bytes on a non-blocking socket until it would block. Returns
   // done(). Throws HandshakeError on failure, including EOF.
   bool advance(int fd);

@@ -47,7 +47,12 @@ class Mesh {
   const std::string& peer_name(int r) const { return peer_names_[r]; }
 
   // Seconds without any progress before a blocked call throws Timeout.
-  void set_timeout(double seconds) { timeout_s_ = seconds; }
+  // Also the limit for a peer process seen stopped (Channel::stopped_peer_limit_s).
+  void set_timeout(double seconds) {
+    timeout_s_ = seconds;
+    for (auto& c : channels_)
+      if (c) c->stopped_peer_limit_s = seconds;
+  }
 
   // Sends `slen` bytes to rank `to` while receiving exactly `rlen` bytes from
   // rank `from` into `rbuf`. Either side may be skipped with peer -1. Blocks

@@ -26,6 +26,7 @@
 #include <utility>
 
 #include "common/error.h"
+#include "transport/aead_channel.h"
 #include "transport/handshake.h"
 #include "transport/shm_channel.h"
 #include "transport/tcp_channel.h"
@@ -193,6 +194,12 @@ struct TcpTarget {
 // Dials that fail (refused, handshake error) are retried until the deadline;
 // accepted connections that fail the handshake, or do not finish it within
 // kHandshakeTimeoutSeconds, are dropped.
+// An authenticated connection and the keys its handshake gave it.
+struct TcpLink {
+  UniqueFd fd;
+  Handshake::SessionKeys keys;
+};
+
 class TcpConnector {
  public:
   TcpConnector(int rank, std::string secret, int listener, std::vector<TcpTarget> targets)
@@ -207,7 +214,7 @@ class TcpConnector {
 
   // One authenticated socket per TCP peer (index = rank). Throws Timeout at
   // `deadline`, naming `me` and every peer still missing.
-  std::vector<UniqueFd> run(double deadline, const std::string& me, double timeout_s) {
+  std::vector<TcpLink> run(double deadline, const std::string& me, double timeout_s) {
     while (missing_ > 0) {
       if (now_s() >= deadline) timeout(me, timeout_s);
       start_due_dials();
@@ -237,7 +244,7 @@ class TcpConnector {
   void start_due_dials() {
     double now = now_s();
     for (auto& d : dials_) {
-      if (result_[d.peer].get() >= 0 || d.fd.get() >= 0 || now < d.retry_at) continue;
+      if (result_[d.peer].fd.get() >= 0 || d.fd.get() >= 0 || now < d.retry_at) continue;
       std::string err;
       int fd = start_connect(targets_[d.peer].addr, targets_[d.peer].port, &err);
       if (fd < 0) {
@@ -282,7 +289,7 @@ class TcpConnector {
         d.hs = Handshake::connector(secret_, rank_, d.peer);
       }
       if (d.hs->advance(d.fd.get())) {
-        result_[d.peer] = std::move(d.fd);
+        result_[d.peer] = TcpLink{std::move(d.fd), d.hs->session_keys()};
         d.hs.reset();
         --missing_;
       }
@@ -320,8 +327,9 @@ class TcpConnector {
         if (keep && revents[i] && in.hs.advance(in.fd.get())) {
           int p = in.hs.peer_rank();
           if (targets_[p].tcp) {
-            if (result_[p].get() < 0) --missing_;
-            result_[p] = std::move(in.fd);  // a redial after a lost Ack replaces the first
+            if (result_[p].fd.get() < 0) --missing_;
+            // A redial after a lost Ack replaces the first.
+            result_[p] = TcpLink{std::move(in.fd), in.hs.session_keys()};
           }
           keep = false;
         }
@@ -337,7 +345,7 @@ class TcpConnector {
     std::ostringstream os;
     os << me << " timed out after " << timeout_s << " s connecting to its peers; still missing:";
     for (int r = 0; r < static_cast<int>(targets_.size()); ++r) {
-      if (!targets_[r].tcp || result_[r].get() >= 0) continue;
+      if (!targets_[r].tcp || result_[r].fd.get() >= 0) continue;
       os << " rank " << r;
       if (r > rank_) {
         os << " (it has not connected to this rank's listener);";
@@ -359,7 +367,7 @@ class TcpConnector {
   const std::string secret_;
   const int listener_;
   const std::vector<TcpTarget> targets_;
-  std::vector<UniqueFd> result_;
+  std::vector<TcpLink> result_;
   std::vector<Dial> dials_;
   std::vector<Incoming> incoming_;
   int missing_ = 0;
@@ -383,8 +391,14 @@ struct MeshBuilder::Impl {
 
   std::string me() const { return "rank " + std::to_string(opts.rank) + " (this process)"; }
   std::string at(int r) const { return peers[r].addr + ":" + std::to_string(peers[r].port); }
+  // "rank 1 (host-a, pid 4242)"; a peer on another host also shows the
+  // address it is reached at, which names the machine when host names
+  // repeat and tells which link failed: "rank 1 (host-b, 10.0.0.2, pid 7)".
   std::string peer_name(int r) const {
-    return "rank " + std::to_string(r) + " (" + peers[r].hostname + ", pid " + std::to_string(peers[r].pid) + ")";
+    std::string where = peers[r].hostname;
+    if (peers[r].host_id != opts.host_id && !peers[r].addr.empty() && peers[r].addr != peers[r].hostname)
+      where += ", " + peers[r].addr;
+    return "rank " + std::to_string(r) + " (" + where + ", pid " + std::to_string(peers[r].pid) + ")";
   }
   bool use_shm(int r) const {
     return own_seg != nullptr && !peers[r].shm.empty() && peers[r].host_id == opts.host_id;
@@ -392,7 +406,7 @@ struct MeshBuilder::Impl {
 
   std::string make_endpoint();
   void open_shm(int r);
-  std::vector<UniqueFd> connect_tcp(const std::vector<bool>& tcp_peer, double deadline);
+  std::vector<TcpLink> connect_tcp(const std::vector<bool>& tcp_peer, double deadline);
   void wait_shm_attached(const std::vector<bool>& tcp_peer, double deadline);
 };
 
@@ -425,7 +439,7 @@ void MeshBuilder::Impl::open_shm(int r) {
   channels[r] = std::make_unique<ShmChannel>(own_seg, seg, opts.rank, r);
 }
 
-std::vector<UniqueFd> MeshBuilder::Impl::connect_tcp(const std::vector<bool>& tcp_peer, double deadline) {
+std::vector<TcpLink> MeshBuilder::Impl::connect_tcp(const std::vector<bool>& tcp_peer, double deadline) {
   std::vector<TcpTarget> targets(opts.size);
   for (int r = 0; r < opts.size; ++r)
     if (tcp_peer[r]) targets[r] = TcpTarget{true, peers[r].addr, peers[r].port};
@@ -506,9 +520,13 @@ void MeshBuilder::connect(const std::vector<std::string>& endpoints) {
   for (int r = 0; r < size; ++r)
     if (r != rank && !tcp_peer[r]) m.open_shm(r);
   const double deadline = now_s() + m.opts.connect_timeout_s;
-  std::vector<UniqueFd> fds = m.connect_tcp(tcp_peer, deadline);
-  for (int r = 0; r < size; ++r)
-    if (tcp_peer[r]) m.channels[r] = std::make_unique<TcpChannel>(fds[r].release());
+  std::vector<TcpLink> links = m.connect_tcp(tcp_peer, deadline);
+  for (int r = 0; r < size; ++r) {
+    if (!tcp_peer[r]) continue;
+    std::unique_ptr<Channel> tcp = std::make_unique<TcpChannel>(links[r].fd.release());
+    m.channels[r] = m.opts.encrypt ? std::make_unique<AeadChannel>(std::move(tcp), links[r].keys.send, links[r].keys.recv)
+                                   : std::move(tcp);
+  }
   m.listener.reset();  // every peer that dials us has done so
   m.wait_shm_attached(tcp_peer, deadline);
   m.connected = true;

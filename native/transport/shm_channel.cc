@@ -68,9 +68,10 @@ void prefault(const uint8_t* data, size_t len) {
 #endif
 }
 
-// True when `pid` is gone or a zombie (dead, waiting to be reaped).
-bool process_exited(int pid) {
-  if (::kill(pid, 0) != 0 && errno == ESRCH) return true;
+// The state letter of `pid` in /proc ('R', 'S', 'T', 'Z', ...): 'X' when it
+// is gone, 0 when there is no /proc to read.
+char process_state(int pid) {
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return 'X';
   char path[64];
   std::snprintf(path, sizeof(path), "/proc/%d/stat", pid);
   FILE* f = std::fopen(path, "r");
@@ -82,7 +83,7 @@ bool process_exited(int pid) {
   // "pid (comm) S ...": comm may contain spaces and parentheses, so the
   // state is after the last ')'.
   const char* paren = std::strrchr(buf, ')');
-  return paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X');
+  return paren && paren[1] == ' ' ? paren[2] : 0;
 }
 
 }  // namespace
@@ -170,7 +171,10 @@ ShmChannel::ShmChannel(std::shared_ptr<ShmSegment> own, std::shared_ptr<ShmSegme
   // looks dead most likely lives in another pid namespace (shared /dev/shm,
   // separate pids). Watching it would report a live peer as dead: rely on
   // the closed flag and the Mesh timeout instead.
-  if (peer_pid_ > 0 && peer_pid_ != static_cast<int>(::getpid()) && process_exited(peer_pid_)) peer_pid_ = -1;
+  if (peer_pid_ > 0 && peer_pid_ != static_cast<int>(::getpid())) {
+    const char state = process_state(peer_pid_);
+    if (state == 'Z' || state == 'X') peer_pid_ = -1;
+  }
   out_ = peer_->ring(my_rank);
   out_data_ = peer_->data(my_rank);
   out_cap_ = peer_->ring_bytes();
@@ -237,8 +241,20 @@ void ShmChannel::check_alive() {
   if (in_->closed.load(std::memory_order_acquire) && in_->head.load(std::memory_order_acquire) == in_tail_)
     fail_closed();
   // Ranks run as threads of one process in tests: our own pid is alive.
-  if (peer_pid_ > 0 && peer_pid_ != static_cast<int>(::getpid()) && process_exited(peer_pid_))
-    throw_error(ErrorKind::PeerFailure, "process " + std::to_string(peer_pid_) + " exited");
+  if (peer_pid_ <= 0 || peer_pid_ == static_cast<int>(::getpid())) return;
+  const char state = process_state(peer_pid_);
+  if (state == 'Z' || state == 'X') throw_error(ErrorKind::PeerFailure, "process " + std::to_string(peer_pid_) + " exited");
+  const bool stopped = state == 'T' || state == 't';
+  const auto now = std::chrono::steady_clock::now();
+  if (!stopped || stopped_peer_limit_s <= 0) {
+    stopped_since_.reset();
+  } else if (!stopped_since_) {
+    stopped_since_ = now;
+  } else if (std::chrono::duration<double>(now - *stopped_since_).count() > stopped_peer_limit_s) {
+    throw_error(ErrorKind::PeerFailure, "process " + std::to_string(peer_pid_) +
+                                            " has been stopped (SIGSTOP or a debugger) for more than " +
+                                            std::to_string(static_cast<int>(stopped_peer_limit_s)) + " s");
+  }
 }
 
 void ShmChannel::close() {

@@ -15,9 +15,11 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "transport/channel.h"
@@ -101,6 +103,7 @@ class ShmChannel : public Channel {
   [[noreturn]] void fail_closed();
   std::shared_ptr<ShmSegment> own_, peer_;
   int peer_pid_;
+  std::optional<std::chrono::steady_clock::time_point> stopped_since_;  // peer seen stopped since
   bool closed_ = false;
   // Outgoing ring (in the peer's segment); we are its producer.
   ShmRingHeader* out_;

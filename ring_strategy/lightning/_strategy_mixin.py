@@ -34,6 +34,7 @@ from torch import Tensor
 import ring_strategy.torch as _rt
 from ring_strategy.environments.base import override
 from ring_strategy.lightning import _spawn
+from ring_strategy.lightning._elastic import COMMIT_PATH, LightningState, check_commit_every
 from ring_strategy.lightning._environment import launcher_job
 from ring_strategy.torch.grad_sync import GradientSync
 
@@ -87,6 +88,8 @@ class RingLauncherMixin(_LauncherBase):
             job = launcher_job()
             local = 1 if job is None else job.local_size
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // local))
+        if strategy.elastic and trainer is not None and trainer.state.fn == "fit":
+            return strategy._elastic_state().fit(function, args, kwargs, trainer)
         return function(*args, **kwargs)
 
     @override
@@ -128,6 +131,12 @@ class RingStrategyMixin(_StrategyBase):
             ``RingEnvironment`` by default.
         checkpoint_io: How checkpoints are written (by rank 0 only).
         precision_plugin: The precision plugin.
+        elastic: Whether ``fit`` survives workers that leave and join (under
+            ``ringrun``'s elastic options): a lost worker rolls training back
+            to the last commit, the job re-forms, every rank takes rank 0's
+            commit and ``fit`` goes on (see docs/elastic.md, "Lightning").
+        commit_every_n_steps: With ``elastic``, optimizer steps between two
+            in-memory commits (each also checks for added or removed hosts).
 
     Example:
         >>> import ring_strategy  # registers "ring"  # doctest: +SKIP
@@ -142,6 +151,10 @@ class RingStrategyMixin(_StrategyBase):
     _launcher_class: ClassVar[Callable[[Any], Any]]
     _cpu_accelerator: ClassVar[type]
     _optimizers_to_device: ClassVar[Callable[[Any, torch.device], None]]
+    # And, for elastic fits, its Callback with the commit hooks on it and
+    # its _update_dataloader(dataloader, sampler).
+    _elastic_callback_class: ClassVar[Callable[[Any], Any]]
+    _update_dataloader: ClassVar[Callable[[Any, Any], Any]]
 
     def __init__(
         self,
@@ -150,7 +163,11 @@ class RingStrategyMixin(_StrategyBase):
         cluster_environment: Optional[Any] = None,
         checkpoint_io: Optional[Any] = None,
         precision_plugin: Optional[Any] = None,
+        elastic: bool = False,
+        commit_every_n_steps: int = 1,
     ) -> None:
+        if not isinstance(elastic, bool):
+            raise ValueError(f"RingStrategy: elastic should be True or False. Got: {elastic!r}")
         super().__init__(
             accelerator=accelerator,
             parallel_devices=parallel_devices,
@@ -160,6 +177,16 @@ class RingStrategyMixin(_StrategyBase):
         )
         self._num_nodes = 1
         self._grad_sync: Optional[GradientSync] = None
+        self.elastic = elastic
+        self.commit_every_n_steps = check_commit_every(commit_every_n_steps)
+        self._elastic: Optional[LightningState] = None
+
+    def _elastic_state(self) -> LightningState:
+        """The state of this strategy's elastic fits (made at the first)."""
+        if self._elastic is None:
+            self._elastic = LightningState(self.commit_every_n_steps, self._elastic_callback_class,
+                                           self._update_dataloader)
+        return self._elastic
 
     # ------------------------------------------------------------ layout
     @property
@@ -288,6 +315,22 @@ class RingStrategyMixin(_StrategyBase):
     def model_to_device(self) -> None:
         assert self.model is not None
         self.model.to(self.root_device)
+
+    # ------------------------------------------------------------ elastic
+    @override
+    def load_checkpoint(self, checkpoint_path: Any, weights_only: Optional[bool] = None) -> Dict[str, Any]:
+        """Loads a checkpoint; an elastic fit's restart loads its in-memory commit."""
+        if self._elastic is not None and str(checkpoint_path) == COMMIT_PATH:
+            return self._elastic.load_commit()
+        return super().load_checkpoint(checkpoint_path, weights_only=weights_only)
+
+    @override
+    def process_dataloader(self, dataloader: object) -> object:
+        """Gives an elastic fit's training DataLoader its elastic sampler."""
+        trainer = self.lightning_module.trainer if self.lightning_module is not None else None
+        if self._elastic is not None and trainer is not None and trainer.training:
+            return self._elastic.process_train_dataloader(dataloader)
+        return dataloader
 
     # ------------------------------------------------------------ gradients
     @override

@@ -14,9 +14,12 @@ from __future__ import annotations
 from lightning.fabric.plugins.environments.cluster_environment import ClusterEnvironment
 from lightning.fabric.utilities.optimizer import _optimizers_to_device
 from lightning.pytorch.accelerators import CPUAccelerator
+from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.strategies.launchers.launcher import _Launcher
 from lightning.pytorch.strategies.parallel import ParallelStrategy
+from lightning.pytorch.utilities.data import _update_dataloader
 
+from ring_strategy.lightning._elastic import ElasticCommitMixin
 from ring_strategy.lightning._environment import RingEnvironmentMixin
 from ring_strategy.lightning._strategy_mixin import RingLauncherMixin, RingStrategyMixin
 
@@ -31,9 +34,15 @@ class _RingLauncher(RingLauncherMixin, _Launcher):
     __doc__ = RingLauncherMixin.__doc__
 
 
+class _ElasticCommit(ElasticCommitMixin, Callback):
+    __doc__ = ElasticCommitMixin.__doc__
+
+
 class RingStrategy(RingStrategyMixin, ParallelStrategy):
     __doc__ = RingStrategyMixin.__doc__
     _environment_class = RingEnvironment
     _launcher_class = _RingLauncher
     _cpu_accelerator = CPUAccelerator
     _optimizers_to_device = staticmethod(_optimizers_to_device)
+    _elastic_callback_class = _ElasticCommit
+    _update_dataloader = staticmethod(_update_dataloader)

@@ -11,9 +11,12 @@ from __future__ import annotations
 from lightning_fabric.plugins.environments.cluster_environment import ClusterEnvironment
 from lightning_fabric.utilities.optimizer import _optimizers_to_device
 from pytorch_lightning.accelerators import CPUAccelerator
+from pytorch_lightning.callbacks import Callback
 from pytorch_lightning.strategies.launchers.launcher import _Launcher
 from pytorch_lightning.strategies.parallel import ParallelStrategy
+from pytorch_lightning.utilities.data import _update_dataloader
 
+from ring_strategy.lightning._elastic import ElasticCommitMixin
 from ring_strategy.lightning._environment import RingEnvironmentMixin
 from ring_strategy.lightning._strategy_mixin import RingLauncherMixin, RingStrategyMixin
 
@@ -28,9 +31,15 @@ class _RingLauncher(RingLauncherMixin, _Launcher):
     __doc__ = RingLauncherMixin.__doc__
 
 
+class _ElasticCommit(ElasticCommitMixin, Callback):
+    __doc__ = ElasticCommitMixin.__doc__
+
+
 class RingStrategy(RingStrategyMixin, ParallelStrategy):
     __doc__ = RingStrategyMixin.__doc__
     _environment_class = RingEnvironment
     _launcher_class = _RingLauncher
     _cpu_accelerator = CPUAccelerator
     _optimizers_to_device = staticmethod(_optimizers_to_device)
+    _elastic_callback_class = _ElasticCommit
+    _update_dataloader = staticmethod(_update_dataloader)

@@ -6,11 +6,14 @@ import math
 import secrets
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set
 
+from ring_strategy import _contracts as names
 from ring_strategy._contracts import remove_job_shm
+from ring_strategy.ray.elastic import RayWorlds
 from ring_strategy.ray.layout import Placement, place, placement_environment
 from ring_strategy.ray.worker import RingWorker
 from ring_strategy.runner.launch import DEFAULT_START_TIMEOUT_SECONDS
 from ring_strategy.runner.store import StoreServer
+from ring_strategy.runner.worker_env import elastic_worker_environment
 
 __all__ = ["RayExecutor"]
 
@@ -52,6 +55,13 @@ class RayExecutor:
             or ``"STRICT_SPREAD"``.
         start_timeout: Seconds to wait for resources, and for the workers to
             find each other at ``init()``.
+        min_workers: Makes the job elastic: the fewest workers it goes on
+            with. Functions then run as elastic scripts do under ``ringrun``
+            (``ring_strategy.elastic.run`` and a state object): an actor lost
+            while a function runs is left behind, the others re-form the job
+            without it and go on (see :mod:`ring_strategy.ray.elastic`).
+        max_workers: The most workers of an elastic job: ``num_workers`` (the
+            default; an elastic job does not grow yet).
 
     Raises:
         ValueError: If an argument is invalid; the message quotes it.
@@ -78,6 +88,8 @@ class RayExecutor:
         env_vars: Optional[Dict[str, str]] = None,
         placement_strategy: str = "PACK",
         start_timeout: float = DEFAULT_START_TIMEOUT_SECONDS,
+        min_workers: Optional[int] = None,
+        max_workers: Optional[int] = None,
     ) -> None:
         if not isinstance(num_workers, int) or num_workers < 1:
             raise ValueError(f"num_workers should be a positive integer. Got: {num_workers!r}")
@@ -92,7 +104,9 @@ class RayExecutor:
             )
         if not (math.isfinite(start_timeout) and start_timeout > 0):
             raise ValueError(f"start_timeout should be a positive number of seconds. Got: {start_timeout!r}")
+        _check_elastic(num_workers, min_workers, max_workers)
         self.num_workers = num_workers
+        self.min_workers = min_workers
         self.cpus_per_worker = cpus_per_worker
         self.gpus_per_worker = (1 if gpus_per_worker is None else gpus_per_worker) if use_gpu else 0
         self.env_vars = {str(k): str(v) for k, v in (env_vars or {}).items()}
@@ -104,6 +118,7 @@ class RayExecutor:
         self._actors: List[Any] = []  # actor handles, in creation order
         self._placement_group: Any = None
         self._store: Optional[StoreServer] = None
+        self._worlds: Optional[RayWorlds] = None
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -150,14 +165,33 @@ class RayExecutor:
         self.job_id = f"ray-{secrets.token_hex(8)}"
         secret = secrets.token_bytes(32)
         address = self._serve(ray, {p.node_id for p in self.placements}, secret)
-        envs = [
-            {**extra_env, **placement_environment(
-                p, size=self.num_workers, rendezvous_address=address, secret=secret,
-                job_id=self.job_id, start_timeout=self.start_timeout)}
-            for p in self.placements
-        ]
+        if self.min_workers is not None:
+            self._workers = list(self._actors)  # elastic: worker numbers are the actors' order
+            envs = [{**extra_env, **env} for env in self._elastic_environments(nodes, address, secret)]
+            self._worlds = RayWorlds(address, secret, self.job_id, [(i, n[0]) for i, n in enumerate(nodes)],
+                                     self.min_workers, self.start_timeout)
+        else:
+            envs = [
+                {**extra_env, **placement_environment(
+                    p, size=self.num_workers, rendezvous_address=address, secret=secret,
+                    job_id=self.job_id, start_timeout=self.start_timeout)}
+                for p in self.placements
+            ]
         ray.get([w.set_env.remote(env) for w, env in zip(self._workers, envs)])
         ray.get([w.start_executable.remote(cls, args, kwargs) for w in self._workers])
+
+    def _elastic_environments(self, nodes: List[Any], address: str, secret: bytes) -> List[Dict[str, str]]:
+        """The variables of each actor of an elastic job (in actor order): an
+        elastic worker of the executor's store, on its Ray node."""
+        envs = []
+        for worker, (node_id, node_ip) in enumerate(nodes):
+            env = elastic_worker_environment(
+                {}, worker=worker, rendezvous_address=address, secret=secret, job_id=self.job_id,
+                start_timeout=self.start_timeout, elastic_timeout=self.start_timeout, hostname=node_id)
+            if len({n[0] for n in nodes}) > 1:  # peers on other nodes connect to this node's Ray address
+                env[names.ADVERTISE_HOST] = node_ip
+            envs.append(env)
+        return envs
 
     def _reserve(self, ray: Any) -> Any:
         from ray.util.placement_group import placement_group
@@ -212,11 +246,14 @@ class RayExecutor:
                 ray.kill(actor, no_restart=True)
         if ray is not None and self._placement_group is not None:
             ray.util.remove_placement_group(self._placement_group)
+        if self._worlds is not None:
+            self._worlds.close()
         if self._store is not None:
             self._store.stop()
         if self.job_id:  # on the driver's node, where an actor that did not leave may have left some
             remove_job_shm(self.job_id)
         self._actors, self._workers, self._placement_group, self._store = [], [], None, None
+        self._worlds = None
 
     def __enter__(self) -> RayExecutor:
         self.start()
@@ -252,12 +289,15 @@ class RayExecutor:
             kwargs: Its keyword arguments.
 
         Returns:
-            Each worker's result, by rank.
+            Each worker's result, by rank; in an elastic job, each result of
+            a worker that finished, in the order the actors were made.
 
         Raises:
             ray.exceptions.RayTaskError: The first error a worker raised.
+            RuntimeError: In an elastic job, when fewer than ``min_workers``
+                actors are left.
         """
-        return _gather(_ray(), self.run_remote(fn, args, kwargs))
+        return self._gather(self.run_remote(fn, args, kwargs))
 
     def execute(self, fn: Callable[[Any], Any]) -> List[Any]:
         """Runs ``fn(executable)`` on every worker, ``executable`` being the
@@ -266,11 +306,35 @@ class RayExecutor:
         Returns:
             Each worker's result, by rank.
         """
-        return _gather(_ray(), [w.execute.remote(fn) for w in self._started()])
+        return self._gather([w.execute.remote(fn) for w in self._started()])
 
     def execute_single(self, fn: Callable[[Any], Any]) -> Any:
         """Runs ``fn(executable)`` on the rank 0 worker only and returns its result."""
         return _ray().get(self._started()[0].execute.remote(fn))
+
+    def _gather(self, refs: List[Any]) -> List[Any]:
+        """Each worker's result (see :meth:`run`); an elastic job drops the
+        actors it lost from then on."""
+        if self._worlds is None:
+            return _gather(_ray(), refs)
+        workers = {id(w): i for i, w in enumerate(self._actors)}
+        results = self._worlds.gather(_ray(), {workers[id(w)]: ref for w, ref in zip(self._workers, refs)})
+        lost = set(workers.values()) - set(self._worlds.members) - set(results)
+        self._workers = [w for w in self._workers if workers[id(w)] not in lost]
+        return [results[workers[id(w)]] for w in self._workers if workers[id(w)] in results]
+
+
+def _check_elastic(num_workers: int, min_workers: Optional[int], max_workers: Optional[int]) -> None:
+    """Raises ValueError unless ``min_workers`` and ``max_workers`` fit ``num_workers``."""
+    if min_workers is None:
+        if max_workers is not None:
+            raise ValueError(f"max_workers={max_workers!r} needs min_workers (an elastic job)")
+        return
+    if isinstance(min_workers, bool) or not isinstance(min_workers, int) or not 1 <= min_workers <= num_workers:
+        raise ValueError(f"min_workers should be an integer from 1 to num_workers={num_workers}. Got: {min_workers!r}")
+    if max_workers is not None and max_workers != num_workers:
+        raise ValueError(f"max_workers should be num_workers={num_workers}: an elastic RayExecutor job does not "
+                         f"grow yet. Got: {max_workers!r}")
 
 
 def _gather(ray: Any, refs: List[Any]) -> List[Any]:

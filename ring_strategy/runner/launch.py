@@ -101,6 +101,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="mark every cycle of the engine in the timeline (sets RING_TIMELINE_MARK_CYCLES=1)",
     )
     parser.add_argument(
+        "--encrypt", action="store_true",
+        help="encrypt and authenticate TCP traffic between workers (sets RING_ENCRYPT=1; AES-256-GCM with keys "
+        "from the job secret; shared memory within a host is not encrypted)",
+    )
+    parser.add_argument(
         "-v", "--verbose", action="store_true", help="print what ringrun does",
     )
     parser.add_argument(
@@ -264,6 +269,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         os.environ["RING_TIMELINE"] = args.timeline_filename if dynamic else os.path.abspath(args.timeline_filename)
     if args.timeline_mark_cycles:
         os.environ["RING_TIMELINE_MARK_CYCLES"] = "1"
+    if args.encrypt:
+        os.environ["RING_ENCRYPT"] = "1"
     try:
         os.makedirs(plan.output_dir or ".", exist_ok=True)
     except OSError as e:

@@ -169,8 +169,27 @@ class RemoteWorkers:
         Args:
             sig: The signal; anything but SIGKILL means SIGTERM and a grace period.
             only_live: Ignored: the host signals only workers still running.
+
+        A host that has not ended its session ``_CLOSE_SECONDS`` after a
+        SIGKILL is taken for unreachable (a cut link, a frozen machine): its
+        ssh session is closed, which reports its workers as failed, so the
+        job ends instead of waiting for a host that cannot answer.
         """
         self._send(b"KILL\n" if sig == signal.SIGKILL else b"TERM\n")
+        if sig == signal.SIGKILL and self._proc is not None and self._proc.poll() is None:
+            timer = threading.Timer(_CLOSE_SECONDS, self._cut_off)
+            timer.daemon = True
+            timer.start()
+
+    def _cut_off(self) -> None:
+        if self._proc is None or self._proc.poll() is not None:
+            return
+        _log(f"host {self.host} did not answer within {_CLOSE_SECONDS:g} s of SIGKILL (unreachable?); "
+             "closing its ssh session")
+        try:
+            os.killpg(self._proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
     def wait(self, timeout: float) -> bool:
         """Waits for the session to end.

@@ -40,14 +40,17 @@ from ring_strategy.build_queries import (
     nccl_built,
     rocm_built,
 )
+from ring_strategy.timeline import start_timeline, stop_timeline
 from ring_strategy.tensorflow.compression import Compression
 from ring_strategy.tensorflow.functions import (
     allgather_object,
+    broadcast_,
     broadcast_global_variables,
     broadcast_object,
+    broadcast_object_fn,
     broadcast_variables,
 )
-from ring_strategy.tensorflow.gradient_tape import DistributedGradientTape
+from ring_strategy.tensorflow.gradient_tape import DistributedGradientTape, PartialDistributedGradientTape
 from ring_strategy.tensorflow.mpi_ops import (
     Adasum,
     Average,
@@ -64,17 +67,26 @@ from ring_strategy.tensorflow.mpi_ops import (
     cross_rank,
     cross_size,
     global_process_set,
+    grouped_allgather,
     grouped_allreduce,
+    grouped_reducescatter,
     init,
     is_initialized,
+    join,
     local_rank,
+    local_rank_op,
     local_size,
+    local_size_op,
     rank,
+    rank_op,
     reducescatter,
     shutdown,
     size,
+    process_set_included_op,
+    size_op,
 )
 from ring_strategy.tensorflow.optimizer import DistributedOptimizer
 from ring_strategy.process_sets import add_process_set, remove_process_set
 from ring_strategy.tensorflow.session_hooks import BroadcastGlobalVariablesHook
 from ring_strategy.tensorflow import elastic
+from ring_strategy.tensorflow.sync_batch_norm import SyncBatchNormalization

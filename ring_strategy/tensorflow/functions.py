@@ -1,9 +1,10 @@
 """Variables and Python objects across ranks: broadcast_variables,
-broadcast_global_variables, broadcast_object, allgather_object."""
+broadcast_, broadcast_global_variables, broadcast_object,
+broadcast_object_fn, allgather_object."""
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -39,12 +40,34 @@ def broadcast_variables(variables: Sequence[tf.Variable], root_rank: int,
     Returns:
         In a graph, the op grouping the assignments; eagerly, None.
     """
+    assigns = _assign_broadcast(variables, root_rank, None, process_set, "broadcast_variables")
+    return None if tf.executing_eagerly() or not assigns else tf.group(*assigns)
+
+
+def broadcast_(variables: Sequence[tf.Variable], root_rank: int, name: Optional[str] = None,
+               process_set: ProcessSet = global_process_set) -> List[Any]:
+    """In-place broadcast: assigns ``root_rank``'s value to every variable, on
+    every rank, in one host call, and returns the updated variables (their
+    assignments' results in a graph).
+
+    Args:
+        variables: tf.Variables, in the same order on every rank.
+        root_rank: the rank whose values everyone receives.
+        name: names the engine's tensors (``"<name>.<i>"``), the same on every rank.
+        process_set: the ranks taking part (default: every rank).
+    """
+    return _assign_broadcast(variables, root_rank, name, process_set, "broadcast_")
+
+
+def _assign_broadcast(variables: Sequence[tf.Variable], root_rank: int, name: Optional[str], process_set: ProcessSet,
+                      label: str) -> List[Any]:
+    """The assignments of ``root_rank``'s values to ``variables`` (one host call)."""
     place = _check_process_set(process_set)
     root_rank = check_root(root_rank)
     variables = list(variables)
     if not variables:
-        return None
-    names = group_names(_op_name("broadcast_variables", None, place.id), len(variables), True)
+        return []
+    names = group_names(_op_name(label, name, place.id), len(variables), True)
 
     def bcast(arrays: List[np.ndarray]) -> List[np.ndarray]:
         handles = [_np.broadcast_async(a, root_rank, name=nm, process_set=process_set) for a, nm in zip(arrays, names)]
@@ -52,8 +75,7 @@ def broadcast_variables(variables: Sequence[tf.Variable], root_rank: int,
 
     values = host_call(bcast, [tf.convert_to_tensor(v) for v in variables], [v.dtype for v in variables],
                        [v.shape for v in variables], "RingBroadcastVariables")
-    assigns = [v.assign(x) for v, x in zip(variables, values)]
-    return None if tf.executing_eagerly() else tf.group(*assigns)
+    return [v.assign(x) for v, x in zip(variables, values)]
 
 
 def broadcast_global_variables(root_rank: int) -> tf.Operation:
@@ -81,9 +103,16 @@ def broadcast_object(obj: Any, root_rank: int = 0, session: Any = None, name: Op
         root_rank: the rank whose object everyone receives.
         session: accepted for Horovod compatibility (TF1 sessions are not supported).
         name: names the two broadcasts; the same on every rank.
-        process_set: only the global set is supported.
+        process_set: the ranks taking part (default: every rank).
     """
     return _objects.broadcast_object(obj, root_rank, name or "tf.broadcast_object", process_set)
+
+
+def broadcast_object_fn(root_rank: int = 0, session: Any = None, name: Optional[str] = None,
+                        process_set: ProcessSet = global_process_set) -> Callable[[Any], Any]:
+    """A function ``f(obj)`` returning ``root_rank``'s ``obj`` on every rank:
+    :func:`broadcast_object` with these arguments fixed."""
+    return lambda obj: broadcast_object(obj, root_rank, session, name, process_set)
 
 
 def allgather_object(obj: Any, session: Any = None, name: Optional[str] = None,

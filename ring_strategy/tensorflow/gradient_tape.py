@@ -1,12 +1,14 @@
-"""DistributedGradientTape: a tf.GradientTape whose gradients are averaged over all ranks."""
+"""DistributedGradientTape: a tf.GradientTape whose gradients are averaged
+over all ranks; PartialDistributedGradientTape: the same, except for the
+variables of the layers that stay local to each rank."""
 
 from __future__ import annotations
 
-from typing import Any, List
+from typing import Any, List, Optional
 
 import tensorflow as tf
 
-from ring_strategy._fused import Flattener, fused_allreduce
+from ring_strategy._fused import Flattener, fused_allreduce, reduce_except_local
 from ring_strategy.exceptions import BadArgumentError
 from ring_strategy.tensorflow.compression import Compression
 from ring_strategy.tensorflow.mpi_ops import (
@@ -49,6 +51,12 @@ class _TensorFlowFlattener(Flattener):
 class _DistributedGradientTape(tf.GradientTape):
     """Methods placed in front of the user's tape class; see :func:`DistributedGradientTape`."""
 
+    def register_local_source(self, source: Any) -> None:
+        """Marks ``source`` (a variable) as local to this rank: its gradient is
+        not reduced, only divided by ``size()`` when the tape was made with
+        ``scale_local_gradients=True``."""
+        self._ring_local.add(source_key(source))
+
     @_do_not_convert
     def gradient(self, target, sources, output_gradients=None,
                  unconnected_gradients=tf.UnconnectedGradients.NONE):
@@ -56,11 +64,23 @@ class _DistributedGradientTape(tf.GradientTape):
         if _check_process_set(self._ring_process_set).size == 1 and self._ring_compression is Compression.none:
             return grads
         flat = tf.nest.flatten(grads)
-        return tf.nest.pack_sequence_as(grads, self._ring_allreduce(flat))
+        local = [source_key(s) in self._ring_local for s in tf.nest.flatten(sources)] if self._ring_local else None
+        return tf.nest.pack_sequence_as(grads, allreduce_gradients(
+            flat, self._ring_op, self._ring_compression, self._ring_sparse_as_dense, self._ring_predivide,
+            "DistributedGradientTape", local, self._ring_scale_local, self._ring_process_set))
 
-    def _ring_allreduce(self, grads: List[Any]) -> List[Any]:
-        return allreduce_gradients(grads, self._ring_op, self._ring_compression, self._ring_sparse_as_dense,
-                                   self._ring_predivide, "DistributedGradientTape", self._ring_process_set)
+
+def source_key(source: Any) -> Any:
+    """A hashable identity of a variable (or tensor): its tf.Variable's
+    ``ref()`` (a Keras variable's ``value`` on the TensorFlow backend)."""
+    value = getattr(source, "value", source) if not hasattr(source, "ref") else source
+    return value.ref() if hasattr(value, "ref") else id(source)
+
+
+def _divided(grad: Any, n: int) -> Any:
+    if isinstance(grad, tf.IndexedSlices):
+        return tf.IndexedSlices(grad.values / tf.cast(n, grad.values.dtype), grad.indices, grad.dense_shape)
+    return grad / tf.cast(n, grad.dtype)
 
 
 def check_gradient_reduction(op: Any, gradient_predivide_factor: Any, process_set: ProcessSet) -> int:
@@ -82,11 +102,13 @@ def check_gradient_reduction(op: Any, gradient_predivide_factor: Any, process_se
 
 
 def allreduce_gradients(grads: List[Any], op: int, compression: Any, sparse_as_dense: bool,
-                        predivide: float, label: str,
-                        process_set: ProcessSet = global_process_set) -> List[Any]:
+                        predivide: float, label: str, local: Optional[List[bool]] = None,
+                        scale_local: bool = True, process_set: ProcessSet = global_process_set) -> List[Any]:
     """Every gradient of ``grads`` reduced over the ranks of ``process_set`` (None stays None):
     the dense ones in one fused host call, eagerly or in a graph;
-    ``IndexedSlices`` allgathered unless ``sparse_as_dense``.
+    ``IndexedSlices`` allgathered unless ``sparse_as_dense``. The gradients
+    marked ``local`` are not reduced: they stay on their rank, divided by
+    the set's size with ``scale_local``.
 
     Args:
         grads: tf tensors, IndexedSlices or None, in the same order on every rank.
@@ -96,8 +118,16 @@ def allreduce_gradients(grads: List[Any], op: int, compression: Any, sparse_as_d
         predivide: with Average, divide by this before the sum and by
             ``size() / predivide`` after it.
         label: names the engine's tensors (the graph makes them unique).
+        local: per gradient, True when it stays local; None: none does.
+        scale_local: divide the local gradients by the set's size.
         process_set: the ranks that reduce (default: every rank).
     """
+    if local is not None and any(local):
+        def reduce(shared: List[Any]) -> List[Any]:
+            return allreduce_gradients(shared, op, compression, sparse_as_dense, predivide, label,
+                                       process_set=process_set)
+
+        return reduce_except_local(grads, local, reduce, scale_local, _divided, process_set)
     place = _check_process_set(process_set)
     n = place.size
     if op == Average:
@@ -152,7 +182,9 @@ def DistributedGradientTape(gradtape: tf.GradientTape, device_dense: str = "", d
         num_groups, groups: accepted for Horovod compatibility; every dense
             gradient is fused anyway.
         process_set: the ranks that average (default: every rank).
-        scale_local_gradients: accepted for Horovod compatibility.
+        scale_local_gradients: divide the gradients of the sources marked
+            local (``register_local_source``, or the ``local_layers`` of
+            :func:`PartialDistributedGradientTape`) by ``size()``.
 
     Example::
 
@@ -176,5 +208,44 @@ def DistributedGradientTape(gradtape: tf.GradientTape, device_dense: str = "", d
     tape._ring_sparse_as_dense = bool(sparse_as_dense)
     tape._ring_predivide = float(gradient_predivide_factor)
     tape._ring_scale_local = bool(scale_local_gradients)
+    tape._ring_local = set()
     tape._ring_process_set = process_set
+    return tape
+
+
+def PartialDistributedGradientTape(gradtape: tf.GradientTape, device_dense: str = "", device_sparse: str = "",
+                                   compression: Any = Compression.none, sparse_as_dense: bool = False,
+                                   op: int = Average, gradient_predivide_factor: float = 1.0, num_groups: int = 0,
+                                   groups: Any = None, process_set: ProcessSet = global_process_set,
+                                   local_layers: Any = None, scale_local_gradients: bool = True) -> tf.GradientTape:
+    """:func:`DistributedGradientTape`, except that the gradients of the
+    trainable variables of ``local_layers`` are not reduced: each rank keeps
+    its own (divided by ``size()`` with ``scale_local_gradients``), for
+    layers whose weights differ between ranks (model parallelism).
+
+    Args:
+        local_layers: a Keras layer or a list of them; None: every gradient
+            is reduced, as with :func:`DistributedGradientTape`.
+        Other arguments: as for :func:`DistributedGradientTape`.
+
+    Raises:
+        BadArgumentError: ``local_layers`` holds something that is not a Keras layer.
+
+    Example::
+
+        tape = hvd.PartialDistributedGradientTape(tape, local_layers=[model.layers[0]])
+    """
+    if local_layers is None:
+        local_layers = []
+    elif isinstance(local_layers, tf.keras.layers.Layer):
+        local_layers = [local_layers]
+    layers = list(local_layers)
+    bad = [layer for layer in layers if not isinstance(layer, tf.keras.layers.Layer)]
+    if bad:
+        raise BadArgumentError(f"local_layers should be Keras layers. Got: {bad[0]!r}")
+    tape = DistributedGradientTape(gradtape, device_dense, device_sparse, compression, sparse_as_dense, op,
+                                   gradient_predivide_factor, num_groups, groups, process_set, scale_local_gradients)
+    for layer in layers:
+        for variable in layer.trainable_weights:
+            tape.register_local_source(variable)
     return tape

@@ -47,7 +47,7 @@ from ring_strategy.basics import (  # noqa: F401  (re-exported)
     size,
 )
 from ring_strategy.exceptions import BadArgumentError
-from ring_strategy.process_sets import ProcessSet, _check_process_set, global_process_set  # noqa: F401
+from ring_strategy.process_sets import ProcessSet, _check_process_set, by_id, global_process_set  # noqa: F401
 from ring_strategy.tensorflow.compression import Compression
 
 # AutoGraph must not rewrite these functions when a tf.function calls them:
@@ -179,32 +179,60 @@ def grouped_allreduce(tensors: Sequence[Any], average: Optional[bool] = None, de
 
 
 # ---------------------------------------------------------------- allgather
+def _gathered_shape(x: tf.Tensor) -> tf.TensorShape:
+    return tf.TensorShape([None]).concatenate(x.shape[1:]) if x.shape.rank else tf.TensorShape([None])
+
+
+def _allgather_group(xs: List[tf.Tensor], name: Optional[str], label: str, grouped: bool,
+                     process_set: ProcessSet = global_process_set) -> List[tf.Tensor]:
+    """Every tensor of ``xs`` allgathered over ``process_set`` in one host call
+    (one engine operation each). The gradient of each is this rank's rows of
+    the summed incoming gradient."""
+    place = _check_process_set(process_set)
+    names = group_names(_op_name(label, name, place.id), len(xs), grouped)
+
+    def gather(arrays):
+        handles = [_np.allgather_async(a, name=nm, process_set=process_set) for a, nm in zip(arrays, names)]
+        return [_np.synchronize(h) for h in handles]
+
+    @tf.custom_gradient
+    def forward(*inputs):
+        ys = host_call(gather, inputs, [x.dtype for x in inputs], [_gathered_shape(x) for x in inputs],
+                       "RingGroupedAllgather" if grouped else "RingAllgather")
+
+        def grad(*dys):
+            dys = [tf.zeros_like(y) if d is None else tf.convert_to_tensor(d) for d, y in zip(dys, ys)]
+            summed = _grouped(dys, Sum, 1.0, 1.0, None, "grouped_allreduce" if grouped else "allreduce", process_set)
+            rows = tf.stack([tf.shape(tf.reshape(x, [-1]) if x.shape.rank == 0 else x, out_type=tf.int64)[0]
+                             for x in inputs])
+            # [set size, len(xs)]: every rank's rows of each tensor
+            counts = allgather(tf.reshape(rows, [1, -1]), process_set=process_set)
+            offsets = tf.reduce_sum(counts[:place.rank], axis=0)
+            mine = counts[place.rank]
+            return [tf.reshape(s[offsets[i]:offsets[i] + mine[i]], tf.shape(x))
+                    for i, (s, x) in enumerate(zip(summed, inputs))]
+
+        return ys, grad
+
+    return list(forward(*xs))
+
+
 @_do_not_convert
 def allgather(tensor: Any, name: Optional[str] = None, ignore_name_scope: bool = False,
               process_set: ProcessSet = global_process_set) -> tf.Tensor:
     """Concatenates every rank's ``tensor`` along the first dimension, in rank
     order (the set's ranks, ascending); the first dimension may differ between ranks."""
-    place = _check_process_set(process_set)
-    x = _tensor(tensor)
-    name = _op_name("allgather", name, place.id)
-    out_shape = tf.TensorShape([None]).concatenate(x.shape[1:]) if x.shape.rank else tf.TensorShape([None])
+    return _allgather_group([_tensor(tensor)], name, "allgather", False, process_set)[0]
 
-    @tf.custom_gradient
-    def forward(x):
-        y = host_call(lambda a: [_np.allgather(a[0], name=name, process_set=process_set)], [x], [x.dtype],
-                      [out_shape], "RingAllgather")[0]
 
-        def grad(dy):
-            summed = _allreduce(tf.convert_to_tensor(dy), Sum, 1.0, 1.0, None, process_set)
-            rows = tf.shape(tf.reshape(x, [-1]) if x.shape.rank == 0 else x, out_type=tf.int64)[:1]
-            sizes = allgather(rows, process_set=process_set)
-            offset = tf.reduce_sum(sizes[:place.rank])
-            piece = summed[offset:offset + sizes[place.rank]]
-            return tf.reshape(piece, tf.shape(x))
-
-        return y, grad
-
-    return forward(x)
+@_do_not_convert
+def grouped_allgather(tensors: Sequence[Any], name: Optional[str] = None, ignore_name_scope: bool = False,
+                      process_set: ProcessSet = global_process_set) -> List[tf.Tensor]:
+    """:func:`allgather` of each tensor of ``tensors``, in one host call (the
+    engine fuses them); returns the list."""
+    _check_process_set(process_set)
+    tensors = [_tensor(t) for t in tensors]
+    return _allgather_group(tensors, name, "grouped_allgather", True, process_set) if tensors else []
 
 
 # ---------------------------------------------------------------- broadcast
@@ -280,6 +308,43 @@ def alltoall(tensor: Any, splits: Any = None, name: Optional[str] = None, ignore
 
 
 # ---------------------------------------------------------------- reducescatter
+def _reducescatter_group(xs: List[tf.Tensor], op: int, prescale: float, postscale: float, name: Optional[str],
+                         label: str, grouped: bool, process_set: ProcessSet = global_process_set) -> List[tf.Tensor]:
+    """Every tensor of ``xs`` reduce-scattered over ``process_set`` in one
+    host call. The gradient of each is the allgather of the incoming
+    gradient, scaled as the forward pass scaled its input."""
+    for x in xs:
+        require_rows(label, x.shape.rank)
+    place = _check_process_set(process_set)
+    names = group_names(_op_name(label, name, place.id), len(xs), grouped)
+    n = place.size
+    out_shapes = [tf.TensorShape([None if x.shape[0] is None else reducescatter_rows(x.shape[0], n, place.rank)])
+                  .concatenate(x.shape[1:]) for x in xs]
+
+    def scatter(arrays):
+        handles = [_np.reducescatter_async(a, op=op, name=nm, process_set=process_set)
+                   for a, nm in zip(arrays, names)]
+        return [_np.synchronize(h) for h in handles]
+
+    @tf.custom_gradient
+    def forward(*inputs):
+        scaled = [x * tf.cast(prescale, x.dtype) for x in inputs] if prescale != 1.0 else list(inputs)
+        ys = host_call(scatter, scaled, [x.dtype for x in inputs], out_shapes,
+                       "RingGroupedReducescatter" if grouped else "RingReducescatter")
+        if postscale != 1.0:
+            ys = [y * tf.cast(postscale, y.dtype) for y in ys]
+
+        def grad(*dys):
+            dys = [tf.zeros_like(y) if d is None else tf.convert_to_tensor(d) for d, y in zip(dys, ys)]
+            gs = _allgather_group(dys, None, "grouped_allgather" if grouped else "allgather", grouped, process_set)
+            scale = prescale * postscale / (n if op == Average else 1)
+            return [g * tf.cast(scale, g.dtype) for g in gs] if scale != 1.0 else gs
+
+        return ys, grad
+
+    return list(forward(*xs))
+
+
 @_do_not_convert
 def reducescatter(tensor: Any, device_dense: str = "", compression: Any = Compression.none, op: int = Average,
                   name: Optional[str] = None, process_set: ProcessSet = global_process_set,
@@ -288,34 +353,82 @@ def reducescatter(tensor: Any, device_dense: str = "", compression: Any = Compre
     """Reduces ``tensor`` over all ranks and returns this rank's block of rows
     (lower ranks get one extra row when the rows do not divide evenly)."""
     op = check_op(op)
-    place = _check_process_set(process_set)
-    x = _tensor(tensor)
-    require_rows("reducescatter", x.shape.rank)
-    name = _op_name("reducescatter", name, place.id)
-    n = place.size
-    rows = None if x.shape[0] is None else reducescatter_rows(x.shape[0], n, place.rank)
-    out_shape = tf.TensorShape([rows]).concatenate(x.shape[1:])
-    compressed, ctx = compression.compress(x)
+    compressed, ctx = compression.compress(_tensor(tensor))
+    out = _reducescatter_group([compressed], op, prescale_factor, postscale_factor, name, "reducescatter", False,
+                               process_set)
+    return compression.decompress(out[0], ctx)
 
-    @tf.custom_gradient
-    def forward(x):
-        if prescale_factor != 1.0:
-            x = x * tf.cast(prescale_factor, x.dtype)
-        y = host_call(lambda a: [_np.reducescatter(a[0], op=op, name=name, process_set=process_set)], [x],
-                      [x.dtype], [out_shape], "RingReducescatter")[0]
-        if postscale_factor != 1.0:
-            y = y * tf.cast(postscale_factor, y.dtype)
 
-        def grad(dy):
-            g = allgather(tf.convert_to_tensor(dy), process_set=process_set)
-            scale = prescale_factor * postscale_factor / (n if op == Average else 1)
-            return g * tf.cast(scale, g.dtype) if scale != 1.0 else g
-
-        return y, grad
-
-    return compression.decompress(forward(compressed), ctx)
+@_do_not_convert
+def grouped_reducescatter(tensors: Sequence[Any], device_dense: str = "", compression: Any = Compression.none,
+                          op: int = Average, process_set: ProcessSet = global_process_set,
+                          prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                          name: Optional[str] = None) -> List[tf.Tensor]:
+    """:func:`reducescatter` of each tensor of ``tensors``, in one host call;
+    returns the list. Arguments as for :func:`reducescatter`."""
+    op = check_op(op)
+    _check_process_set(process_set)
+    pairs = [compression.compress(_tensor(t)) for t in tensors]
+    if not pairs:
+        return []
+    outs = _reducescatter_group([p[0] for p in pairs], op, prescale_factor, postscale_factor, name,
+                                "grouped_reducescatter", True, process_set)
+    return [compression.decompress(o, p[1]) for o, p in zip(outs, pairs)]
 
 
 def barrier(process_set: ProcessSet = global_process_set) -> None:
     """Returns once every rank of ``process_set`` has called ``barrier()`` (eager only)."""
     _np.barrier(process_set)
+
+
+# ---------------------------------------------------------------- join, process queries as ops
+def _scalar_op(value: Callable[[], int], label: str) -> tf.Tensor:
+    """An int32 scalar whose value ``value()`` gives when the op runs (at
+    once eagerly, at every run of the graph otherwise)."""
+    return host_call(lambda _: [np.asarray(value(), dtype=np.int32)], [], [tf.int32], [tf.TensorShape([])],
+                     label)[0]
+
+
+@_do_not_convert
+def join() -> tf.Tensor:
+    """Declares that this rank has run out of data, as Horovod's ``join``.
+
+    Until every rank has joined, this rank takes part in the allreduces the
+    others still submit (DistributedGradientTape's and DistributedOptimizer's
+    included) by adding zeros; ``Average`` still divides by ``size()``. Other
+    collectives raise ``BadArgumentError`` while a rank has joined. Works
+    eagerly and in a graph.
+
+    Returns:
+        An int32 scalar tensor: the rank that joined last, on every rank.
+    """
+    return _scalar_op(_np.join, "RingJoin")
+
+
+def size_op(process_set_id: int = 0, name: Optional[str] = None) -> tf.Tensor:
+    """An op giving the size of the process set with this id (int32; 0:
+    :func:`size`) when it runs."""
+    ps = by_id(process_set_id)
+    return _scalar_op(lambda: ps.size(), name or "RingSize")
+
+
+def process_set_included_op(process_set_id: int = 0, name: Optional[str] = None) -> tf.Tensor:
+    """An op giving 1 when this rank is in the process set with this id, 0
+    otherwise (int32), when it runs."""
+    ps = by_id(process_set_id)
+    return _scalar_op(lambda: int(bool(ps.included())), name or "RingProcessSetIncluded")
+
+
+def local_size_op(name: Optional[str] = None) -> tf.Tensor:
+    """An op giving :func:`local_size` (int32) when it runs."""
+    return _scalar_op(local_size, name or "RingLocalSize")
+
+
+def rank_op(name: Optional[str] = None) -> tf.Tensor:
+    """An op giving :func:`rank` (int32) when it runs."""
+    return _scalar_op(rank, name or "RingRank")
+
+
+def local_rank_op(name: Optional[str] = None) -> tf.Tensor:
+    """An op giving :func:`local_rank` (int32) when it runs."""
+    return _scalar_op(local_rank, name or "RingLocalRank")

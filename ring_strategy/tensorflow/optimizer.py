@@ -18,7 +18,7 @@ from ring_strategy.exceptions import BadArgumentError
 from ring_strategy.process_sets import ProcessSet, _check_process_set, global_process_set
 from ring_strategy.tensorflow.compression import Compression
 from ring_strategy.tensorflow.gradient_aggregation import LocalGradientAggregation
-from ring_strategy.tensorflow.gradient_tape import allreduce_gradients, check_gradient_reduction
+from ring_strategy.tensorflow.gradient_tape import allreduce_gradients, check_gradient_reduction, source_key
 from ring_strategy.tensorflow.mpi_ops import Average
 
 _LegacyOptimizer = tf.compat.v1.train.Optimizer
@@ -63,7 +63,7 @@ class _DistributedOptimizer(_LegacyOptimizer):
 
     def register_local_var(self, var: tf.Variable) -> None:
         """Keeps ``var``'s gradient local to this rank (not reduced)."""
-        self._local_vars.add(var.ref())
+        self._local_vars.add(source_key(var))
 
     def compute_gradients(self, *args: Any, **kwargs: Any) -> List[Any]:
         """The wrapped optimizer's ``(gradient, variable)`` pairs, the
@@ -81,19 +81,11 @@ class _DistributedOptimizer(_LegacyOptimizer):
 
     def _reduce(self, grads: List[Any], variables: List[Any]) -> List[Any]:
         """``grads`` reduced over the ranks, those of local variables kept (and scaled)."""
-        grads = list(grads)
-        shared = [i for i, v in enumerate(variables) if v.ref() not in self._local_vars]
-        n = _check_process_set(self._process_set).size
-        if n > 1 or self._compression is not Compression.none:
-            reduced = allreduce_gradients([grads[i] for i in shared], self._op, self._compression,
-                                          self._sparse_as_dense, self._predivide, self._name, self._process_set)
-            for i, g in zip(shared, reduced):
-                grads[i] = g
-        if self._scale_local and len(shared) < len(grads) and n > 1:
-            for i, v in enumerate(variables):
-                if v.ref() in self._local_vars and grads[i] is not None:
-                    grads[i] = _scaled(grads[i], 1.0 / n)
-        return grads
+        if _check_process_set(self._process_set).size == 1 and self._compression is Compression.none:
+            return list(grads)
+        local = [source_key(v) in self._local_vars for v in variables]
+        return allreduce_gradients(list(grads), self._op, self._compression, self._sparse_as_dense, self._predivide,
+                                   self._name, local, self._scale_local, self._process_set)
 
     def apply_gradients(self, grads_and_vars: Any, global_step: Any = None, name: Optional[str] = None) -> Any:
         """The wrapped optimizer's ``apply_gradients`` (with aggregation, on
@@ -113,12 +105,6 @@ class _DistributedOptimizer(_LegacyOptimizer):
 
     def variables(self, *args: Any, **kwargs: Any) -> Any:
         return self._optimizer.variables(*args, **kwargs)
-
-
-def _scaled(grad: Any, factor: float) -> Any:
-    if isinstance(grad, tf.IndexedSlices):
-        return tf.IndexedSlices(grad.values * tf.cast(factor, grad.values.dtype), grad.indices, grad.dense_shape)
-    return grad * tf.cast(factor, grad.dtype)
 
 
 def _is_keras_optimizer(optimizer: Any) -> bool:

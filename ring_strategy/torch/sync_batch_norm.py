@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from ring_strategy._batch_stats import global_moments
 from ring_strategy._rules import Sum
 from ring_strategy.process_sets import _check_process_set, global_process_set
 from ring_strategy.torch._async_ops import allreduce_
@@ -59,14 +60,14 @@ class _SyncBatchNormFunction(torch.autograd.Function):
             x64.sum(dims), (x64 * x64).sum(dims), torch.tensor([float(local_count)], dtype=torch.float64),
         ])
         allreduce_(stats, name=f"{name}.stats", op=Sum, process_set=process_set)
-        count = stats[-1].item()
+        mean64, var64, counted = global_moments(stats, channels)
+        count = counted.item()
         if count <= 1:
             raise ValueError(
                 f"SyncBatchNorm: expected more than 1 value per channel when training, got {int(count)} "
                 "over all ranks"
             )
-        mean64 = stats[:channels] / count
-        var64 = (stats[channels:2 * channels] / count - mean64 * mean64).clamp_(min=0.0)
+        var64 = var64.clamp(min=0.0)
         if running_mean is not None:
             with torch.no_grad():
                 running_mean.mul_(1 - momentum).add_(mean64.to(running_mean.dtype), alpha=momentum)

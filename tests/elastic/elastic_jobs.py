@@ -1,5 +1,4 @@
-"""Running elastic ``ringrun`` jobs of a training script (``elastic_train.py``
-by default) and reading what they print.
+"""Running elastic ``ringrun`` jobs of ``elastic_train.py`` and reading what they print.
 
 A job runs through :mod:`tests.jobs` with ``-v`` (its first line names the
 job id) and a discovery script that prints a hosts file the test may
@@ -107,7 +106,7 @@ class Finished:
 
 
 class ElasticJob:
-    """One elastic job of a training script under ``ringrun``.
+    """One elastic job of ``elastic_train.py`` (or ``worker``) under ``ringrun``.
 
     Args:
         directory: Where the hosts and progress files go.
@@ -115,8 +114,8 @@ class ElasticJob:
             gives its own ``-H``).
         args: ringrun's further arguments (``-np``, ``--min-np``, ...).
         env: Variables for the job (``TRAIN_*``).
-        worker: The training script (it takes the job's tag as its last
-            argument and prints the lines :class:`Finished` reads).
+        worker: The worker script (``elastic_train.py`` by default); another
+            one takes the same ``TRAIN_PROGRESS`` and TAG arguments.
     """
 
     def __init__(self, directory: Path, hosts: Optional[Sequence[str]], args: Sequence[object],

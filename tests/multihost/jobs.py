@@ -28,6 +28,7 @@ def ringrun_in(cluster: Cluster, host: int, args: List[str], timeout: float = 12
     return run_job(_command(cluster, host, args), env=_environment(cluster, env), timeout=timeout)
 
 
-def start_ringrun_in(cluster: Cluster, host: int, args: List[str]) -> subprocess.Popen:
+def start_ringrun_in(cluster: Cluster, host: int, args: List[str],
+                     env: Optional[Dict[str, str]] = None) -> subprocess.Popen:
     """Starts ringrun in namespace host ``host``; the caller signals and waits for it."""
-    return start_job(_command(cluster, host, args), env=_environment(cluster))
+    return start_job(_command(cluster, host, args), env=_environment(cluster, env))

@@ -193,7 +193,17 @@ class Cluster:
             _run("ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", "eth0", "root",
                  "tbf", "rate", rate, "burst", "256kb", "latency", "20ms")
 
+    def impair(self, *netem: str) -> None:
+        """Gives every host's ``eth0`` a ``tc netem`` discipline, e.g.
+        ``impair("loss", "1%", "delay", "5ms", "1ms")``; :meth:`unshape` removes it."""
+        for ns in self.namespaces:
+            _run("ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", "eth0", "root", "netem", *netem)
+
+    def set_link(self, i: int, up: bool) -> None:
+        """Takes host ``i``'s ``eth0`` down (the host is cut off) or back up."""
+        _run("ip", "-n", self.namespaces[i], "link", "set", "eth0", "up" if up else "down")
+
     def unshape(self) -> None:
-        """Removes the limits of :meth:`shape`."""
+        """Removes the limits of :meth:`shape` and :meth:`impair`."""
         for ns in self.namespaces:
             _run("ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", "eth0", "root", check=False)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import glob
 import importlib.util
-import os
 import sys
 from pathlib import Path
 
@@ -30,15 +29,6 @@ example = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(example)
 sys.modules[example.__name__] = example
 ray.cloudpickle.register_pickle_by_value(example)
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
-    yield
-    ray.shutdown()
 
 
 @pytest.fixture(scope="module")

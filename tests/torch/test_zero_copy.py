@@ -5,13 +5,16 @@ strided ones through one contiguous buffer whose result is copied back."""
 import pytest
 import torch
 
+import ring_strategy
 from ring_strategy import _frontend
 from ring_strategy.torch import mpi_ops
 
 
 @pytest.fixture
 def engine(monkeypatch):
-    """Records each enqueue; wait() 'reduces' by writing 2 * input into the output."""
+    """Records each enqueue; wait() 'reduces' by writing 2 * input into the output.
+    A world of one is started so that the front end finds its place (the
+    global process set); its engine is never called."""
     calls = {}
 
     def enqueue(kind, name, inp, out, dtype_code, shape, **kw):
@@ -28,7 +31,10 @@ def engine(monkeypatch):
     monkeypatch.setattr(_frontend, "enqueue", enqueue)
     monkeypatch.setattr(_frontend, "wait", wait)
     monkeypatch.setattr(_frontend, "poll", lambda hid: True)
-    return calls
+    monkeypatch.setattr(_frontend, "wait_done", lambda hid: None)
+    ring_strategy.init()
+    yield calls
+    ring_strategy.shutdown()
 
 
 def test_inplace_contiguous_is_zero_copy(engine):

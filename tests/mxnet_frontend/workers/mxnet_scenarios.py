@@ -160,8 +160,26 @@ def deferred_init():
     identical_rows(hvd.allgather(nd(flat(net)[None])).asnumpy(), "deferred parameters")
 
 
+def process_sets():
+    """Collectives on dynamic process sets ([0] and the other ranks)."""
+    n, me = hvd.size(), hvd.rank()
+    if n == 1:
+        return
+    first, rest = hvd.add_process_set([0]), hvd.add_process_set(list(range(1, n)))
+    mine = first if me == 0 else rest
+    x = mx.nd.ones((3,)) * (me + 1)
+    equal(hvd.allreduce(x, average=False, process_set=mine).asnumpy(),
+          np.full(3, float(sum(r + 1 for r in mine.ranks)), np.float32), "allreduce on a set")
+    equal(hvd.allgather(mx.nd.array([me]), process_set=mine).asnumpy(), np.array(mine.ranks, np.float32), "allgather")
+    equal(hvd.broadcast(x, mine.ranks[-1], process_set=mine).asnumpy(), np.full(3, mine.ranks[-1] + 1.0, np.float32),
+          "broadcast")
+    assert hvd.allgather_object(me, process_set=mine) == mine.ranks
+    assert hvd.remove_process_set(first) and hvd.remove_process_set(rest)
+
+
 SCENARIOS: Dict[str, Callable[[], None]] = {
     "collectives": collectives,
+    "process_sets": process_sets,
     "errors": errors,
     "trainer_equals_one_process": equals_one_process(
         lambda params: hvd.DistributedTrainer(params, "sgd", dict(SGD))),
@@ -176,7 +194,7 @@ SCENARIOS: Dict[str, Callable[[], None]] = {
 }
 
 if __name__ == "__main__":
-    hvd.init()
+    hvd.init(process_sets="dynamic")
     ok = run_scenarios(SCENARIOS, SCENARIOS, hvd.rank())
     hvd.shutdown()
     raise SystemExit(0 if ok else 1)

@@ -1,0 +1,112 @@
+"""The worlds of an elastic :class:`~ring_strategy.ray.RayExecutor` job.
+
+The executor plays the part of ``ringrun``'s elastic driver for its Ray
+actors: each actor is an elastic worker (numbered in the order the executor
+made it, ``RING_ELASTIC_WORKER``), and :class:`RayWorlds` publishes each
+world in the executor's store (the records of
+:mod:`ring_strategy.runner.membership`), where the actors'
+``ElasticEnvironment`` finds it. While a function runs
+(:meth:`RayWorlds.gather`):
+
+- an actor that dies (``RayActorError``: killed, its process lost) has
+  failed: the others form the next world without it (they notice the lost
+  peer in the engine and reset into it, in their own processes), as long as
+  at least ``min_workers`` are left; with fewer, the call fails;
+- an actor whose function returned has finished: the next world, if any
+  forms, leaves it out;
+- when every member of the current world has asked for the next one (an
+  elastic reset after a timeout, say), the same members form it;
+- a function that raises ends the call with its error, as without elastic.
+
+The executor starts no new actors: the job can only shrink.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Tuple
+
+from ring_strategy import _contracts as names
+from ring_strategy.runner.elastic_driver import _exists as in_store
+from ring_strategy.runner.membership import World, form_world
+from ring_strategy.runner.store import StoreClient
+
+__all__ = ["RayWorlds"]
+
+# Seconds between two looks at the actors' reset requests while a call runs.
+_POLL_SECONDS = 0.1
+
+
+class RayWorlds:
+    """Forms and publishes the worlds of one elastic executor job.
+
+    Args:
+        address: ``host:port`` of the executor's store.
+        secret: The job secret.
+        job_id: The job id.
+        members: ``(worker, host)`` of every actor, the host being its Ray node id.
+        min_workers: The fewest workers the job goes on with.
+        timeout: Seconds for the store's replies.
+    """
+
+    def __init__(self, address: str, secret: bytes, job_id: str, members: List[Tuple[int, str]],
+                 min_workers: int, timeout: float) -> None:
+        self.job_id = job_id
+        self.min_workers = min_workers
+        self.hosts: Dict[int, str] = dict(members)
+        self.members: List[int] = [w for w, _ in members]
+        self.world: Optional[World] = None
+        self._client = StoreClient(address, secret, timeout=timeout)
+        self._publish()
+
+    def close(self) -> None:
+        self._client.close()
+
+    def gather(self, ray: Any, refs: Dict[int, Any]) -> Dict[int, Any]:
+        """Waits for the function each member runs (``refs``: worker -> ObjectRef)
+        while the worlds change (see the module's docstring).
+
+        Returns:
+            The result of every worker that finished, by worker.
+
+        Raises:
+            RuntimeError: If fewer than ``min_workers`` actors are left.
+            ray.exceptions.RayTaskError: The first error a function raised.
+        """
+        self.members = sorted(refs)  # the members of the current world, all running the function
+        pending = {ref: worker for worker, ref in refs.items()}
+        results: Dict[int, Any] = {}
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1, timeout=_POLL_SECONDS)
+            for ref in done:
+                worker = pending.pop(ref)
+                try:
+                    results[worker] = ray.get(ref)
+                except ray.exceptions.RayActorError as e:
+                    self._lost(worker, e)
+                else:
+                    self.members.remove(worker)  # finished: no part of a next world
+            if pending and self._every_member_asked():
+                self._publish()
+        return results
+
+    def _lost(self, worker: int, error: BaseException) -> None:
+        self.members.remove(worker)
+        if len(self.members) < self.min_workers:
+            raise RuntimeError(
+                f"RayExecutor: elastic worker {worker} was lost ({type(error).__name__}); "
+                f"{len(self.members)} left, fewer than min_workers={self.min_workers}"
+            ) from error
+        self._publish()
+
+    def _every_member_asked(self) -> bool:
+        assert self.world is not None
+        g = self.world.generation
+        return bool(self.members) and all(
+            in_store(self._client, names.elastic_key(self.job_id, "reset", g, w)) for w in self.members)
+
+    def _publish(self) -> None:
+        generation = 1 if self.world is None else self.world.generation + 1
+        world = form_world(generation, [(w, self.hosts[w]) for w in self.members], self.world)
+        self._client.set(names.elastic_key(self.job_id, "world", generation), world.encode())
+        self._client.set(names.elastic_key(self.job_id, "latest"), str(generation).encode())
+        self.world = world

@@ -1,0 +1,86 @@
+"""An elastic RayExecutor job (``min_workers``) on a real local Ray cluster:
+an actor killed while training, the others go on without it.
+
+The training is ``tests/elastic/elastic_train.py``'s least squares, written
+as an elastic script (``ring_strategy.elastic.run`` and an ``ObjectState``
+committed after every step), so the survivors must end within 1e-5 of one
+process training on the same global batches.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any, Dict
+
+import numpy as np
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from ring_strategy.ray import RayExecutor  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "elastic"))
+import elastic_train  # noqa: E402
+
+ray.cloudpickle.register_pickle_by_value(elastic_train)
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers need not import the tests
+
+STEPS, VICTIM, FAIL_AT = 30, 1, 10
+
+
+def elastic_least_squares(steps: int, victim: int, fail_at: int) -> Dict[str, Any]:
+    """Trains under the elastic loop; worker ``victim`` SIGKILLs itself before step ``fail_at``."""
+    import signal
+
+    import ring_strategy as rs
+    from ring_strategy.elastic import ObjectState, run
+    from ring_strategy.elastic.state import broadcast_object
+
+    rs.init()
+    x, y = elastic_train.data()
+    state = ObjectState(broadcast_object, rs.rank, step=0, w=np.zeros(elastic_train.DIM, np.float32))
+    worlds = []
+
+    @run
+    def train(state: ObjectState) -> None:
+        worlds.append(rs.size())
+        while state.step < steps:
+            if os.environ["RING_ELASTIC_WORKER"] == str(victim) and state.step == fail_at:
+                os.kill(os.getpid(), signal.SIGKILL)
+            rows = elastic_train.batch(state.step)[rs.rank()::rs.size()]
+            total = rs.allreduce(elastic_train.gradient(state.w, x[rows], y[rows]), op=rs.Sum, name="grad")
+            state.w = (state.w - elastic_train.LR * total / elastic_train.BATCH).astype(np.float32)
+            state.step += 1
+            state.commit()
+
+    train(state)
+    return {"pid": os.getpid(), "rank": rs.rank(), "size": rs.size(), "worlds": worlds, "steps": state.step,
+            "w": state.w.tobytes().hex()}
+
+
+def test_actor_killed_job_goes_on_with_the_others(cluster):
+    executor = RayExecutor(num_workers=3, cpus_per_worker=0.5, min_workers=2)  # 3 actors on the cluster's 2 CPUs
+    executor.start()
+    try:
+        pids = executor.run(os.getpid)
+        results = executor.run(elastic_least_squares, args=(STEPS, VICTIM, FAIL_AT))
+        assert [r["pid"] for r in results] == [pids[0], pids[2]], results  # the survivors, in their own processes
+        assert [(r["rank"], r["size"], r["steps"]) for r in results] == [(0, 2, STEPS), (1, 2, STEPS)], results
+        assert [r["worlds"] for r in results] == [[3, 2], [3, 2]], results  # one reset
+        assert results[0]["w"] == results[1]["w"], results
+        got = np.frombuffer(bytes.fromhex(results[0]["w"]), np.float32)
+        np.testing.assert_allclose(got, elastic_train.reference(STEPS), rtol=0, atol=1e-5)
+        assert executor.run(os.getpid) == [pids[0], pids[2]]  # later calls run on the survivors
+    finally:
+        executor.shutdown()
+
+
+def test_elastic_arguments_are_checked():
+    for kwargs, message in (({"min_workers": 0}, "min_workers should be an integer from 1 to num_workers=2"),
+                            ({"min_workers": 3}, "min_workers should be an integer from 1 to num_workers=2"),
+                            ({"max_workers": 2}, "max_workers=2 needs min_workers"),
+                            ({"min_workers": 1, "max_workers": 4}, "does not grow yet. Got: 4")):
+        with pytest.raises(ValueError, match=message):
+            RayExecutor(num_workers=2, **kwargs)
