@@ -92,7 +92,9 @@ class KerasState(ObjectState):
 
 class CommitStateCallback(keras.callbacks.Callback):
     """Commits the state after every ``batches_per_commit`` training batches
-    (and so raises ``HostsUpdatedInterrupt`` there when the hosts changed).
+    (and so raises ``HostsUpdatedInterrupt`` there when the hosts changed),
+    counted across epochs and ``fit`` calls, and from the commit the state
+    holds after a reset (on every rank of the new world alike).
 
     The commit is taken as the next batch begins, once every callback has
     seen the batches' end: the counters of :class:`UpdateBatchStateCallback`
@@ -111,6 +113,14 @@ class CommitStateCallback(keras.callbacks.Callback):
         super().__init__()
         self.state = state
         self.batches_per_commit = check_int("batches_per_commit", batches_per_commit, minimum=1)
+        self.batches_remaining = self.batches_per_commit
+        state.register_reset_callbacks([self._count_from_the_commit])
+
+    def _count_from_the_commit(self) -> None:
+        """After a reset the state is a commit (the last one, rolled back to,
+        or the one that saw new hosts): count ``batches_per_commit`` from
+        there, as a rank that joins the new world does, so that every rank
+        commits (a collective) at the same batch."""
         self.batches_remaining = self.batches_per_commit
 
     def on_train_batch_begin(self, batch: int, logs: Optional[dict] = None) -> None:

@@ -22,3 +22,13 @@ def test_adasum_small_model_prints_both_losses(ringrun):
     assert len(rows) == 2, result.stdout
     assert all(float(a) < 1.0 and float(b) < 1.0 for a, b in rows), result.stdout
     assert float(rows[1][0]) < float(rows[0][0]), result.stdout  # Adasum training makes progress
+
+
+def test_elastic_torch_trains_under_plain_ringrun(ringrun):
+    result = ringrun(2, [sys.executable, "examples/elastic_torch.py", "--epochs", "2", "--samples", "512",
+                         "--batches-per-commit", "3"], timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    losses = [float(x) for x in re.findall(r"^\[0\] epoch \d+: loss ([\d.]+) on 2 worker\(s\)$", result.stdout, re.M)]
+    assert len(losses) == 2 and losses[0] > losses[1], result.stdout
+    assert "[0] parameters identical on all 2 workers: True" in result.stdout
+    assert "reset" not in result.stdout, result.stdout

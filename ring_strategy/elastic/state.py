@@ -72,7 +72,17 @@ class State:
         """
         updated, skip_sync = self._bcast_object(tuple(_world.host_updates()))
         if updated:
+            self.merge_rank_local_changes()
             raise HostsUpdatedInterrupt(bool(skip_sync))
+
+    def merge_rank_local_changes(self) -> None:
+        """Called by :meth:`check_host_updates` on every rank together when
+        the hosts changed, in the world that is ending (it may communicate):
+        gives every rank, in the state and in its commit, what the ranks
+        hold that the others lack (an ``ElasticSampler``'s
+        ``record_indices``), so that a worker that leaves takes none of it
+        with it and the members of the next world agree without a sync.
+        Nothing by default."""
 
     def save(self) -> None:
         """Keeps a copy of the state in memory (the commit to go back to)."""

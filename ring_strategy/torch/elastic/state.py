@@ -9,9 +9,9 @@ Each value of a kind torch owns gets a handler that knows how to copy it
   ``broadcast_parameters``.
 - ``torch.optim.Optimizer`` (a ``DistributedOptimizer`` too): a copy of
   ``state_dict()``; synced with ``broadcast_optimizer_state``.
-- ``ElasticSampler``: its ``state_dict()`` (epoch, processed indices); a sync
-  gathers every rank's processed indices; a reset splits the rest of the
-  epoch over the new world.
+- ``ElasticSampler``: its ``state_dict()`` (epoch, processed indices); a sync,
+  and a change of hosts before the world ends, gathers every rank's
+  processed indices; a reset splits the rest of the epoch over the new world.
 - LR schedulers: a copy of ``state_dict()``; synced by broadcasting it.
 
 Any other value is a plain attribute of :class:`ObjectState`.
@@ -84,10 +84,18 @@ class _OptimizerHandler(_Handler):
 
 class _SamplerHandler(_Handler):
     def sync(self) -> None:
-        everyone = allgather_object(self.value.processed_indices, name=f"elastic.{self.name}.processed")
         state = self.value.state_dict()
-        state["processed_indices"] = set().union(*everyone)
+        state["processed_indices"] = self._everyones_processed()
         self.value.load_state_dict(broadcast_object(state, 0, f"elastic.{self.name}"))
+
+    def merge(self) -> None:
+        """Every rank's processed indices, on every rank, in the sampler and its commit."""
+        self.value.processed_indices = self._everyones_processed()
+        self.save()
+
+    def _everyones_processed(self) -> set:
+        everyone = allgather_object(self.value.processed_indices, name=f"elastic.{self.name}.processed")
+        return set().union(*everyone)
 
     def reset(self) -> None:
         self.value.reset()
@@ -172,6 +180,11 @@ class TorchState(ObjectState):
     def reset(self) -> None:
         self._each("reset")
         super().reset()
+
+    def merge_rank_local_changes(self) -> None:
+        for handler in self._handlers.values():
+            if isinstance(handler, _SamplerHandler):
+                handler.merge()
 
     def _each(self, *methods: str) -> None:
         """Calls ``methods`` of every handler, handler by handler, in the order given."""
