@@ -16,14 +16,16 @@ world in the executor's store (the records of
   forms, leaves it out;
 - when every member of the current world has asked for the next one (an
   elastic reset after a timeout, say), the same members form it;
+- an actor that joins (``join`` returns it: the executor started it on
+  room the cluster found, up to ``max_workers``) runs the same function:
+  the next world adds it, and the others reset into that world at their
+  next commit (``HostsUpdatedInterrupt``), where it receives their state;
 - a function that raises ends the call with its error, as without elastic.
-
-The executor starts no new actors: the job can only shrink.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ring_strategy import _contracts as names
 from ring_strategy.runner.elastic_driver import _exists as in_store
@@ -61,9 +63,13 @@ class RayWorlds:
     def close(self) -> None:
         self._client.close()
 
-    def gather(self, ray: Any, refs: Dict[int, Any]) -> Dict[int, Any]:
+    def gather(self, ray: Any, refs: Dict[int, Any],
+               join: Optional[Callable[[int], Dict[int, Tuple[Any, str]]]] = None) -> Dict[int, Any]:
         """Waits for the function each member runs (``refs``: worker -> ObjectRef)
-        while the worlds change (see the module's docstring).
+        while the worlds change (see the module's docstring). ``join``, polled
+        until a member finishes, returns the workers that join the call: worker
+        -> ``(ref of the function it runs, host)``; its argument is the number
+        of workers alive.
 
         Returns:
             The result of every worker that finished, by worker.
@@ -76,6 +82,13 @@ class RayWorlds:
         pending = {ref: worker for worker, ref in refs.items()}
         results: Dict[int, Any] = {}
         while pending:
+            joined = join(len(self.members)) if join is not None and not results else {}
+            for worker, (ref, host) in joined.items():
+                pending[ref] = worker
+                self.hosts[worker] = host
+                self.members.append(worker)
+            if joined:
+                self._publish()
             done, _ = ray.wait(list(pending), num_returns=1, timeout=_POLL_SECONDS)
             for ref in done:
                 worker = pending.pop(ref)

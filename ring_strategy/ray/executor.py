@@ -10,6 +10,7 @@ from ring_strategy import _contracts as names
 from ring_strategy._contracts import remove_job_shm
 from ring_strategy.ray.elastic import RayWorlds
 from ring_strategy.ray.layout import Placement, place, placement_environment
+from ring_strategy.ray.spares import Spares
 from ring_strategy.ray.worker import RingWorker
 from ring_strategy.runner.launch import DEFAULT_START_TIMEOUT_SECONDS
 from ring_strategy.runner.store import StoreServer
@@ -60,8 +61,13 @@ class RayExecutor:
             (``ring_strategy.elastic.run`` and a state object): an actor lost
             while a function runs is left behind, the others re-form the job
             without it and go on (see :mod:`ring_strategy.ray.elastic`).
-        max_workers: The most workers of an elastic job: ``num_workers`` (the
-            default; an elastic job does not grow yet).
+        max_workers: The most workers of an elastic job (``num_workers``
+            when not given). While an elastic job has fewer, the executor
+            keeps asking Ray for more actors (to replace lost ones, or to grow
+            past ``num_workers``); each one Ray starts (a node joined,
+            resources freed) joins the running call, and the others reset
+            into the larger world at their next commit (see
+            :mod:`ring_strategy.ray.spares`).
 
     Raises:
         ValueError: If an argument is invalid; the message quotes it.
@@ -107,6 +113,7 @@ class RayExecutor:
         _check_elastic(num_workers, min_workers, max_workers)
         self.num_workers = num_workers
         self.min_workers = min_workers
+        self.max_workers = num_workers if max_workers is None else max_workers
         self.cpus_per_worker = cpus_per_worker
         self.gpus_per_worker = (1 if gpus_per_worker is None else gpus_per_worker) if use_gpu else 0
         self.env_vars = {str(k): str(v) for k, v in (env_vars or {}).items()}
@@ -119,6 +126,8 @@ class RayExecutor:
         self._placement_group: Any = None
         self._store: Optional[StoreServer] = None
         self._worlds: Optional[RayWorlds] = None
+        self._spares: Optional[Spares] = None
+        self._joining: Dict[str, Any] = {}  # what a joining actor needs: store, secret, executable
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -167,9 +176,13 @@ class RayExecutor:
         address = self._serve(ray, {p.node_id for p in self.placements}, secret)
         if self.min_workers is not None:
             self._workers = list(self._actors)  # elastic: worker numbers are the actors' order
-            envs = [{**extra_env, **env} for env in self._elastic_environments(nodes, address, secret)]
+            self._joining = {"address": address, "secret": secret, "env": extra_env,
+                             "executable": (cls, args, kwargs)}
+            envs = [self._elastic_environment(worker, node) for worker, node in enumerate(nodes)]
             self._worlds = RayWorlds(address, secret, self.job_id, [(i, n[0]) for i, n in enumerate(nodes)],
                                      self.min_workers, self.start_timeout)
+            self._spares = Spares(lambda: self._new_actor(ray, None), self.max_workers)
+            self._spares.request(len(self._actors))
         else:
             envs = [
                 {**extra_env, **placement_environment(
@@ -180,18 +193,38 @@ class RayExecutor:
         ray.get([w.set_env.remote(env) for w, env in zip(self._workers, envs)])
         ray.get([w.start_executable.remote(cls, args, kwargs) for w in self._workers])
 
-    def _elastic_environments(self, nodes: List[Any], address: str, secret: bytes) -> List[Dict[str, str]]:
-        """The variables of each actor of an elastic job (in actor order): an
-        elastic worker of the executor's store, on its Ray node."""
-        envs = []
-        for worker, (node_id, node_ip) in enumerate(nodes):
-            env = elastic_worker_environment(
-                {}, worker=worker, rendezvous_address=address, secret=secret, job_id=self.job_id,
-                start_timeout=self.start_timeout, elastic_timeout=self.start_timeout, hostname=node_id)
-            if len({n[0] for n in nodes}) > 1:  # peers on other nodes connect to this node's Ray address
-                env[names.ADVERTISE_HOST] = node_ip
-            envs.append(env)
-        return envs
+    def _elastic_environment(self, worker: int, node: Any) -> Dict[str, str]:
+        """The variables of elastic worker ``worker`` (its number: the actor's
+        order), on Ray node ``(node id, node ip)``, of the executor's store."""
+        node_id, node_ip = node
+        joining = self._joining
+        env = elastic_worker_environment(
+            {}, worker=worker, rendezvous_address=joining["address"], secret=joining["secret"],
+            job_id=self.job_id, start_timeout=self.start_timeout, elastic_timeout=self.start_timeout,
+            hostname=node_id)
+        env[names.ADVERTISE_HOST] = node_ip  # peers on other nodes (now or after a spare joins) connect to it
+        return {**joining["env"], **env}
+
+    def _join(self, ray: Any, start: Callable[[Any], Any], alive: int) -> Dict[int, Any]:
+        """Admits the spare actors Ray started into the running call (``start``
+        submits the call's function to an actor) and asks for more, up to
+        ``max_workers`` with the ``alive`` ones.
+
+        Returns:
+            worker -> ``(ref of its call, node id)`` of each actor admitted.
+        """
+        if self._spares is None:
+            return {}
+        joined = {}
+        for actor, node in self._spares.take_ready(ray):
+            worker = len(self._actors)
+            self._actors.append(actor)
+            self._workers.append(actor)
+            actor.set_env.remote(self._elastic_environment(worker, node))  # an actor runs its calls in order
+            actor.start_executable.remote(*self._joining["executable"])
+            joined[worker] = (start(actor), node[0])
+        self._spares.request(alive + len(joined))
+        return joined
 
     def _reserve(self, ray: Any) -> Any:
         from ray.util.placement_group import placement_group
@@ -213,22 +246,26 @@ class RayExecutor:
     def _make_actors(self, ray: Any) -> List[Any]:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        actor_cls = ray.remote(RingWorker)
-        options: Dict[str, Any] = {"num_cpus": self.cpus_per_worker, "num_gpus": self.gpus_per_worker}
-        if self.env_vars:
-            options["runtime_env"] = {"env_vars": self.env_vars}
         return [
-            actor_cls.options(
-                scheduling_strategy=PlacementGroupSchedulingStrategy(
-                    placement_group=self._placement_group, placement_group_bundle_index=i),
-                **options,
-            ).remote()
+            self._new_actor(ray, PlacementGroupSchedulingStrategy(
+                placement_group=self._placement_group, placement_group_bundle_index=i))
             for i in range(self.num_workers)
         ]
 
+    def _new_actor(self, ray: Any, scheduling_strategy: Any) -> Any:
+        """One worker actor with the executor's resources (anywhere when
+        ``scheduling_strategy`` is None)."""
+        options: Dict[str, Any] = {"num_cpus": self.cpus_per_worker, "num_gpus": self.gpus_per_worker}
+        if self.env_vars:
+            options["runtime_env"] = {"env_vars": self.env_vars}
+        if scheduling_strategy is not None:
+            options["scheduling_strategy"] = scheduling_strategy
+        return ray.remote(RingWorker).options(**options).remote()
+
     def _serve(self, ray: Any, worker_nodes: Set[str], secret: bytes) -> str:
-        """Starts the store: on loopback when every worker shares the driver's node."""
-        local = worker_nodes == {ray.get_runtime_context().get_node_id()}
+        """Starts the store: on loopback when every worker shares the driver's
+        node and no spare can start elsewhere (not elastic)."""
+        local = worker_nodes == {ray.get_runtime_context().get_node_id()} and self.min_workers is None
         self._store = StoreServer(secret, host="127.0.0.1" if local else "0.0.0.0")
         self._store.start()
         port = self._store.address.rpartition(":")[2]
@@ -239,6 +276,8 @@ class RayExecutor:
         placement group, the store and the job's shared memory are removed.
         Safe to call more than once."""
         ray = _ray() if (self._actors or self._placement_group is not None) else None
+        if ray is not None and self._spares is not None:
+            self._spares.kill(ray)
         if ray is not None and self._actors:
             leaving = [a.leave.remote(self.job_id) for a in self._actors]
             ray.wait(leaving, num_returns=len(leaving), timeout=_LEAVE_TIMEOUT_SECONDS)
@@ -253,7 +292,7 @@ class RayExecutor:
         if self.job_id:  # on the driver's node, where an actor that did not leave may have left some
             remove_job_shm(self.job_id)
         self._actors, self._workers, self._placement_group, self._store = [], [], None, None
-        self._worlds = None
+        self._worlds, self._spares, self._joining = None, None, {}
 
     def __enter__(self) -> RayExecutor:
         self.start()
@@ -276,7 +315,12 @@ class RayExecutor:
         Returns:
             One Ray ``ObjectRef`` per worker, by rank.
         """
-        return [w.run.remote(fn, list(args), dict(kwargs or {})) for w in self._started()]
+        return [self._runner(fn, args, kwargs)(w) for w in self._started()]
+
+    @staticmethod
+    def _runner(fn: Callable[..., Any], args: Sequence[Any], kwargs: Optional[Dict[str, Any]]):
+        """Submits ``fn(*args, **kwargs)`` to one actor."""
+        return lambda worker: worker.run.remote(fn, list(args), dict(kwargs or {}))
 
     def run(self, fn: Callable[..., Any], args: Sequence[Any] = (),
             kwargs: Optional[Dict[str, Any]] = None) -> List[Any]:
@@ -297,7 +341,7 @@ class RayExecutor:
             RuntimeError: In an elastic job, when fewer than ``min_workers``
                 actors are left.
         """
-        return self._gather(self.run_remote(fn, args, kwargs))
+        return self._gather(self._runner(fn, args, kwargs))
 
     def execute(self, fn: Callable[[Any], Any]) -> List[Any]:
         """Runs ``fn(executable)`` on every worker, ``executable`` being the
@@ -306,19 +350,24 @@ class RayExecutor:
         Returns:
             Each worker's result, by rank.
         """
-        return self._gather([w.execute.remote(fn) for w in self._started()])
+        return self._gather(lambda worker: worker.execute.remote(fn))
 
     def execute_single(self, fn: Callable[[Any], Any]) -> Any:
         """Runs ``fn(executable)`` on the rank 0 worker only and returns its result."""
         return _ray().get(self._started()[0].execute.remote(fn))
 
-    def _gather(self, refs: List[Any]) -> List[Any]:
-        """Each worker's result (see :meth:`run`); an elastic job drops the
-        actors it lost from then on."""
+    def _gather(self, start: Callable[[Any], Any]) -> List[Any]:
+        """Each worker's result of the call ``start`` submits to an actor (see
+        :meth:`run`); an elastic job drops the actors it lost from then on,
+        and adds the ones that joined."""
+        ray = _ray()
+        refs = [start(w) for w in self._started()]
         if self._worlds is None:
-            return _gather(_ray(), refs)
+            return _gather(ray, refs)
         workers = {id(w): i for i, w in enumerate(self._actors)}
-        results = self._worlds.gather(_ray(), {workers[id(w)]: ref for w, ref in zip(self._workers, refs)})
+        results = self._worlds.gather(ray, {workers[id(w)]: ref for w, ref in zip(self._workers, refs)},
+                                      lambda alive: self._join(ray, start, alive))
+        workers = {id(w): i for i, w in enumerate(self._actors)}
         lost = set(workers.values()) - set(self._worlds.members) - set(results)
         self._workers = [w for w in self._workers if workers[id(w)] not in lost]
         return [results[workers[id(w)]] for w in self._workers if workers[id(w)] in results]
@@ -332,9 +381,10 @@ def _check_elastic(num_workers: int, min_workers: Optional[int], max_workers: Op
         return
     if isinstance(min_workers, bool) or not isinstance(min_workers, int) or not 1 <= min_workers <= num_workers:
         raise ValueError(f"min_workers should be an integer from 1 to num_workers={num_workers}. Got: {min_workers!r}")
-    if max_workers is not None and max_workers != num_workers:
-        raise ValueError(f"max_workers should be num_workers={num_workers}: an elastic RayExecutor job does not "
-                         f"grow yet. Got: {max_workers!r}")
+    if max_workers is not None and (isinstance(max_workers, bool) or not isinstance(max_workers, int)
+                                    or max_workers < num_workers):
+        raise ValueError(f"max_workers should be an integer of at least num_workers={num_workers}. "
+                         f"Got: {max_workers!r}")
 
 
 def _gather(ray: Any, refs: List[Any]) -> List[Any]:

@@ -1,5 +1,6 @@
-"""An elastic RayExecutor job (``min_workers``) on a real local Ray cluster:
-an actor killed while training, the others go on without it.
+"""An elastic RayExecutor job (``min_workers``, ``max_workers``) on a real
+local Ray cluster: an actor killed while training, the others go on without
+it; resources freed while training, the job grows into them.
 
 The training is ``tests/elastic/elastic_train.py``'s least squares, written
 as an elastic script (``ring_strategy.elastic.run`` and an ``ObjectState``
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any, Dict
 
@@ -61,6 +63,8 @@ def elastic_least_squares(steps: int, victim: int, fail_at: int) -> Dict[str, An
 
 
 def test_actor_killed_job_goes_on_with_the_others(cluster):
+    blocker = ray.remote(num_cpus=0.5)(Blocker).remote()  # no room for a replacement actor
+    ray.get(blocker.ping.remote())
     executor = RayExecutor(num_workers=3, cpus_per_worker=0.5, min_workers=2)  # 3 actors on the cluster's 2 CPUs
     executor.start()
     try:
@@ -75,12 +79,84 @@ def test_actor_killed_job_goes_on_with_the_others(cluster):
         assert executor.run(os.getpid) == [pids[0], pids[2]]  # later calls run on the survivors
     finally:
         executor.shutdown()
+        ray.kill(blocker)
 
 
 def test_elastic_arguments_are_checked():
     for kwargs, message in (({"min_workers": 0}, "min_workers should be an integer from 1 to num_workers=2"),
                             ({"min_workers": 3}, "min_workers should be an integer from 1 to num_workers=2"),
                             ({"max_workers": 2}, "max_workers=2 needs min_workers"),
-                            ({"min_workers": 1, "max_workers": 4}, "does not grow yet. Got: 4")):
+                            ({"min_workers": 1, "max_workers": 1}, "at least num_workers=2. Got: 1"),
+                            ({"min_workers": 1, "max_workers": 2.5}, "at least num_workers=2. Got: 2.5")):
         with pytest.raises(ValueError, match=message):
             RayExecutor(num_workers=2, **kwargs)
+
+
+def growing_least_squares(steps: int, free_at: int, blocker: Any, size: int) -> Dict[str, Any]:
+    """Trains under the elastic loop; at step ``free_at`` rank 0 kills
+    ``blocker`` (an actor holding the CPU a spare worker waits for), and the
+    ranks then commit without training until the world has ``size`` ranks."""
+    import ring_strategy as rs
+    from ring_strategy.elastic import ObjectState, run
+    from ring_strategy.elastic.state import broadcast_object
+
+    rs.init()
+    x, y = elastic_train.data()
+    state = ObjectState(broadcast_object, rs.rank, step=0, w=np.zeros(elastic_train.DIM, np.float32))
+    worlds, times = [], {}
+
+    @run
+    def train(state: ObjectState) -> None:
+        worlds.append(rs.size())
+        times.setdefault(rs.size(), time.time())
+        while state.step < steps:
+            if state.step == free_at and rs.size() < size:
+                if rs.rank() == 0 and "freed" not in times:
+                    times["freed"] = time.time()
+                    ray.kill(blocker)
+                for _ in range(600):  # the same count on every rank: commit is a collective
+                    if rs.size() >= size:
+                        break
+                    time.sleep(0.05)
+                    state.commit()  # raises HostsUpdatedInterrupt once the spare is in the next world
+            rows = elastic_train.batch(state.step)[rs.rank()::rs.size()]
+            total = rs.allreduce(elastic_train.gradient(state.w, x[rows], y[rows]), op=rs.Sum, name="grad")
+            state.w = (state.w - elastic_train.LR * total / elastic_train.BATCH).astype(np.float32)
+            state.step += 1
+            state.commit()
+
+    train(state)
+    return {"pid": os.getpid(), "rank": rs.rank(), "size": rs.size(), "worlds": worlds, "steps": state.step,
+            "w": state.w.tobytes().hex(), "times": times}
+
+
+class Blocker:
+    def ping(self) -> None:
+        return None
+
+
+def test_job_grows_into_freed_resources(cluster):
+    blocker = ray.remote(num_cpus=1)(Blocker).remote()  # the cluster's second CPU
+    ray.get(blocker.ping.remote())
+    executor = RayExecutor(num_workers=2, cpus_per_worker=0.5, min_workers=1, max_workers=3)
+    executor.start()
+    try:
+        pids = executor.run(os.getpid)
+        assert len(pids) == 2  # no room for the spare yet
+        results = executor.run(growing_least_squares, args=(STEPS, FAIL_AT, blocker, 3))
+        assert [r["pid"] for r in results[:2]] == pids, results  # the first two, in their own processes
+        assert [(r["rank"], r["size"], r["steps"]) for r in results] == [(0, 3, STEPS), (1, 3, STEPS),
+                                                                        (2, 3, STEPS)], results
+        assert [r["worlds"] for r in results] == [[2, 3], [2, 3], [3]], results  # one reset; the spare joined
+        assert len({r["w"] for r in results}) == 1, results
+        got = np.frombuffer(bytes.fromhex(results[0]["w"]), np.float32)
+        np.testing.assert_allclose(got, elastic_train.reference(STEPS), rtol=0, atol=1e-5)
+        grown = results[0]["times"][3] - results[0]["times"]["freed"]
+        print(f"resources freed -> training in a world of 3 ranks: {grown:.2f} s")
+        assert executor.run(os.getpid)[:2] == pids  # later calls run on all three
+    finally:
+        executor.shutdown()
+    deadline = time.monotonic() + 20
+    while ray.available_resources().get("CPU", 0) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert ray.available_resources().get("CPU", 0) == 2  # the actors, the spares and the group are gone
