@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numbers
 import warnings
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Tuple
 
 import numpy as np
 
@@ -58,6 +58,17 @@ def check_sparse_op(op: int) -> None:
     dense tensors."""
     if op == Adasum:
         raise NotImplementedError(ADASUM_SPARSE_ERROR)
+
+
+def predivide_scales(op: int, predivide: float) -> Tuple[float, float]:
+    """``(prescale, postscale)`` of a gradient reduction with ``op`` and
+    Horovod's ``gradient_predivide_factor``: with Average, each rank's
+    gradient times ``1 / predivide`` is summed, then times ``predivide`` and
+    divided by the set's size by the engine when the reduction runs (so a
+    traced step follows an elastic world's size). Otherwise ``(1, 1)``."""
+    if op == Average:
+        return 1.0 / predivide, predivide
+    return 1.0, 1.0
 
 
 def handle_average_backwards_compatibility(op: Optional[int], average: Optional[bool]) -> int:

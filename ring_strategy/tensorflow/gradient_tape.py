@@ -9,6 +9,7 @@ from typing import Any, List, Optional
 import tensorflow as tf
 
 from ring_strategy._fused import Flattener, fused_allreduce, reduce_except_local
+from ring_strategy._rules import predivide_scales
 from ring_strategy.exceptions import BadArgumentError
 from ring_strategy.tensorflow.compression import Compression
 from ring_strategy.tensorflow.mpi_ops import (
@@ -23,6 +24,7 @@ from ring_strategy.tensorflow.mpi_ops import (
     check_op,
     global_process_set,
     host_call,
+    set_size,
 )
 
 
@@ -77,7 +79,8 @@ def source_key(source: Any) -> Any:
     return value.ref() if hasattr(value, "ref") else id(source)
 
 
-def _divided(grad: Any, n: int) -> Any:
+def _divided(grad: Any, n: Any) -> Any:
+    """``grad / n``, ``n`` a number or a scalar tensor (IndexedSlices included)."""
     if isinstance(grad, tf.IndexedSlices):
         return tf.IndexedSlices(grad.values / tf.cast(n, grad.values.dtype), grad.indices, grad.dense_shape)
     return grad / tf.cast(n, grad.dtype)
@@ -127,14 +130,11 @@ def allreduce_gradients(grads: List[Any], op: int, compression: Any, sparse_as_d
             return allreduce_gradients(shared, op, compression, sparse_as_dense, predivide, label,
                                        process_set=process_set)
 
-        return reduce_except_local(grads, local, reduce, scale_local, _divided, process_set)
+        place = _check_process_set(process_set)
+        return reduce_except_local(grads, local, reduce, scale_local,
+                                   lambda g, _: _divided(g, set_size(place)), process_set)
     place = _check_process_set(process_set)
-    n = place.size
-    if op == Average:
-        # Horovod: sum of grad / predivide, then times predivide / size.
-        prescale, postscale, wire_op = 1.0 / predivide, predivide / n, Sum
-    else:
-        prescale, postscale, wire_op = 1.0, 1.0, op
+    prescale, postscale = predivide_scales(op, predivide)
     out = list(grads)
     dense: List[int] = []
     for i, g in enumerate(grads):
@@ -151,7 +151,7 @@ def allreduce_gradients(grads: List[Any], op: int, compression: Any, sparse_as_d
         return out
     wire, ctxs = zip(*[compression.compress(out[i]) for i in dense])
     name = _op_name(label, None, place.id)
-    reduced = fused_allreduce(_TensorFlowFlattener, wire, name, wire_op, prescale, postscale, process_set)
+    reduced = fused_allreduce(_TensorFlowFlattener, wire, name, op, prescale, postscale, process_set)
     for i, r, ctx in zip(dense, reduced, ctxs):
         out[i] = compression.decompress(r, ctx)
     return out

@@ -148,9 +148,11 @@ def allreduce(tensor: Any, average: Optional[bool] = None, device_dense: str = "
         base = name or _op_name("allreduce", None, place.id)
         values = allgather(tensor.values, name=f"{base}.values", process_set=process_set)
         indices = allgather(tensor.indices, name=f"{base}.indices", process_set=process_set)
-        scale = prescale_factor * postscale_factor / (place.size if op == Average else 1)
+        scale = prescale_factor * postscale_factor
         if scale != 1.0:
             values = values * tf.cast(scale, values.dtype)
+        if op == Average:
+            values = values / tf.cast(set_size(place), values.dtype)
         return tf.IndexedSlices(values, indices, dense_shape=tensor.dense_shape)
     compressed, ctx = compression.compress(tensor)
     return compression.decompress(
@@ -403,6 +405,15 @@ def join() -> tf.Tensor:
         An int32 scalar tensor: the rank that joined last, on every rank.
     """
     return _scalar_op(_np.join, "RingJoin")
+
+
+def set_size(place: Any) -> Any:
+    """The size of a process set (a :class:`SetPlace`): a number when eager;
+    in a graph, an op that reads it at each run, since an elastic world may
+    change size between two runs of one traced function."""
+    if tf.executing_eagerly():
+        return place.size
+    return size_op(place.id)
 
 
 def size_op(process_set_id: int = 0, name: Optional[str] = None) -> tf.Tensor:

@@ -54,6 +54,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequ
 
 import torch
 
+from ring_strategy._rules import predivide_scales
 from ring_strategy.process_sets import averages_here
 from ring_strategy.torch.compression import Compression
 from ring_strategy.torch.mpi_ops import (
@@ -119,10 +120,7 @@ class _Reducer:
         self.process_set = process_set
 
     def _scale_factors(self) -> Tuple[float, float]:
-        if self.op == Average:
-            # The engine divides by the set size for Average after the postscale.
-            return 1.0 / self.predivide, self.predivide
-        return 1.0, 1.0
+        return predivide_scales(self.op, self.predivide)
 
     def _is_sparse(self, p: torch.Tensor) -> bool:
         return p.grad is not None and p.grad.is_sparse and not self.sparse_as_dense
