@@ -14,8 +14,8 @@ import numpy as np
 from tests.elastic.elastic_jobs import ElasticJob, Finished, params
 
 __all__ = ["HOSTS", "DETECT_SECONDS", "RECOVER_SECONDS", "ElasticJob", "Finished", "added_host", "check_added",
-           "clean", "commits", "every_sample_once", "finished_equal", "pids", "resets", "steps_run", "timings",
-           "trained"]
+           "check_lost_one_of_three", "clean", "commits", "every_sample_once", "finished_equal", "pids",
+           "printed_reference", "resets", "steps_run", "timings", "trained"]
 
 HOSTS = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
 DETECT_SECONDS = 10.0
@@ -24,6 +24,7 @@ RECOVER_SECONDS = 15.0
 _COMMIT = re.compile(r"^\[(\d+)\] commit step (\d+) epoch (\d+) at ([\d.]+)$", re.M)
 _RESETS = re.compile(r"^\[(\d+)\] resets ([\d,]*)$", re.M)
 _STEPS_RUN = re.compile(r"^\[(\d+)\] steps run (\d+)$", re.M)
+_REFERENCE = re.compile(r"^\[\d+\] reference params ([0-9a-f]+)$", re.M)
 _TRAINED = re.compile(r"^\[(\d+)\] trained world (\d+) epoch (\d+) step (\d+) idx ([\d,]+)$", re.M)
 
 
@@ -85,6 +86,13 @@ def finished_equal(run: Finished, steps: int, reference: np.ndarray) -> None:
     np.testing.assert_allclose(params(values.pop()), reference, rtol=0, atol=1e-5)
 
 
+def printed_reference(run: Finished) -> np.ndarray:
+    """The one-process parameters a worker printed (``reference params HEX``)."""
+    m = _REFERENCE.search(run.output)
+    assert m, run.tail()
+    return params(m[1])
+
+
 def pids(run: Finished) -> Dict[int, List[int]]:
     """Each worker's pid at each entry of its training function, in order."""
     found: Dict[int, List[int]] = {}
@@ -106,6 +114,28 @@ def timings(run: Finished, survivors: Sequence[int], world: int, what: str,
     assert {caught[s][0] for s in survivors} == {error}, caught
     assert detect < DETECT_SECONDS and recover < RECOVER_SECONDS, run.tail()
     return detect, recover
+
+
+def check_lost_one_of_three(run: Finished, fail_step: int, commit_every: int, steps: int, what: str) -> None:
+    """Acceptance 1 on a job of 3 workers on :data:`HOSTS` whose worker 1
+    failed at step ``fail_step`` of ``steps``: it exits 0; the failed host is
+    blacklisted and gets no new worker; the survivors keep their processes,
+    reset once, back to the last commit, and train again at most one commit
+    interval; detection and recovery times (:func:`timings`); nothing left behind."""
+    assert run.returncode == 0, run.tail()
+    assert run.worlds() == {1: list(zip([0, 1, 2], HOSTS)), 2: [(0, HOSTS[0]), (2, HOSTS[2])]}, run.tail()
+    assert sorted(run.started()) == [0, 1, 2], "the failed host got a new worker:\n" + run.tail()
+    assert f"host {HOSTS[1]} is blacklisted for good" in run.output, run.tail()
+    for w in (0, 2):
+        assert pids(run)[w] == [run.started()[w][1]] * 2, f"worker {w} changed process: {pids(run)}"
+    committed = fail_step - fail_step % commit_every
+    assert resets(run) == {0: [committed], 2: [committed]}, resets(run)
+    assert set(run.synced_steps(2).values()) == {committed}, run.synced_steps(2)
+    redone = {w: n - steps for w, n in steps_run(run).items()}
+    assert redone == {0: fail_step - committed, 2: fail_step - committed}, redone
+    assert max(redone.values()) <= commit_every, redone
+    timings(run, [0, 2], 2, what)
+    clean(run)
 
 
 def added_host(tmp_path: Path, worker: Path, env: Dict[str, str], at_step: int) -> Tuple[Finished, float]:
