@@ -1,6 +1,6 @@
 """Typed stub of the native engine module (native/bindings/module.cc)."""
 
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
