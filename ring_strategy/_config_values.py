@@ -24,14 +24,15 @@ tests/test_config_values.py checks that this module and the engine
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import math
 import re
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence, Type
 
 __all__ = [
     "BOOL_SPELLINGS", "Kind", "POSITIVE_SECONDS", "boolean", "integer", "number", "parse_bool", "parse_integer", "parse_number",
-    "integer_option", "number_option", "parse_word", "read", "word",
+    "IntegerOption", "NumberOption", "parse_word", "read", "word",
 ]
 
 #: What an error adds after "should be 0 or 1" (the engine's kBoolSpellings).
@@ -133,20 +134,26 @@ def word(what: str, words: Sequence[str]) -> Kind:
     return Kind(what, lambda text: None if parse_word(text, words) is None else text.strip(_SPACES).lower())
 
 
-def _option_type(parse: Callable[[str], Any], name: str) -> Callable[[str], Any]:
-    def convert(text: str) -> Any:
-        value = parse(text)
-        if value is None:
-            raise ValueError(text)  # argparse says "invalid <name> value: '<text>'"
-        return value
+def _option_action(parse: Callable[[str], Any], what: str) -> Type[argparse.Action]:
+    class Checked(argparse.Action):
+        """Stores the value(s) ``parse`` reads from the option's text; any
+        other text ends the parse with "<option> should be <what>. Got: <text>"."""
 
-    convert.__name__ = name
-    return convert
+        def __call__(self, parser, namespace, given, option_string=None):
+            texts = given if isinstance(given, list) else [given]
+            parsed = [parse(text) for text in texts]
+            for text, value in zip(texts, parsed):
+                if value is None:
+                    parser.error(f"{option_string} should be {what}. Got: {text}")
+            setattr(namespace, self.dest, parsed if isinstance(given, list) else parsed[0])
+
+    return Checked
 
 
-#: ``type=`` of an argparse option whose value is an integer, or a number.
-integer_option = _option_type(parse_integer, "integer")
-number_option = _option_type(parse_number, "number")
+#: ``action=`` of an argparse option whose value is an integer, or a number
+#: (the checks of its range come after).
+IntegerOption = _option_action(parse_integer, "an integer")
+NumberOption = _option_action(parse_number, "a finite number")
 
 #: Seconds of a timeout: more than 0.
 POSITIVE_SECONDS = number("a positive number of seconds", 0, above=True)

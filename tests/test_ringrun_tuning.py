@@ -91,6 +91,18 @@ def test_bad_values_name_the_option(argv: List[str], message: str, capsys) -> No
     assert message in error(argv, capsys)
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["-np", "1e3"], "-np should be an integer. Got: 1e3"),
+    (["-np", "2", "--start-timeout", "1_0"], "--start-timeout should be a finite number. Got: 1_0"),
+    (["-np", "2", "--min-np", "1", "--blacklist-cooldown-range", "1", "inf"],
+     "--blacklist-cooldown-range should be a finite number. Got: inf"),
+])
+def test_ringruns_other_numbers_follow_the_same_rule(argv: List[str], message: str, capsys) -> None:
+    with pytest.raises(SystemExit):
+        launch.build_parser().parse_args([*argv, "true"])
+    assert message in capsys.readouterr().err
+
+
 CONFIG = """\
 controller: gloo
 params:

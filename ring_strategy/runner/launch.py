@@ -69,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="show the version, the frameworks, transports and GPU operations available, and exit",
     )
     parser.add_argument(
-        "-np", "--num-proc", dest="np", type=values.integer_option, metavar="N",
+        "-np", "--num-proc", dest="np", action=values.IntegerOption, metavar="N",
         help="number of worker processes (default: the slots given by -H or --hostfile)",
     )
     hosts = parser.add_mutually_exclusive_group()
@@ -82,13 +82,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="a file with one host a line, as 'host slots=N' (or host:N)",
     )
     parser.add_argument(
-        "--start-timeout", type=values.number_option, metavar="S", default=None,
+        "--start-timeout", action=values.NumberOption, metavar="S", default=None,
         help="seconds the workers may take to start and find each other "
         f"(default: RING_START_TIMEOUT or {DEFAULT_START_TIMEOUT_SECONDS:g}); "
         "passed to them as RING_START_TIMEOUT",
     )
     parser.add_argument(
-        "--grace-period", type=values.number_option, metavar="S", default=DEFAULT_GRACE_SECONDS,
+        "--grace-period", action=values.NumberOption, metavar="S", default=DEFAULT_GRACE_SECONDS,
         help="seconds between SIGTERM and SIGKILL when workers are stopped "
         f"(default: {DEFAULT_GRACE_SECONDS:g})",
     )
@@ -112,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_multi_host_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "-p", "--ssh-port", type=values.integer_option, metavar="PORT",
+        "-p", "--ssh-port", action=values.IntegerOption, metavar="PORT",
         help="ssh port of the remote hosts (default: ssh's own, usually 22)",
     )
     parser.add_argument(
