@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 import keras
-import keras_callbacks as hvd
+import ring_strategy.keras as hvd
 
 
 def build_model(features: int) -> keras.Model:

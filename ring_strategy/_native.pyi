@@ -1,6 +1,6 @@
 """Typed stub of the native engine module (native/bindings/module.cc)."""
 
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -34,6 +34,10 @@ def parse(kind: str, data: bytes) -> None:
 
 def config_table() -> list[tuple[str, str, str, str]]:
     """(name, HOROVOD_ alias, default, doc) for every configuration variable."""
+
+def parse_config(environ: Mapping[str, str]) -> dict:
+    """The configuration init() would read from ``environ``, as ``Runtime.config``
+    gives it; raises BadArgumentError naming the variable as init() would."""
 
 def reducescatter_rows(rows: int, size: int, rank: int) -> int:
     """Rows of a first dimension of ``rows`` that rank ``rank`` of ``size``

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import atexit
-import math
 import os
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
-from ring_strategy import _contracts, _native
+from ring_strategy import _config_values, _contracts, _native
 from ring_strategy.environments import ClusterEnvironment, detect_environment
 from ring_strategy.exceptions import BadArgumentError, ShutdownError
 from ring_strategy.launcher_watch import watch_launcher
@@ -21,14 +20,11 @@ if TYPE_CHECKING:
 
 def _start_timeout() -> float:
     """Seconds to wait for every rank at the rendezvous (ringrun --start-timeout)."""
-    value = os.environ.get(_contracts.START_TIMEOUT, "")
     try:
-        seconds = float(value) if value else 300.0
-    except ValueError:
-        seconds = math.nan
-    if not (math.isfinite(seconds) and seconds > 0):
-        raise BadArgumentError(f"{_contracts.START_TIMEOUT} should be a positive number of seconds. Got: {value!r}")
-    return seconds
+        return _config_values.read(os.environ, _config_values.POSITIVE_SECONDS, _contracts.START_TIMEOUT,
+                                   default=300.0)
+    except ValueError as e:
+        raise BadArgumentError(str(e)) from None
 
 
 @dataclass

@@ -23,6 +23,7 @@ PACKAGES = ["ring_strategy", "keras_callbacks"]
 MUST_NOT_LOAD = {
     "ring_strategy._host_call": ["tensorflow", "jax", "torch", "keras"],
     "keras_callbacks": ["tensorflow"],
+    "ring_strategy.keras": ["tensorflow"],
 }
 # Front ends whose framework cannot share this environment (MXNet 1.9.1 needs
 # numpy < 1.24): skipped here when it is absent; tests/mxnet_frontend imports

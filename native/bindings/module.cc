@@ -6,6 +6,7 @@
 // ErrorKind, so errors are defined once.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
@@ -163,6 +164,11 @@ nb::dict config_dict(const ring::Config& c) {
   d["timeline_mark_cycles"] = c.timeline_mark_cycles;
   d["dynamic_process_sets"] = c.dynamic_process_sets;
   d["encrypt"] = c.encrypt;
+  d["hierarchical_allreduce"] = c.hierarchical_allreduce;
+  d["autotune"] = c.autotune;
+  d["autotune_log"] = c.autotune_log;
+  d["autotune_sample_seconds"] = c.autotune_sample_seconds;
+  d["autotune_warmup_samples"] = c.autotune_warmup_samples;
   return d;
 }
 
@@ -192,6 +198,17 @@ void register_rules(nb::module_& m) {
     for (const auto& e : ring::config_table()) rows.emplace_back(e.name, e.alias, e.default_value, e.doc);
     return rows;
   });
+  m.def(
+      "parse_config",
+      [](const std::map<std::string, std::string>& environ) {
+        return config_dict(ring::Config::from([&](const char* name) -> const char* {
+          auto it = environ.find(name);
+          return it == environ.end() ? nullptr : it->second.c_str();
+        }));
+      },
+      "environ"_a,
+      "The configuration init() would read from `environ` (a mapping of variables), as a dict; raises "
+      "BadArgumentError naming the variable as init() would.");
   m.def(
       "reducescatter_rows",
       [](int64_t rows, int size, int rank) {

@@ -1,10 +1,11 @@
 #include "engine/config.h"
 
 #include <cstdlib>
-#include <cctype>
 #include <cstring>
+#include <limits>
 
 #include "common/error.h"
+#include "engine/config_value.h"
 
 namespace ring {
 namespace {
@@ -34,6 +35,8 @@ const std::vector<ConfigEntry> kTable = {
      "seconds: rank 0 warns about tensors that some ranks have not submitted (0: never)"},
     {"RING_STALL_SHUTDOWN_TIME_SECONDS", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "0",
      "seconds: such a stall fails the job on every rank (0: never)"},
+    {"RING_STALL_CHECK_DISABLE", "HOROVOD_STALL_CHECK_DISABLE", "0",
+     "1: no stall check: neither the warning nor the shutdown, whatever the two times above say"},
     {"RING_ENCRYPT", "", "0",
      "1: encrypt and authenticate TCP traffic between ranks (AES-256-GCM, keys from the job secret; needs "
      "libcrypto); shared memory within a host is not encrypted"},
@@ -41,26 +44,28 @@ const std::vector<ConfigEntry> kTable = {
      "1: process sets may be added and removed after init() (collectively, by every rank)"},
 };
 
-// The value of the first of name/alias that is set and non-empty, or null.
-const char* lookup(const ConfigEntry& e) {
-  const char* v = std::getenv(e.name);
-  if (v && *v) return v;
-  if (*e.alias) {
-    v = std::getenv(e.alias);
-    if (v && *v) return v;
+// What the user set for one entry: the first of its name and alias that is
+// set and non-empty (`name` null when neither is).
+struct Setting {
+  const char* name = nullptr;
+  const char* value = nullptr;
+  explicit operator bool() const { return name != nullptr; }
+};
+
+Setting lookup(const Config::Getter& get, const ConfigEntry& e) {
+  for (const char* n : {e.name, e.alias}) {
+    if (!*n) continue;
+    const char* v = get(n);
+    if (v && *v) return Setting{n, v};
   }
-  return nullptr;
+  return Setting{};
 }
 
-[[noreturn]] void bad(const ConfigEntry& e, const char* what, const char* value) {
-  throw_error(ErrorKind::BadArgument, std::string(e.name) + " should be " + what + ". Got: '" + value + "'");
-}
-
-double parse_number(const ConfigEntry& e, const char* v, const char* what, double min) {
-  char* end = nullptr;
-  double d = std::strtod(v, &end);
-  if (end == v || *end != '\0' || !(d >= min)) bad(e, what, v);
-  return d;
+// Errors name the variable the user set, RING_ or HOROVOD_.
+[[noreturn]] void bad(const Setting& s, const std::string& what, const char* note = nullptr) {
+  std::string msg = std::string(s.name) + " should be " + what + ". Got: '" + s.value + "'";
+  if (note) msg += std::string(" (") + note + ")";
+  throw_error(ErrorKind::BadArgument, msg);
 }
 
 const ConfigEntry& entry(const char* name) {
@@ -69,15 +74,61 @@ const ConfigEntry& entry(const char* name) {
   throw_error(ErrorKind::Internal, std::string("no config entry ") + name);
 }
 
-// A 0/1 variable: `dflt` when unset.
-bool flag(const char* name, bool dflt) {
-  const ConfigEntry& e = entry(name);
-  const char* v = lookup(e);
-  if (!v) return dflt;
-  std::string s(v);
-  if (s == "1" || s == "true") return true;
-  if (s != "0" && s != "false") bad(e, "0 or 1", v);
-  return false;
+// Reads the entries of the table through one getter, each by its kind.
+class Reader {
+ public:
+  explicit Reader(const Config::Getter& get) : get_(get) {}
+
+  Setting find(const char* name) const { return lookup(get_, entry(name)); }
+
+  bool flag(const char* name, bool dflt) const {
+    const Setting s = find(name);
+    if (!s) return dflt;
+    const auto v = parse_bool(s.value);
+    if (!v) bad(s, "0 or 1", kBoolSpellings);
+    return *v;
+  }
+
+  int64_t integer(const char* name, const char* what, int64_t min, int64_t dflt,
+                  int64_t max = std::numeric_limits<int64_t>::max()) const {
+    const Setting s = find(name);
+    if (!s) return dflt;
+    const auto v = parse_integer(s.value);
+    if (!v || *v < min || *v > max) bad(s, what);
+    return *v;
+  }
+
+  double number(const char* name, const char* what, double min, double dflt) const {
+    const Setting s = find(name);
+    if (!s) return dflt;
+    const auto v = parse_number(s.value);
+    if (!v || !(*v >= min)) bad(s, what);
+    return *v;
+  }
+
+ private:
+  const Config::Getter& get_;
+};
+
+// 1 on, 0 off, -1 auto.
+int read_hierarchical(const Reader& r, int dflt) {
+  const Setting s = r.find("RING_HIERARCHICAL_ALLREDUCE");
+  if (!s) return dflt;
+  if (parse_word(s.value, {"auto"})) return -1;
+  const auto on = parse_bool(s.value);
+  if (!on) bad(s, "0, 1 or auto", kBoolSpellings);
+  return *on ? 1 : 0;
+}
+
+LogLevel read_log_level(const Reader& r, LogLevel dflt) {
+  const Setting s = r.find("RING_LOG_LEVEL");
+  if (!s) return dflt;
+  // warn and fatal are other names of warning and error.
+  const auto i = parse_word(s.value, {"trace", "debug", "info", "warning", "error", "warn", "fatal"});
+  if (!i) bad(s, "one of trace, debug, info, warning, error");
+  static const LogLevel levels[] = {LogLevel::Trace, LogLevel::Debug, LogLevel::Info, LogLevel::Warning,
+                                    LogLevel::Error, LogLevel::Warning, LogLevel::Error};
+  return levels[*i];
 }
 
 }  // namespace
@@ -85,56 +136,44 @@ bool flag(const char* name, bool dflt) {
 const std::vector<ConfigEntry>& config_table() { return kTable; }
 
 Config Config::from_env() {
+  return from([](const char* name) -> const char* { return std::getenv(name); });
+}
+
+Config Config::from(const Getter& get) {
   Config c;
-  auto number = [](const char* name, const char* what, double min, double dflt) {
-    const ConfigEntry& e = entry(name);
-    const char* v = lookup(e);
-    return v ? parse_number(e, v, what, min) : dflt;
-  };
-  c.fusion_threshold_bytes = static_cast<size_t>(
-      number("RING_FUSION_THRESHOLD", "a non-negative integer number of bytes", 0, double(c.fusion_threshold_bytes)));
-  c.cycle_time_ms = number("RING_CYCLE_TIME", "a non-negative number of milliseconds", 0, c.cycle_time_ms);
+  const Reader r(get);
+  c.fusion_threshold_bytes = static_cast<size_t>(r.integer(
+      "RING_FUSION_THRESHOLD", "a non-negative integer number of bytes", 0, int64_t(c.fusion_threshold_bytes)));
+  c.cycle_time_ms = r.number("RING_CYCLE_TIME", "a non-negative number of milliseconds", 0, c.cycle_time_ms);
   c.cache_capacity =
-      static_cast<size_t>(number("RING_CACHE_CAPACITY", "a non-negative integer", 0, double(c.cache_capacity)));
-  c.timeout_seconds = number("RING_TIMEOUT_SECONDS", "a positive number of seconds", 0.001, c.timeout_seconds);
-  c.shm_ring_bytes = static_cast<size_t>(
-      number("RING_SHM_RING_BYTES", "a number of bytes of at least 4096", 4096, double(c.shm_ring_bytes)));
+      static_cast<size_t>(r.integer("RING_CACHE_CAPACITY", "a non-negative integer", 0, int64_t(c.cache_capacity)));
+  c.timeout_seconds = r.number("RING_TIMEOUT_SECONDS", "a positive number of seconds", 0.001, c.timeout_seconds);
+  c.shm_ring_bytes = static_cast<size_t>(r.integer("RING_SHM_RING_BYTES", "an integer number of bytes of at least 4096",
+                                                   4096, int64_t(c.shm_ring_bytes)));
   c.shm_ring_bytes &= ~size_t(63);
   c.stall_check_seconds =
-      number("RING_STALL_CHECK_TIME_SECONDS", "a non-negative number of seconds", 0, c.stall_check_seconds);
+      r.number("RING_STALL_CHECK_TIME_SECONDS", "a non-negative number of seconds", 0, c.stall_check_seconds);
   c.stall_shutdown_seconds =
-      number("RING_STALL_SHUTDOWN_TIME_SECONDS", "a non-negative number of seconds", 0, c.stall_shutdown_seconds);
-  if (const char* v = lookup(entry("RING_TIMELINE"))) c.timeline_path = std::strcmp(v, kTimelineDynamic) ? v : "";
-  if (const char* v = lookup(entry("RING_HIERARCHICAL_ALLREDUCE"))) {
-    std::string s(v);
-    if (s == "1" || s == "true") c.hierarchical_allreduce = 1;
-    else if (s == "0" || s == "false") c.hierarchical_allreduce = 0;
-    else if (s != "auto") bad(entry("RING_HIERARCHICAL_ALLREDUCE"), "0, 1 or auto", v);
+      r.number("RING_STALL_SHUTDOWN_TIME_SECONDS", "a non-negative number of seconds", 0, c.stall_shutdown_seconds);
+  if (r.flag("RING_STALL_CHECK_DISABLE", false)) c.stall_check_seconds = c.stall_shutdown_seconds = 0;
+  if (const Setting s = r.find("RING_TIMELINE")) c.timeline_path = std::strcmp(s.value, kTimelineDynamic) ? s.value : "";
+  c.hierarchical_allreduce = read_hierarchical(r, c.hierarchical_allreduce);
+  c.autotune = r.flag("RING_AUTOTUNE", c.autotune);
+  if (const Setting s = r.find("RING_AUTOTUNE_LOG")) c.autotune_log = s.value;
+  c.autotune_sample_seconds =
+      r.number("RING_AUTOTUNE_SAMPLE_SECONDS", "a positive number of seconds", 0.001, c.autotune_sample_seconds);
+  c.autotune_warmup_samples = static_cast<int>(r.integer("RING_AUTOTUNE_WARMUP_SAMPLES",
+                                                         "an integer from 0 to 2147483647", 0,
+                                                         c.autotune_warmup_samples, INT32_MAX));
+  c.timeline_mark_cycles = r.flag("RING_TIMELINE_MARK_CYCLES", c.timeline_mark_cycles);
+  c.dynamic_process_sets = r.flag("RING_DYNAMIC_PROCESS_SETS", c.dynamic_process_sets);
+  c.encrypt = r.flag("RING_ENCRYPT", c.encrypt);
+  if (const Setting s = r.find("RING_TRANSPORT")) {
+    const auto t = parse_word(s.value, {"shm", "auto", "tcp"});
+    if (!t) bad(s, "'shm' or 'tcp'");
+    c.force_tcp = *t == 2;
   }
-  c.autotune = flag("RING_AUTOTUNE", c.autotune);
-  if (const char* v = lookup(entry("RING_AUTOTUNE_LOG"))) c.autotune_log = v;
-  c.autotune_sample_seconds = number("RING_AUTOTUNE_SAMPLE_SECONDS", "a positive number of seconds", 0.001,
-                                     c.autotune_sample_seconds);
-  c.autotune_warmup_samples = static_cast<int>(number("RING_AUTOTUNE_WARMUP_SAMPLES", "a non-negative integer", 0,
-                                                      c.autotune_warmup_samples));
-  c.timeline_mark_cycles = flag("RING_TIMELINE_MARK_CYCLES", c.timeline_mark_cycles);
-  c.dynamic_process_sets = flag("RING_DYNAMIC_PROCESS_SETS", c.dynamic_process_sets);
-  c.encrypt = flag("RING_ENCRYPT", c.encrypt);
-  if (const char* v = lookup(entry("RING_TRANSPORT"))) {
-    std::string t(v);
-    if (t == "tcp") c.force_tcp = true;
-    else if (t != "shm" && t != "auto") bad(entry("RING_TRANSPORT"), "'shm' or 'tcp'", v);
-  }
-  if (const char* v = lookup(entry("RING_LOG_LEVEL"))) {
-    static const char* levels[] = {"trace", "debug", "info", "warning", "error"};
-    std::string s(v);
-    for (auto& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    if (s == "warn") s = "warning";
-    bool found = false;
-    for (int i = 0; i < 5; ++i)
-      if (s == levels[i]) { c.log_level = static_cast<LogLevel>(i); found = true; }
-    if (!found) bad(entry("RING_LOG_LEVEL"), "one of trace, debug, info, warning, error", v);
-  }
+  c.log_level = read_log_level(r, c.log_level);
   return c;
 }
 

@@ -1,11 +1,13 @@
 // Config: every knob of the engine, parsed once from the environment.
 //
 // Each knob is one row of a table (RING_ name, HOROVOD_ alias, default,
-// doc); the RING_ name wins when both are set. A bad value is a
-// RingError(BadArgument) that quotes it.
+// doc); the RING_ name wins when both are set. Values are spelled as
+// engine/config_value.h says. A bad value is a RingError(BadArgument) that
+// names the variable the user set (RING_ or HOROVOD_) and quotes the value.
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -34,11 +36,17 @@ struct Config {
   double autotune_sample_seconds = 0.5;
   int autotune_warmup_samples = 1;
   bool timeline_mark_cycles = false;
-  bool dynamic_process_sets = false;
-  bool encrypt = false;  // RING_ENCRYPT: TCP links are encrypted (transport/aead_channel.h)  // read by the front end's process-set registry
+  bool dynamic_process_sets = false;  // read by the front end's process-set registry
+  bool encrypt = false;  // RING_ENCRYPT: TCP links are encrypted (transport/aead_channel.h)
+
+  // Returns the value of a variable, or null when it is not set.
+  using Getter = std::function<const char*(const char*)>;
 
   // Reads the process environment.
   static Config from_env();
+  // Reads the variables `get` returns instead (for the binding's
+  // parse_config and for tests); from_env is from(getenv).
+  static Config from(const Getter& get);
 };
 
 // RING_TIMELINE / HOROVOD_TIMELINE set to this: no timeline now; the front

@@ -12,14 +12,13 @@ communicating. The store's keys and values are described in
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 import threading
 import time
 from typing import Mapping, Optional, Tuple
 
-from ring_strategy import _contracts as names
+from ring_strategy import _config_values, _contracts as names
 from ring_strategy.environments.base import ClusterEnvironment, override
 from ring_strategy.environments.network import is_loopback
 from ring_strategy.environments.ringrun import _address, _int, _job_id, _secret
@@ -55,14 +54,8 @@ class WorkerRemoved(SystemExit):
 
 def elastic_timeout(environ: Mapping[str, str]) -> float:
     """``RING_ELASTIC_TIMEOUT`` (or ``HOROVOD_ELASTIC_TIMEOUT``) in seconds, checked."""
-    raw = environ.get(names.ELASTIC_TIMEOUT, environ.get("HOROVOD_ELASTIC_TIMEOUT", ""))
-    try:
-        seconds = float(raw) if raw.strip() else DEFAULT_ELASTIC_TIMEOUT
-    except ValueError:
-        seconds = math.nan
-    if not (math.isfinite(seconds) and seconds > 0):
-        raise ValueError(f"{names.ELASTIC_TIMEOUT} should be a positive number of seconds. Got: {raw!r}")
-    return seconds
+    return _config_values.read(environ, _config_values.POSITIVE_SECONDS, names.ELASTIC_TIMEOUT,
+                               "HOROVOD_ELASTIC_TIMEOUT", default=DEFAULT_ELASTIC_TIMEOUT)
 
 
 class ElasticEnvironment(ClusterEnvironment):

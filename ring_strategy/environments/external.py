@@ -28,7 +28,7 @@ import socket
 import warnings
 from typing import ClassVar, Mapping, Optional
 
-from ring_strategy import _contracts as names
+from ring_strategy import _config_values, _contracts as names
 from ring_strategy.environments.base import ClusterEnvironment, Layout, override
 from ring_strategy.environments.network import is_local_address, is_loopback, split_address
 from ring_strategy.environments.ringrun import _secret
@@ -54,14 +54,7 @@ def read_int(env: Mapping[str, str], *names: str) -> Optional[int]:
     Raises:
         ValueError: If the value is not an integer; the message quotes it.
     """
-    for name in names:
-        raw = env.get(name)
-        if raw is not None and raw.strip():
-            try:
-                return int(raw.strip())
-            except ValueError:
-                raise ValueError(f"{name} should be an integer. Got: {raw!r}") from None
-    return None
+    return _config_values.read(env, _config_values.integer("an integer"), *names)
 
 
 def require_int(env: Mapping[str, str], launcher: str, *names: str) -> int:

@@ -7,7 +7,7 @@ import secrets
 import socket
 from typing import Mapping, Optional
 
-from ring_strategy import _contracts as names
+from ring_strategy import _config_values, _contracts as names
 from ring_strategy.environments.base import ClusterEnvironment, Layout, override
 
 __all__ = ["RingrunEnvironment"]
@@ -84,10 +84,7 @@ def _int(
             raise ValueError(f"{name} is not set; start the job with ringrun")
         value = default
     else:
-        try:
-            value = int(raw.strip())
-        except ValueError:
-            raise ValueError(f"{name} should be an integer. Got: {raw!r}") from None
+        value = _config_values.integer("an integer").value(name, raw)
     if value < minimum:
         raise ValueError(f"{name} should be at least {minimum}. Got: {raw!r}")
     if below is not None and value >= below[1]:

@@ -26,6 +26,7 @@ import sys
 from typing import Dict, List, Optional, Sequence, TextIO, Tuple
 
 import ring_strategy
+from ring_strategy import _config_values as values
 
 __all__ = ["FRAMEWORKS", "Row", "check_build_report", "installed_version", "print_check_build"]
 
@@ -185,7 +186,7 @@ def _shared_memory_row() -> Row:
         os.unlink(path)
     free = stats.f_bavail * stats.f_frsize / 2**30
     detail = f"between ranks of one host (/dev/shm, {free:.1f} GiB free)"
-    if os.environ.get("RING_TRANSPORT", "").strip().lower() == "tcp":
+    if values.parse_word(os.environ.get("RING_TRANSPORT", ""), ("tcp",)) == 0:
         detail += "; turned off here by RING_TRANSPORT=tcp"
     return Row(True, "Shared memory", detail)
 

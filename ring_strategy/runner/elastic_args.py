@@ -13,6 +13,7 @@ import math
 import os
 from typing import List, Optional, Tuple, Union
 
+from ring_strategy import _config_values as values
 from ring_strategy import _contracts as names
 from ring_strategy.environments.elastic import elastic_timeout
 from ring_strategy.runner.discovery import FixedHosts, HostDiscovery
@@ -53,22 +54,22 @@ def add_elastic_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group(
         "elastic jobs", "workers may leave and join while the job runs (see docs/elastic.md); "
         "any of --min-np, --max-np or --host-discovery-script makes a job elastic")
-    group.add_argument("--min-np", "--min-num-proc", dest="min_np", type=int, metavar="N",
+    group.add_argument("--min-np", "--min-num-proc", dest="min_np", action=values.IntegerOption, metavar="N",
                        help="fewest workers the job trains with (default: -np)")
-    group.add_argument("--max-np", "--max-num-proc", dest="max_np", type=int, metavar="N",
+    group.add_argument("--max-np", "--max-num-proc", dest="max_np", action=values.IntegerOption, metavar="N",
                        help="most workers the job grows to when hosts are added (default: every slot)")
     group.add_argument("--host-discovery-script", metavar="COMMAND",
                        help="prints the hosts workers may run on now, one 'host[:slots]' a line")
-    group.add_argument("--discovery-interval", type=float, metavar="S",
+    group.add_argument("--discovery-interval", action=values.NumberOption, metavar="S",
                        help=f"seconds between runs of the discovery script (default: {DEFAULT_DISCOVERY_INTERVAL:g})")
-    group.add_argument("--slots-per-host", type=int, metavar="N",
+    group.add_argument("--slots-per-host", action=values.IntegerOption, metavar="N",
                        help="slots of a discovered host printed without ':slots' (default: 1)")
-    group.add_argument("--reset-limit", type=int, metavar="N",
+    group.add_argument("--reset-limit", action=values.IntegerOption, metavar="N",
                        help="end the job with an error once it would reset more than N times (default: no limit)")
-    group.add_argument("--blacklist-cooldown-range", type=float, nargs=2, metavar=("MIN", "MAX"),
+    group.add_argument("--blacklist-cooldown-range", action=values.NumberOption, nargs=2, metavar=("MIN", "MAX"),
                        help="a host where a worker failed gets no workers for a random MIN to MAX "
                        "seconds (default: never again)")
-    group.add_argument("--elastic-timeout", type=float, metavar="S",
+    group.add_argument("--elastic-timeout", action=values.NumberOption, metavar="S",
                        help="seconds the job may have fewer than --min-np workers before it fails "
                        f"(default: {names.ELASTIC_TIMEOUT}, HOROVOD_ELASTIC_TIMEOUT or 600)")
 

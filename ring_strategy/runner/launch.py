@@ -36,12 +36,14 @@ import shlex
 import sys
 from typing import List, Optional, Sequence
 
+from ring_strategy import _config_values as values
 from ring_strategy import _contracts as names
 from ring_strategy.launcher_watch import GRACE_SECONDS
 from ring_strategy.runner.elastic_args import ElasticSettings, add_elastic_options, elastic_settings
 from ring_strategy.runner.hosts import HostSlots, assign_ranks, is_this_host, parse_hostfile, parse_hosts
 from ring_strategy.runner.job import Job, JobPlan
 from ring_strategy.runner.remote import SshSettings
+from ring_strategy.runner.tuning_args import add_tuning_options, tuning_environment
 from ring_strategy.runner.worker_env import worker_environment
 
 __all__ = ["build_parser", "main", "worker_environment"]
@@ -67,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="show the version, the frameworks, transports and GPU operations available, and exit",
     )
     parser.add_argument(
-        "-np", "--num-proc", dest="np", type=int, metavar="N",
+        "-np", "--num-proc", dest="np", action=values.IntegerOption, metavar="N",
         help="number of worker processes (default: the slots given by -H or --hostfile)",
     )
     hosts = parser.add_mutually_exclusive_group()
@@ -80,26 +82,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="a file with one host a line, as 'host slots=N' (or host:N)",
     )
     parser.add_argument(
-        "--start-timeout", type=float, metavar="S", default=None,
+        "--start-timeout", action=values.NumberOption, metavar="S", default=None,
         help="seconds the workers may take to start and find each other "
         f"(default: RING_START_TIMEOUT or {DEFAULT_START_TIMEOUT_SECONDS:g}); "
         "passed to them as RING_START_TIMEOUT",
     )
     parser.add_argument(
-        "--grace-period", type=float, metavar="S", default=DEFAULT_GRACE_SECONDS,
+        "--grace-period", action=values.NumberOption, metavar="S", default=DEFAULT_GRACE_SECONDS,
         help="seconds between SIGTERM and SIGKILL when workers are stopped "
         f"(default: {DEFAULT_GRACE_SECONDS:g})",
     )
     _add_multi_host_options(parser)
     add_elastic_options(parser)
-    parser.add_argument(
-        "--timeline-filename", metavar="PATH",
-        help="rank 0 writes a Chrome trace of every tensor's phases to PATH (sets RING_TIMELINE)",
-    )
-    parser.add_argument(
-        "--timeline-mark-cycles", action="store_true",
-        help="mark every cycle of the engine in the timeline (sets RING_TIMELINE_MARK_CYCLES=1)",
-    )
+    add_tuning_options(parser)
     parser.add_argument(
         "--encrypt", action="store_true",
         help="encrypt and authenticate TCP traffic between workers (sets RING_ENCRYPT=1; AES-256-GCM with keys "
@@ -117,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_multi_host_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "-p", "--ssh-port", type=int, metavar="PORT",
+        "-p", "--ssh-port", action=values.IntegerOption, metavar="PORT",
         help="ssh port of the remote hosts (default: ssh's own, usually 22)",
     )
     parser.add_argument(
@@ -153,11 +148,11 @@ def _hosts(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Optiona
 def _start_timeout(parser: argparse.ArgumentParser, given: Optional[float]) -> float:
     start_timeout = given
     if start_timeout is None:
-        raw = os.environ.get(names.START_TIMEOUT, os.environ.get("HOROVOD_START_TIMEOUT"))
         try:
-            start_timeout = float(raw) if raw else DEFAULT_START_TIMEOUT_SECONDS
-        except ValueError:
-            parser.error(f"{names.START_TIMEOUT} should be a number of seconds. Got: {raw!r}")
+            start_timeout = values.read(os.environ, values.POSITIVE_SECONDS, names.START_TIMEOUT,
+                                        "HOROVOD_START_TIMEOUT", default=DEFAULT_START_TIMEOUT_SECONDS)
+        except ValueError as e:
+            parser.error(str(e))
     if not (math.isfinite(start_timeout) and start_timeout > 0):
         parser.error(f"--start-timeout should be a positive number of seconds. Got: {start_timeout:g}")
     return start_timeout
@@ -262,13 +257,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.error("missing the command to run, e.g. ringrun -np 2 python train.py")
     elastic = elastic_settings(parser, args, _hosts(parser, args))
     plan = _elastic_plan(parser, args, command, elastic) if elastic else _plan(parser, args, command)
-    if args.timeline_filename:
-        # The workers inherit ringrun's environment; an absolute path keeps
-        # the file where the user asked whatever directory rank 0 runs in.
-        dynamic = args.timeline_filename == names.TIMELINE_DYNAMIC
-        os.environ["RING_TIMELINE"] = args.timeline_filename if dynamic else os.path.abspath(args.timeline_filename)
-    if args.timeline_mark_cycles:
-        os.environ["RING_TIMELINE_MARK_CYCLES"] = "1"
+    # The workers inherit ringrun's environment, remote ones too.
+    os.environ.update(tuning_environment(parser, args))
     if args.encrypt:
         os.environ["RING_ENCRYPT"] = "1"
     try:

@@ -28,7 +28,7 @@ MODULES = {
     "numpy core": "ring_strategy",
     "PyTorch": "ring_strategy.torch",
     "TensorFlow": "ring_strategy.tensorflow",
-    "Keras 3": "keras_callbacks",
+    "Keras 3": "ring_strategy.keras",
     "Lightning": "ring_strategy.lightning",
     "MXNet": "ring_strategy.mxnet",
 }
