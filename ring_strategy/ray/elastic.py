@@ -28,7 +28,6 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ring_strategy import _contracts as names
-from ring_strategy.runner.elastic_driver import _exists as in_store
 from ring_strategy.runner.membership import World, form_world
 from ring_strategy.runner.store import StoreClient
 
@@ -115,7 +114,8 @@ class RayWorlds:
         assert self.world is not None
         g = self.world.generation
         return bool(self.members) and all(
-            in_store(self._client, names.elastic_key(self.job_id, "reset", g, w)) for w in self.members)
+            self._client.try_get(names.elastic_key(self.job_id, "reset", g, w)) is not None
+            for w in self.members)
 
     def _publish(self) -> None:
         generation = 1 if self.world is None else self.world.generation + 1
