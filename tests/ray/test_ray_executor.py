@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import ray_train_functions as fns  # noqa: E402
 
 ray.cloudpickle.register_pickle_by_value(fns)
+ray.cloudpickle.register_pickle_by_value(sys.modules["tests.workers.cluster_train"])
 
 _spec = importlib.util.spec_from_file_location(
     "ray_train_example", Path(__file__).resolve().parents[2] / "examples" / "ray_train.py")

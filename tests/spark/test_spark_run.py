@@ -1,0 +1,140 @@
+"""ring_strategy.spark.run on a real Spark (``local-cluster[2,1,1024]``, one
+session for the module): each rank is a task of a barrier stage on its own
+executor, and runs in a child process of the task's Python worker.
+"""
+
+from __future__ import annotations
+
+import glob
+import io
+import os
+import sys
+import time
+
+import pytest
+
+pyspark = pytest.importorskip("pyspark")
+
+import ring_strategy.spark as rsp  # noqa: E402
+import tests.workers.cluster_train as fns  # noqa: E402
+from ring_strategy.runner.run_fn import RemoteTraceback  # noqa: E402
+from ring_strategy.spark.cluster import fixed_slots  # noqa: E402
+
+# The ranks need not import the tests.
+pyspark.cloudpickle.register_pickle_by_value(fns)
+pyspark.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def test_numpy_allreduce_results_in_rank_order(spark):
+    out, err = io.StringIO(), io.StringIO()
+    results = rsp.run(fns.place_and_sum, args=(1.5,), num_proc=2, env={"RING_TEST_VALUE": "from env"},
+                      stdout=out, stderr=err)
+    assert [r["rank"] for r in results] == [0, 1]
+    assert all(r["size"] == 2 and r["sum"] == 4.0 for r in results)  # (0 + 1.5) + (1 + 1.5)
+    # Both executors run on this host: one host, local ranks, shared memory.
+    assert [(r["local_rank"], r["local_size"], r["cross_size"]) for r in results] == [(0, 2, 1), (1, 2, 1)]
+    assert [r["horovod"] for r in results] == [["0", "2", "0", "1"], ["1", "2", "1", "1"]]
+    assert {r["env_var"] for r in results} == {"from env"}
+    assert results[0]["pid"] != results[1]["pid"]
+    # num_proc defaults to spark.default.parallelism (2 executor cores); a later job reuses the Python workers.
+    assert [r["sum"] for r in rsp.run(fns.place_and_sum, kwargs={"x": 0.0})] == [1.0, 1.0]
+    assert out.getvalue() == "" and err.getvalue() == ""
+    lines = io.StringIO()
+    rsp.run(_say, num_proc=2, stdout=lines)
+    assert sorted(lines.getvalue().splitlines()) == ["[0] rank 0 says hello", "[1] rank 1 says hello"]
+
+
+def _say() -> None:
+    import sys
+
+    import ring_strategy as rs
+
+    rs.init()
+    print(f"rank {rs.rank()} says hello")
+    print("to stderr, which stays in the executor's log", file=sys.stderr)
+
+
+def test_torch_distributed_optimizer_equals_one_process(spark):
+    params = rsp.run(fns.torch_train, num_proc=2)
+    assert params[0] == params[1], "replicas differ"
+    (reference,) = rsp.run(fns.torch_train, kwargs={"shard": False}, num_proc=1)
+    assert max(abs(a - b) for a, b in zip(params[0], reference)) < 1e-5
+
+
+def _fail_before_init(directory: str) -> None:
+    """Rank 1 raises once rank 0 has said who it is; rank 0 then waits in
+    ``init()`` for a peer that never comes (the engine cannot see it fail)."""
+    import ring_strategy as rs
+
+    rank = int(os.environ["RING_RANK"])
+    with open(os.path.join(directory, f"rank{rank}"), "w") as f:
+        f.write(f"{os.getpid()} {os.environ['RING_JOB_ID']}")
+    if rank == 1:
+        while not os.path.exists(os.path.join(directory, "rank0")):
+            time.sleep(0.05)
+        raise ValueError("rank 1 fails on purpose")
+    rs.init()
+
+
+def test_a_failing_rank_fails_the_job_with_its_traceback_and_leaves_nothing(spark, tmp_path):
+    start = time.monotonic()
+    with pytest.raises(ValueError, match="rank 1 fails on purpose") as raised:
+        rsp.run(_fail_before_init, args=(str(tmp_path),), num_proc=2, start_timeout=120)
+    assert time.monotonic() - start < 30
+    cause = raised.value.__cause__
+    assert isinstance(cause, RemoteTraceback) and str(cause).startswith("rank 1:\nTraceback")
+    assert "in _fail_before_init" in str(cause)
+    pids, job_ids = zip(*((int(p), j) for p, j in (f.read_text().split() for f in sorted(tmp_path.iterdir()))))
+    assert len(set(job_ids)) == 1
+    assert not [pid for pid in pids if _alive(pid)]
+    assert not _processes_of(job_ids[0])
+    assert not glob.glob(f"/dev/shm/ring.{job_ids[0]}*")
+    # The session is fine afterwards.
+    assert [r["rank"] for r in rsp.run(fns.place_and_sum, args=(0.0,), num_proc=2)] == [0, 1]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _processes_of(job_id: str) -> list:
+    """Live processes whose environment names ``job_id``."""
+    found = []
+    for environ in glob.glob("/proc/[0-9]*/environ"):
+        try:
+            with open(environ, "rb") as f:
+                if f"RING_JOB_ID={job_id}".encode() in f.read().split(b"\0"):
+                    found.append(environ)
+        except OSError:
+            continue
+    return [e for e in found if _alive(int(e.split("/")[2]))]
+
+
+def test_more_ranks_than_task_slots_is_a_clear_error(spark):
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"num_proc=3 needs 3 task slots at once .* the cluster has 2"):
+        rsp.run(fns.place_and_sum, args=(0.0,), num_proc=3)
+    assert time.monotonic() - start < 5
+
+
+def test_arguments_are_checked(spark):
+    with pytest.raises(ValueError, match="num_proc should be a positive integer. Got: 0"):
+        rsp.run(fns.place_and_sum, num_proc=0)
+    with pytest.raises(ValueError, match="start_timeout should be a positive number of seconds. Got: -1"):
+        rsp.run(fns.place_and_sum, num_proc=1, start_timeout=-1)
+    with pytest.raises(TypeError, match="fn should be callable"):
+        rsp.run("train.py", num_proc=1)
+    with pytest.raises(NotImplementedError, match="does not support extra_mpi_args, use_mpi"):
+        rsp.run(fns.place_and_sum, num_proc=1, extra_mpi_args="-x A", use_mpi=True)
+
+
+def test_fixed_slots_of_local_masters():
+    assert fixed_slots("local-cluster[2,1,1024]") == 2
+    assert fixed_slots("local-cluster[3, 4, 512]", task_cpus=2) == 6
+    assert fixed_slots("local") == 1 and fixed_slots("local[4]") == 4 and fixed_slots("local[4,2]") == 4
+    assert fixed_slots("local[*]") == os.cpu_count()
+    assert fixed_slots("spark://master:7077") is None and fixed_slots("yarn") is None
