@@ -19,6 +19,8 @@ import pytest
 
 from tests.jobs import job_environment
 
+_FAST_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
 
 @pytest.fixture(scope="module")
 def spark(tmp_path_factory):
@@ -38,6 +40,9 @@ def spark(tmp_path_factory):
                    .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
                    .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
                    .config("spark.sql.shuffle.partitions", "2")
+                   # JVMs that start fast: the session starts three (the driver, two executors).
+                   .config("spark.driver.extraJavaOptions", _FAST_JVM)
+                   .config("spark.executor.extraJavaOptions", _FAST_JVM)
                    .getOrCreate())
         session.sparkContext.setLogLevel("ERROR")
         yield session
