@@ -6,10 +6,12 @@ executor, and runs in a child process of the task's Python worker.
 from __future__ import annotations
 
 import glob
+import importlib
 import io
 import os
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -20,9 +22,14 @@ import tests.workers.cluster_train as fns  # noqa: E402
 from ring_strategy.runner.run_fn import RemoteTraceback  # noqa: E402
 from ring_strategy.spark.cluster import fixed_slots  # noqa: E402
 
-# The ranks need not import the tests.
-pyspark.cloudpickle.register_pickle_by_value(fns)
-pyspark.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+spark_data = importlib.import_module("spark_data")
+lightning_example = importlib.import_module("spark_lightning")
+keras_example = importlib.import_module("spark_keras")
+
+# The ranks need not import the tests or the examples.
+for _module in (fns, sys.modules[__name__], spark_data, lightning_example, keras_example):
+    pyspark.cloudpickle.register_pickle_by_value(_module)
 
 
 def test_numpy_allreduce_results_in_rank_order(spark):
@@ -143,3 +150,29 @@ def test_fixed_slots_of_local_masters():
     assert fixed_slots("local") == 1 and fixed_slots("local[4]") == 4 and fixed_slots("local[4,2]") == 4
     assert fixed_slots("local[*]") == os.cpu_count()
     assert fixed_slots("spark://master:7077") is None and fixed_slots("yarn") is None
+
+
+@pytest.fixture(scope="module")
+def parts(spark, tmp_path_factory):
+    """The examples' DataFrame, written as one part per rank for 2 ranks."""
+    frame = spark_data.regression_frame(spark, rows=512, features=16)
+    return spark_data.write_parts(frame, str(tmp_path_factory.mktemp("spark-data") / "parts"), 2)
+
+
+def test_lightning_example_trains_on_each_ranks_partition(spark, parts):
+    """examples/spark_lightning.py's function in this session (the script starts its own Spark:
+    tests/spark/test_spark_examples.py runs it, slow-marked)."""
+    results = rsp.run(lightning_example.train, args=(parts, 2, 32, 0.05), num_proc=2)
+    assert [r["rank"] for r in results] == [0, 1]
+    assert results[0]["rows"] == results[1]["rows"] > 200  # each its own part of 512 rows
+    assert results[0]["digest"] == results[1]["digest"], "replicas differ"
+    assert results[0]["loss"] == results[1]["loss"] < 2.0  # from about 8.5: it learns
+
+
+def test_keras_example_trains_on_each_ranks_partition(spark, parts):
+    """examples/spark_keras.py's function in this session, on Keras's torch backend."""
+    results = rsp.run(keras_example.train, args=(parts, 3, 32, 0.02), num_proc=2, env={"KERAS_BACKEND": "torch"})
+    assert [r["rank"] for r in results] == [0, 1]
+    assert results[0]["digest"] == results[1]["digest"], "replicas differ"
+    losses = results[0]["losses"]
+    assert losses == results[1]["losses"] and losses[0] > losses[-1]
