@@ -182,8 +182,10 @@ def run(func: Callable[..., Any], args: Sequence[Any] = (), kwargs: Optional[Dic
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def run_task(directory: str) -> int:
-    """A worker: runs the pickled task and writes this rank's outcome.
+def run_task(directory: str, number: Optional[int] = None) -> int:
+    """A worker: runs the pickled task and writes its outcome to
+    ``result_path(directory, number)``, ``number`` being this worker's rank
+    (``RING_RANK``) unless given (an elastic worker's number: it has no fixed rank).
 
     The worker stops itself when its launcher dies (ringrun, or the Spark
     task that started it), from the start, not only once it has called ``init()``.
@@ -192,7 +194,7 @@ def run_task(directory: str) -> int:
     from ring_strategy.launcher_watch import watch_launcher
 
     watch_launcher()
-    rank = int(os.environ[names.RANK])
+    rank = int(os.environ[names.RANK]) if number is None else number
     try:
         with open(task_path(directory), "rb") as f:
             func, args, kwargs = pickle.load(f)
@@ -212,4 +214,4 @@ def run_task(directory: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run_task(sys.argv[1]))
+    sys.exit(run_task(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else None))

@@ -13,31 +13,20 @@ failed rank's own exception.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import logging
 import pickle
-import secrets
-import time
-from typing import IO, Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import IO, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ring_strategy._contracts import remove_job_shm
-from ring_strategy.runner.run_fn import raise_first_error, reject_unsupported
-from ring_strategy.runner.store import StoreClient, StoreServer
-from ring_strategy.spark.cluster import (
-    active_context, driver_addresses, start_timeout_seconds, wait_for_slots,
+from ring_strategy.runner.run_fn import reject_unsupported
+from ring_strategy.spark.cluster import active_context, start_timeout_seconds, wait_for_slots
+from ring_strategy.spark.driver import (
+    check_num_proc, forwarded_output, job_fields, job_group, job_store, logger, new_job, raise_failure,
+    stop_workers,
 )
-from ring_strategy.spark.output import OutputReader
 from ring_strategy.spark.spec import JobSpec
 from ring_strategy.spark.task import run_partition
 
 __all__ = ["run"]
-
-logger = logging.getLogger("ring_strategy.spark")
-
-# Seconds past the grace period the driver waits for stopped tasks to clean up.
-_CLEANUP_SECONDS = 5.0
-_JOB_PROPERTIES = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
 
 
 def run(fn: Callable[..., Any], args: Sequence[Any] = (), kwargs: Optional[Dict[str, Any]] = None,
@@ -99,158 +88,35 @@ def run(fn: Callable[..., Any], args: Sequence[Any] = (), kwargs: Optional[Dict[
         "extra_mpi_args": extra_mpi_args, "use_mpi": use_mpi,
         "prefix_output_with_timestamp": prefix_output_with_timestamp,
     }, "ranks talk through ring's own engine, and output lines carry their rank only")
-    if not callable(fn):
-        raise TypeError(f"fn should be callable. Got: {fn!r}")
+    fields = job_fields(fn, args, kwargs, env, executable, nics, stdout, stderr)
     context = active_context()
-    size = _num_proc(context, num_proc, verbose)
+    size = check_num_proc(context, num_proc, verbose)
     timeout = start_timeout_seconds(start_timeout)
     wait_for_slots(context, size, timeout)
-    from pyspark import cloudpickle
-
-    spec = dict(size=size, start_timeout=timeout, payload=cloudpickle.dumps((fn, tuple(args), dict(kwargs or {}))),
-                env=_env(env), executable=executable, nics=_nics(nics))
-    streams = {name: s for name, s in (("stdout", stdout), ("stderr", stderr)) if s is not None}
-    return SparkJob(context, spec, streams, verbose, getattr(fn, "__name__", "fn")).run()
-
-
-def _num_proc(context: Any, num_proc: Optional[int], verbose: int) -> int:
-    if num_proc is None:
-        num_proc = int(context.defaultParallelism)
-        if verbose >= 1:
-            logger.info("Running %d processes (inferred from spark.default.parallelism)...", num_proc)
-    elif isinstance(num_proc, bool) or not isinstance(num_proc, int) or num_proc < 1:
-        raise ValueError(f"num_proc should be a positive integer. Got: {num_proc!r}")
-    elif verbose >= 1:
-        logger.info("Running %d processes...", num_proc)
-    return num_proc
+    job_id, secret = new_job()
+    with job_store(context, secret, job_id) as address:
+        spec = JobSpec(job_id=job_id, secret=secret, rendezvous_address=address, size=size,
+                       start_timeout=timeout, **fields)
+        if verbose >= 2:
+            logger.info("job %s: %d ranks, rendezvous at %s", job_id, size, address)
+        with forwarded_output(spec, stdout, stderr):
+            rows = _run_stage(context, spec, f"ring_strategy.spark.run: {getattr(fn, '__name__', 'fn')} "
+                                             f"on {size} ranks")
+    return [pickle.loads(data)[1] for _, data in sorted(rows)]
 
 
-def _env(env: Optional[Mapping[str, str]]) -> Dict[str, str]:
-    if env is None:
-        return {}
-    if not isinstance(env, Mapping):
-        raise TypeError(f"env should be a mapping of variable names to values. Got: {env!r}")
-    return {str(k): str(v) for k, v in env.items()}
-
-
-def _nics(nics: Any) -> Tuple[str, ...]:
-    if nics is None:
-        return ()
-    if isinstance(nics, str):
-        return (nics,)
-    return tuple(sorted(nics) if isinstance(nics, (set, frozenset)) else nics)
-
-
-class SparkJob:
-    """One run of a function on the tasks of a barrier stage.
-
-    Args:
-        context: The SparkContext.
-        spec: :class:`~ring_strategy.spark.spec.JobSpec` fields but the job's
-            id, secret and store address, which the job makes.
-        streams: The driver's stream for each captured stream name.
-        verbose: As :func:`run`'s.
-        name: The function's name, for Spark's job description.
-    """
-
-    def __init__(self, context: Any, spec: Dict[str, Any], streams: Mapping[str, IO[str]],
-                 verbose: int, name: str) -> None:
-        self.context = context
-        self.job_id = f"spark-{secrets.token_hex(8)}"
-        self.secret = secrets.token_bytes(32)
-        self.fields = dict(spec, capture=tuple(streams))
-        self.streams = streams
-        self.verbose = verbose
-        self.description = f"ring_strategy.spark.run: {name} on {spec['size']} ranks"
-
-    def run(self) -> List[Any]:
-        """Runs the stage; returns each rank's result, by rank (see :func:`run`)."""
-        bind, host = driver_addresses(self.context)
-        store = StoreServer(self.secret, host=bind)
-        store.start()
-        reader = None
-        try:
-            port = store.address.rpartition(":")[2]
-            address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-            spec = JobSpec(job_id=self.job_id, secret=self.secret, rendezvous_address=address, **self.fields)
-            if self.verbose >= 2:
-                logger.info("job %s: %d ranks, rendezvous at %s", self.job_id, spec.size, address)
-            if self.streams:
-                reader = OutputReader(StoreClient(address, self.secret), self.job_id, spec.size, self.streams)
-            rows = self._run_stage(spec)
-            return [pickle.loads(data)[1] for _, data in sorted(rows)]
-        finally:
-            if reader is not None:
-                reader.stop()
-            store.stop()
-            remove_job_shm(self.job_id)  # what ranks killed on this host left
-
-    def _run_stage(self, spec: JobSpec) -> List[Tuple[int, bytes]]:
-        group = f"ring-{self.job_id}"
-        rdd = self.context.parallelize(range(spec.size), spec.size).barrier()
-        try:
-            with _job_group(self.context, group, self.description):
-                return rdd.mapPartitions(functools.partial(run_partition, spec)).collect()
-        except BaseException as e:
-            self.context.cancelJobGroup(group)
-            self._stop_ranks(spec)
-            if not isinstance(e, Exception):
-                raise
-            _raise_failure(spec, e)
+def _run_stage(context: Any, spec: JobSpec, description: str) -> List[Tuple[int, bytes]]:
+    """Runs the barrier stage; returns ``(rank, outcome)`` of every rank.
+    On a failure, stops what still runs and raises the failure."""
+    group = f"ring-{spec.job_id}"
+    rdd = context.parallelize(range(spec.size), spec.size).barrier()
+    try:
+        with job_group(context, group, description):
+            return rdd.mapPartitions(functools.partial(run_partition, spec)).collect()
+    except BaseException as e:
+        context.cancelJobGroup(group)
+        stop_workers(spec, range(spec.size))
+        if not isinstance(e, Exception):
             raise
-
-    def _stop_ranks(self, spec: JobSpec) -> None:
-        """Tells every task still running to stop its rank, and waits (a
-        little past the grace period) until the tasks that started have ended."""
-        deadline = time.monotonic() + spec.grace + _CLEANUP_SECONDS
-        with StoreClient(spec.rendezvous_address, spec.secret, timeout=spec.start_timeout) as client:
-            client.set(spec.key("abort"), b"1")
-            for rank in range(spec.size):
-                if client.try_get(spec.key("started", rank)) is None:
-                    continue
-                try:
-                    client.get(spec.key("ended", rank), timeout=max(0.0, deadline - time.monotonic()))
-                except TimeoutError:
-                    logger.warning("job %s: the task of rank %d did not end in time", spec.job_id, rank)
-
-
-def _raise_failure(spec: JobSpec, error: Exception) -> None:
-    """Raises the error of the ranks that recorded one, else a RuntimeError
-    saying why Spark failed the job; ``error`` is Spark's exception."""
-    errors = {}
-    with StoreClient(spec.rendezvous_address, spec.secret, timeout=spec.start_timeout) as client:
-        for rank in range(spec.size):
-            data = client.try_get(spec.key("error", rank))
-            if data is not None:
-                errors[rank] = _load_error(rank, data)
-    if errors:
-        raise_first_error(errors)
-    raise RuntimeError(f"ring_strategy.spark.run: the Spark job failed: {_spark_reason(error)}") from error
-
-
-def _load_error(rank: int, data: bytes) -> Tuple[Any, ...]:
-    try:
-        return tuple(pickle.loads(data))
-    except Exception as e:  # noqa: BLE001 - a class the driver cannot import, say
-        return ("error", RuntimeError(f"rank {rank} failed; its error cannot be unpickled here: {e}"), "")
-
-
-def _spark_reason(error: Exception) -> str:
-    """The first lines of Spark's message (without the JVM's stack trace)."""
-    java = getattr(error, "java_exception", None)
-    text = str(java.getMessage()) if java is not None else str(error)
-    lines = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("at ")]
-    return "\n".join(lines[:8])
-
-
-@contextlib.contextmanager
-def _job_group(context: Any, group: str, description: str) -> Iterator[None]:
-    """Runs the block's Spark jobs in job group ``group`` (cancellable, with
-    interruption), then restores the thread's previous job properties."""
-    old = {key: context.getLocalProperty(key) for key in _JOB_PROPERTIES}
-    context.setJobGroup(group, description, interruptOnCancel=True)
-    try:
-        yield
-    finally:
-        for key, value in old.items():
-            context.setLocalProperty(key, value)
+        raise_failure(spec, range(spec.size), e)
+        raise

@@ -16,6 +16,20 @@ the driver and the tasks use these, all under :func:`spark_key`:
   job failed or was interrupted: every task still running stops its rank.
 - ``output/<rank>/<n>``: batch ``n`` (from 0) of the lines of ``rank`` that
   the driver forwards (:mod:`ring_strategy.spark.output`).
+
+An elastic job (:mod:`ring_strategy.spark.elastic`) numbers its workers
+instead of ranking them, and these stand for ``<rank>`` there:
+
+- ``workers``: a counter each task increments to take its worker number;
+- ``host/<worker>``: the host the worker runs on, set once it has one (the
+  driver's sign that the worker joined);
+- ``stop/<worker>``: set by the driver to make the task stop its worker;
+- ``result/<worker>``: the outcome of a worker that finished (pickled
+  ``("ok", result)``);
+- ``exit/<worker>``: how the worker ended: ``ok``, ``error`` (with
+  ``error/<worker>``), ``lost`` (no outcome: killed) or ``stopped``;
+- ``done``: set by the driver when the job has ended; a task that starts
+  later leaves at once.
 """
 
 from __future__ import annotations
@@ -50,6 +64,7 @@ class JobSpec:
         nics: Network interfaces: a rank advertises the IPv4 address of the
             first one its host has (jobs across hosts).
         grace: Seconds between SIGTERM and SIGKILL when a rank is stopped.
+        elastic_timeout: An elastic job's: seconds a worker waits for its next world.
     """
 
     job_id: str
@@ -63,6 +78,7 @@ class JobSpec:
     capture: Tuple[str, ...] = ()
     nics: Tuple[str, ...] = ()
     grace: float = 5.0
+    elastic_timeout: float = 600.0
 
     def key(self, *parts: object) -> str:
         """:func:`spark_key` of this job."""

@@ -27,7 +27,7 @@ import shutil
 import signal
 import sys
 import tempfile
-from typing import Any, Dict, Iterable, Iterator, Optional, Tuple
+from typing import Any, Dict, Iterable, Iterator, Optional, Sequence, Tuple
 
 from ring_strategy import _contracts as names
 from ring_strategy.runner.bootstrap import interface_address
@@ -39,7 +39,7 @@ from ring_strategy.runner.store import StoreClient
 from ring_strategy.spark.output import StoreOutput
 from ring_strategy.spark.spec import JobSpec
 
-__all__ = ["RankTask", "run_partition"]
+__all__ = ["RankTask", "WorkerProcess", "run_partition"]
 
 # Seconds between two looks at the job's abort key while the rank runs.
 _POLL_SECONDS = 0.25
@@ -64,8 +64,72 @@ def _host(address: str) -> str:
     return address.rpartition(":")[0].strip("[]") or address
 
 
+class WorkerProcess:
+    """Runs one worker of a job (a rank, or an elastic worker) in a child
+    process of this task, as ringrun runs a local worker.
+
+    Args:
+        spec: The job.
+        number: The worker's rank (its number, for an elastic worker): it
+            names its outcome file and prefixes its output lines.
+        env: The worker's ``RING_*`` variables.
+        stop_keys: Store keys that, once set, make the task stop the worker.
+    """
+
+    def __init__(self, spec: JobSpec, number: int, env: Dict[str, str], stop_keys: Sequence[str]) -> None:
+        self.spec, self.number, self.stop_keys = spec, number, list(stop_keys)
+        self.env = {**os.environ, **spec.env, **env}
+        address = _nic_address(spec.nics)
+        if address is not None:
+            self.env[names.ADVERTISE_HOST] = address
+
+    def run(self, client: StoreClient) -> Tuple[Optional[int], Optional[bytes]]:
+        """Runs the worker to its end.
+
+        Returns:
+            Its exit code (None when a stop key made the task stop it) and
+            the outcome it wrote (pickled by ``run_task``), if any.
+        """
+        spec = self.spec
+        directory = tempfile.mkdtemp(prefix=f"ring-spark-{self.number}-")
+        try:
+            with open(task_path(directory), "wb") as f:
+                f.write(spec.payload)
+            output = (StoreOutput(client, spec.job_id, self.number, spec.size, spec.capture) if spec.capture
+                      else Output(spec.size))
+            events: "queue.SimpleQueue[Tuple[str, int, int]]" = queue.SimpleQueue()
+            command = [spec.executable or sys.executable, "-m", "ring_strategy.runner.run_fn", directory,
+                       str(self.number)]
+            workers = LocalWorkers(command, {self.number: self.env}, output, events, spec.grace)
+            try:
+                code = workers.start()
+                returncode = code if code is not None else self._wait(workers, events, client)
+            finally:
+                workers.close()
+                output.join(timeout=2.0)
+                output.close()
+            path = result_path(directory, self.number)
+            return returncode, (open(path, "rb").read() if os.path.exists(path) else None)
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+
+    def _wait(self, workers: LocalWorkers, events: "queue.SimpleQueue[Tuple[str, int, int]]",
+              client: StoreClient) -> Optional[int]:
+        """The worker's exit code, or None when a stop key was set and the worker stopped."""
+        while True:
+            try:
+                return events.get(timeout=_POLL_SECONDS)[2]
+            except queue.Empty:
+                pass
+            if any(client.try_get(key) is not None for key in self.stop_keys):
+                workers.signal(signal.SIGTERM)
+                if not workers.wait(self.spec.grace):
+                    workers.close()
+                return None
+
+
 class RankTask:
-    """Runs one rank of a job in a child process and reports its outcome.
+    """Runs one rank of a (non-elastic) job and reports its outcome.
 
     Args:
         spec: The job.
@@ -89,69 +153,24 @@ class RankTask:
                 attempt of the task.
         """
         spec = self.spec
-        client = StoreClient(spec.rendezvous_address, spec.secret, timeout=spec.start_timeout)
-        try:
+        with StoreClient(spec.rendezvous_address, spec.secret, timeout=spec.start_timeout) as client:
             if client.add(spec.key("attempt", self.rank), 1) > 1:
                 raise RuntimeError(f"ring_strategy.spark: rank {self.rank} already ran in job {spec.job_id}; "
                                    "Spark retried its task, and a ring job runs once: the job fails")
-            directory = tempfile.mkdtemp(prefix=f"ring-spark-{self.rank}-")
+            env = placement_environment(
+                self.placement, size=spec.size, rendezvous_address=spec.rendezvous_address, secret=spec.secret,
+                job_id=spec.job_id, start_timeout=spec.start_timeout)
+            client.set(spec.key("started", self.rank), b"1")
             try:
-                return self._run_in(directory, client)
+                returncode, data = WorkerProcess(spec, self.rank, env, [spec.key("abort")]).run(client)
+                return self._outcome(returncode, data, client)
             finally:
-                shutil.rmtree(directory, ignore_errors=True)
                 for path in names.shm_segment_paths(spec.job_id, [self.rank]):  # left by a killed rank
                     _unlink(path)
                 client.set(spec.key("ended", self.rank), b"1")
-        finally:
-            client.close()
 
-    def _run_in(self, directory: str, client: StoreClient) -> bytes:
-        spec = self.spec
-        with open(task_path(directory), "wb") as f:
-            f.write(spec.payload)
-        output = (StoreOutput(client, spec.job_id, self.rank, spec.size, spec.capture) if spec.capture
-                  else Output(spec.size))
-        events: "queue.SimpleQueue[Tuple[str, int, int]]" = queue.SimpleQueue()
-        command = [spec.executable or sys.executable, "-m", "ring_strategy.runner.run_fn", directory]
-        workers = LocalWorkers(command, {self.rank: self._environment()}, output, events, spec.grace)
-        client.set(spec.key("started", self.rank), b"1")
-        try:
-            code = workers.start()
-            returncode = code if code is not None else self._wait(workers, events, client)
-        finally:
-            workers.close()
-            output.join(timeout=2.0)
-            output.close()
-        return self._outcome(directory, returncode, client)
-
-    def _environment(self) -> Dict[str, str]:
-        spec, p = self.spec, self.placement
-        env = {**os.environ, **spec.env, **placement_environment(
-            p, size=spec.size, rendezvous_address=spec.rendezvous_address, secret=spec.secret,
-            job_id=spec.job_id, start_timeout=spec.start_timeout)}
-        address = _nic_address(spec.nics)
-        if address is not None:
-            env[names.ADVERTISE_HOST] = address
-        return env
-
-    def _wait(self, workers: LocalWorkers, events: "queue.SimpleQueue[Tuple[str, int, int]]",
-              client: StoreClient) -> Optional[int]:
-        """The rank's exit code, or None when the job was aborted and the rank stopped."""
-        while True:
-            try:
-                return events.get(timeout=_POLL_SECONDS)[2]
-            except queue.Empty:
-                pass
-            if client.try_get(self.spec.key("abort")) is not None:
-                workers.signal(signal.SIGTERM)
-                if not workers.wait(self.spec.grace):
-                    workers.close()
-                return None
-
-    def _outcome(self, directory: str, returncode: Optional[int], client: StoreClient) -> bytes:
+    def _outcome(self, returncode: Optional[int], data: Optional[bytes], client: StoreClient) -> bytes:
         """The rank's outcome; records a failure for the driver and raises it."""
-        path = result_path(directory, self.rank)
-        data = open(path, "rb").read() if os.path.exists(path) else None
         if returncode == 0 and data is not None:  # run_task exits 0 only after writing ("ok", result)
             return data
         outcome = _load(data)
@@ -161,8 +180,7 @@ class RankTask:
             raise RuntimeError(f"ring_strategy.spark: rank {self.rank} was stopped: the job was aborted "
                                "(another rank failed, or the driver stopped the job)")
         if outcome is None or outcome[0] != "error":
-            reason = f"the process of rank {self.rank} {describe(returncode)}"
-            outcome = ("error", RuntimeError(reason), "")
+            outcome = ("error", RuntimeError(f"the process of rank {self.rank} {describe(returncode)}"), "")
             client.set(self.spec.key("error", self.rank), pickle.dumps(outcome))
         client.set(self.spec.key("abort"), b"1")
         raise RuntimeError(f"ring_strategy.spark: rank {self.rank} failed: {outcome[1]!r}\n{outcome[2]}")
