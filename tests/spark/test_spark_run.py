@@ -1,23 +1,29 @@
-"""ring_strategy.spark.run on a real Spark (``local-cluster[2,1,1024]``, one
-session for the module): each rank is a task of a barrier stage on its own
-executor, and runs in a child process of the task's Python worker.
+"""ring_strategy.spark.run and run_elastic on a real Spark
+(``local-cluster[2,1,1024]``, one session for the module): each rank is a
+task of a barrier stage on its own executor (each elastic worker a task of an
+ordinary stage), and runs in a child process of the task's Python worker.
 """
 
 from __future__ import annotations
 
+import functools
 import glob
 import importlib
 import io
 import os
 import sys
+import threading
 import time
 from pathlib import Path
+
+import numpy as np
 
 import pytest
 
 pyspark = pytest.importorskip("pyspark")
 
 import ring_strategy.spark as rsp  # noqa: E402
+import tests.workers.cluster_elastic as elastic_fns  # noqa: E402
 import tests.workers.cluster_train as fns  # noqa: E402
 from ring_strategy.runner.run_fn import RemoteTraceback  # noqa: E402
 from ring_strategy.spark.cluster import fixed_slots  # noqa: E402
@@ -28,7 +34,8 @@ lightning_example = importlib.import_module("spark_lightning")
 keras_example = importlib.import_module("spark_keras")
 
 # The ranks need not import the tests or the examples.
-for _module in (fns, sys.modules[__name__], spark_data, lightning_example, keras_example):
+for _module in (fns, elastic_fns, elastic_fns.elastic_train, sys.modules[__name__], spark_data, lightning_example,
+                keras_example):
     pyspark.cloudpickle.register_pickle_by_value(_module)
 
 
@@ -176,3 +183,66 @@ def test_keras_example_trains_on_each_ranks_partition(spark, parts):
     assert results[0]["digest"] == results[1]["digest"], "replicas differ"
     losses = results[0]["losses"]
     assert losses == results[1]["losses"] and losses[0] > losses[-1]
+
+
+STEPS, FAIL_AT = 30, 10
+
+
+def test_elastic_job_goes_on_without_a_lost_worker(spark):
+    results = rsp.run_elastic(elastic_fns.elastic_least_squares, args=(STEPS, 1, FAIL_AT), num_proc=2,
+                              min_num_proc=1, start_timeout=60, elastic_timeout=60)
+    assert [(r["rank"], r["size"], r["steps"], r["worlds"]) for r in results] == [(0, 1, STEPS, [2, 1])], results
+    got = np.frombuffer(bytes.fromhex(results[0]["w"]), np.float32)
+    np.testing.assert_allclose(got, elastic_fns.elastic_train.reference(STEPS), rtol=0, atol=1e-5)
+
+
+def _hold_slot(path: str) -> int:
+    """A task that holds its slot until ``path`` is removed."""
+    while os.path.exists(path):
+        time.sleep(0.05)
+    return 0
+
+
+def _running_tasks(spark) -> int:
+    tracker = spark.sparkContext.statusTracker()
+    stages = [tracker.getStageInfo(i) for i in tracker.getActiveStageIds()]
+    return sum(stage.numActiveTasks for stage in stages if stage is not None)
+
+
+def test_elastic_job_grows_when_a_task_slot_frees_up(spark, tmp_path):
+    """max_num_proc=2 tasks on a cluster whose second slot another job holds:
+    the job starts with one worker; rank 0 ends the other job at step FAIL_AT,
+    the second task starts, and its worker joins the next world."""
+    blocker = tmp_path / "blocker"
+    blocker.touch()
+    holder = threading.Thread(target=lambda: spark.sparkContext.parallelize([str(blocker)], 1)
+                              .map(_hold_slot).collect())
+    holder.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not _running_tasks(spark) and time.monotonic() < deadline:  # until the holder's task runs
+            time.sleep(0.05)
+        results = rsp.run_elastic(elastic_fns.growing_least_squares,
+                                  args=(STEPS, FAIL_AT, functools.partial(os.remove, str(blocker)), 2),
+                                  num_proc=1, max_num_proc=2, start_timeout=60, elastic_timeout=60)
+    finally:
+        if blocker.exists():
+            blocker.unlink()
+        holder.join()
+    assert [(r["rank"], r["size"], r["steps"]) for r in results] == [(0, 2, STEPS), (1, 2, STEPS)], results
+    assert [r["worlds"] for r in results] == [[1, 2], [2]], results  # one reset; the second worker joined
+    assert results[0]["w"] == results[1]["w"], results
+    got = np.frombuffer(bytes.fromhex(results[0]["w"]), np.float32)
+    np.testing.assert_allclose(got, elastic_fns.elastic_train.reference(STEPS), rtol=0, atol=1e-5)
+    grown = results[0]["times"][2] - results[0]["times"]["freed"]
+    print(f"task slot freed -> training in a world of 2 ranks: {grown:.2f} s")
+
+
+def test_elastic_arguments_are_checked(spark):
+    for kwargs, message in (({"min_num_proc": 3}, r"min_num_proc <= num_proc <= max_num_proc .* Got: 3, 2, 2"),
+                            ({"max_np": 1}, r"Got: 2, 2, 1"),
+                            ({"min_np": 0}, "min_num_proc should be a positive integer. Got: 0"),
+                            ({"reset_limit": -1}, "reset_limit should be a non-negative integer. Got: -1"),
+                            ({"elastic_timeout": 0}, "elastic_timeout should be a positive number")):
+        with pytest.raises(ValueError, match=message):
+            rsp.run_elastic(elastic_fns.elastic_least_squares, num_proc=2, **kwargs)
