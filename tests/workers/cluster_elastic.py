@@ -22,6 +22,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "elastic"))
 import elastic_train  # noqa: E402
 
 
+def _step(state: Any, x: np.ndarray, y: np.ndarray) -> None:
+    """One step on this rank's rows of global batch ``state.step``, then a commit."""
+    import ring_strategy as rs
+
+    rows = elastic_train.batch(state.step)[rs.rank()::rs.size()]
+    total = rs.allreduce(elastic_train.gradient(state.w, x[rows], y[rows]), op=rs.Sum, name="grad")
+    state.w = (state.w - elastic_train.LR * total / elastic_train.BATCH).astype(np.float32)
+    state.step += 1
+    state.commit()
+
+
 def elastic_least_squares(steps: int, victim: int, fail_at: int) -> Dict[str, Any]:
     """Trains under the elastic loop; worker ``victim`` SIGKILLs itself before step ``fail_at``."""
     import signal
@@ -41,11 +52,7 @@ def elastic_least_squares(steps: int, victim: int, fail_at: int) -> Dict[str, An
         while state.step < steps:
             if os.environ["RING_ELASTIC_WORKER"] == str(victim) and state.step == fail_at:
                 os.kill(os.getpid(), signal.SIGKILL)
-            rows = elastic_train.batch(state.step)[rs.rank()::rs.size()]
-            total = rs.allreduce(elastic_train.gradient(state.w, x[rows], y[rows]), op=rs.Sum, name="grad")
-            state.w = (state.w - elastic_train.LR * total / elastic_train.BATCH).astype(np.float32)
-            state.step += 1
-            state.commit()
+            _step(state, x, y)
 
     train(state)
     return {"pid": os.getpid(), "rank": rs.rank(), "size": rs.size(), "worlds": worlds, "steps": state.step,
@@ -79,11 +86,7 @@ def growing_least_squares(steps: int, free_at: int, free: Callable[[], Any], siz
                         break
                     time.sleep(0.05)
                     state.commit()  # raises HostsUpdatedInterrupt once the spare is in the next world
-            rows = elastic_train.batch(state.step)[rs.rank()::rs.size()]
-            total = rs.allreduce(elastic_train.gradient(state.w, x[rows], y[rows]), op=rs.Sum, name="grad")
-            state.w = (state.w - elastic_train.LR * total / elastic_train.BATCH).astype(np.float32)
-            state.step += 1
-            state.commit()
+            _step(state, x, y)
 
     train(state)
     return {"pid": os.getpid(), "rank": rs.rank(), "size": rs.size(), "worlds": worlds, "steps": state.step,
