@@ -92,8 +92,8 @@ def run_elastic(fn: Callable[..., Any], args: Sequence[Any] = (), kwargs: Option
     reject_unsupported("ring_strategy.spark.run_elastic", {
         "prefix_output_with_timestamp": prefix_output_with_timestamp,
     }, "output lines carry their worker's number only")
-    fields = job_fields(fn, args, kwargs, env, executable=None, nics=nics, stdout=stdout, stderr=stderr)
     context = active_context()
+    fields = job_fields(fn, args, kwargs, env, executable=None, nics=nics, stdout=stdout, stderr=stderr)
     size = check_num_proc(context, num_proc, verbose)
     low, high = _bounds(size, min_num_proc if min_num_proc is not None else min_np,
                         max_num_proc if max_num_proc is not None else max_np)

@@ -88,8 +88,8 @@ def run(fn: Callable[..., Any], args: Sequence[Any] = (), kwargs: Optional[Dict[
         "extra_mpi_args": extra_mpi_args, "use_mpi": use_mpi,
         "prefix_output_with_timestamp": prefix_output_with_timestamp,
     }, "ranks talk through ring's own engine, and output lines carry their rank only")
-    fields = job_fields(fn, args, kwargs, env, executable, nics, stdout, stderr)
     context = active_context()
+    fields = job_fields(fn, args, kwargs, env, executable, nics, stdout, stderr)
     size = check_num_proc(context, num_proc, verbose)
     timeout = start_timeout_seconds(start_timeout)
     wait_for_slots(context, size, timeout)

@@ -27,6 +27,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import traceback
 from typing import Any, Dict, Iterable, Iterator, Optional, Sequence, Tuple
 
 from ring_strategy import _contracts as names
@@ -162,7 +163,12 @@ class RankTask:
                 job_id=spec.job_id, start_timeout=spec.start_timeout)
             client.set(spec.key("started", self.rank), b"1")
             try:
-                returncode, data = WorkerProcess(spec, self.rank, env, [spec.key("abort")]).run(client)
+                try:
+                    returncode, data = WorkerProcess(spec, self.rank, env, [spec.key("abort")]).run(client)
+                except Exception as e:  # the worker could not run here (no such interface, say)
+                    client.set(spec.key("error", self.rank), pickle.dumps(("error", e, traceback.format_exc())))
+                    client.set(spec.key("abort"), b"1")
+                    raise
                 return self._outcome(returncode, data, client)
             finally:
                 for path in names.shm_segment_paths(spec.job_id, [self.rank]):  # left by a killed rank

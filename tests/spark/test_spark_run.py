@@ -151,6 +151,13 @@ def test_arguments_are_checked(spark):
         rsp.run(fns.place_and_sum, num_proc=1, extra_mpi_args="-x A", use_mpi=True)
 
 
+def test_nics_name_the_interface_ranks_advertise(spark):
+    results = rsp.run(fns.place_and_sum, args=(0.0,), num_proc=2, nics=["no-such-nic0", "lo"])
+    assert [r["sum"] for r in results] == [1.0, 1.0]  # lo, the first of them this host has
+    with pytest.raises(OSError, match="none of the network interfaces no-such-nic0 has an IPv4 address"):
+        rsp.run(fns.place_and_sum, args=(0.0,), num_proc=2, nics={"no-such-nic0"})
+
+
 def test_fixed_slots_of_local_masters():
     assert fixed_slots("local-cluster[2,1,1024]") == 2
     assert fixed_slots("local-cluster[3, 4, 512]", task_cpus=2) == 6
