@@ -150,6 +150,7 @@ class ElasticJob:
         self.reset_limit, self.description = reset_limit, description
         self.group = f"ring-{spec.job_id}"
         self.stage_error: Optional[BaseException] = None
+        self.stage_done = False  # every task has ended: no worker can join any more
         self.joined: Dict[int, str] = {}  # every worker that joined -> its host
         self.exited: Dict[int, str] = {}  # every worker that ended -> how
         self.results: Dict[int, bytes] = {}
@@ -186,6 +187,8 @@ class ElasticJob:
                     functools.partial(run_elastic_partition, spec)).collect()
         except BaseException as e:  # noqa: BLE001 - the driver's loop reports it
             self.stage_error = e
+        finally:
+            self.stage_done = True
 
     def _follow(self, client: StoreClient, worlds: Worlds) -> None:
         """Forms the worlds until every member has finished; raises what ends the job early."""
@@ -209,9 +212,8 @@ class ElasticJob:
                     worlds.finished(worker)
                 else:
                     worlds.lost(worker)
-            if worlds.world is not None and not worlds.members:
-                if self.results:
-                    return
+            if self.results and not worlds.members:
+                return
             short = worlds.world is not None and len(worlds.members) < self.min_num_proc and not self.results
             short_since = (short_since or time.monotonic()) if short else None
             self._check(short_since)
@@ -233,6 +235,9 @@ class ElasticJob:
     def _check(self, short_since: Optional[float]) -> None:
         if self.stage_error is not None:
             raise self.stage_error
+        if short_since is not None and self.stage_done:
+            raise RuntimeError(f"ring_strategy.spark.run_elastic: fewer than min_num_proc={self.min_num_proc} "
+                               "workers are left, and every task of the stage has ended")
         if short_since is not None and time.monotonic() - short_since > self.spec.elastic_timeout:
             raise RuntimeError(
                 f"ring_strategy.spark.run_elastic: fewer than min_num_proc={self.min_num_proc} workers for "
