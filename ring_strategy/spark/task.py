@@ -42,7 +42,7 @@ from ring_strategy.spark.spec import JobSpec
 
 __all__ = ["RankTask", "WorkerProcess", "run_partition"]
 
-# Seconds between two looks at the job's abort key while the rank runs.
+# Seconds between two looks at the stop keys while a worker runs.
 _POLL_SECONDS = 0.25
 
 
