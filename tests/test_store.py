@@ -129,6 +129,15 @@ def test_get_timeout_names_the_key(server):
         assert c.get("x") == b"1"
 
 
+def test_try_get_never_waits(server):
+    with _client(server, timeout=30.0) as c:
+        t0 = time.monotonic()
+        assert c.try_get("absent") is None
+        assert time.monotonic() - t0 < 5.0  # not the client's 30 s
+        c.set("present", b"")
+        assert c.try_get("present") == b""  # an empty value is a value
+
+
 def test_default_get_timeout_is_the_client_timeout(server):
     with _client(server, timeout=0.2) as c:
         with pytest.raises(TimeoutError, match="'missing'"):

@@ -1,11 +1,8 @@
 """The worlds of an elastic :class:`~ring_strategy.ray.RayExecutor` job.
 
-The executor plays the part of ``ringrun``'s elastic driver for its Ray
-actors: each actor is an elastic worker (numbered in the order the executor
-made it, ``RING_ELASTIC_WORKER``), and :class:`RayWorlds` publishes each
-world in the executor's store (the records of
-:mod:`ring_strategy.runner.membership`), where the actors'
-``ElasticEnvironment`` finds it. While a function runs
+The executor is the job's driver (:class:`ring_strategy.runner.worlds.Worlds`
+forms and publishes the worlds); each actor is an elastic worker, numbered
+in the order the executor made it. While a function runs
 (:meth:`RayWorlds.gather`):
 
 - an actor that dies (``RayActorError``: killed, its process lost) has
@@ -25,12 +22,9 @@ world in the executor's store (the records of
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
-from ring_strategy import _contracts as names
-from ring_strategy.runner.elastic_driver import _exists as in_store
-from ring_strategy.runner.membership import World, form_world
-from ring_strategy.runner.store import StoreClient
+from ring_strategy.runner.worlds import Worlds
 
 __all__ = ["RayWorlds"]
 
@@ -38,7 +32,7 @@ __all__ = ["RayWorlds"]
 _POLL_SECONDS = 0.1
 
 
-class RayWorlds:
+class RayWorlds(Worlds):
     """Forms and publishes the worlds of one elastic executor job.
 
     Args:
@@ -49,19 +43,6 @@ class RayWorlds:
         min_workers: The fewest workers the job goes on with.
         timeout: Seconds for the store's replies.
     """
-
-    def __init__(self, address: str, secret: bytes, job_id: str, members: List[Tuple[int, str]],
-                 min_workers: int, timeout: float) -> None:
-        self.job_id = job_id
-        self.min_workers = min_workers
-        self.hosts: Dict[int, str] = dict(members)
-        self.members: List[int] = [w for w, _ in members]
-        self.world: Optional[World] = None
-        self._client = StoreClient(address, secret, timeout=timeout)
-        self._publish()
-
-    def close(self) -> None:
-        self._client.close()
 
     def gather(self, ray: Any, refs: Dict[int, Any],
                join: Optional[Callable[[int], Dict[int, Tuple[Any, str]]]] = None) -> Dict[int, Any]:
@@ -83,12 +64,9 @@ class RayWorlds:
         results: Dict[int, Any] = {}
         while pending:
             joined = join(len(self.members)) if join is not None and not results else {}
-            for worker, (ref, host) in joined.items():
+            for worker, (ref, _) in joined.items():
                 pending[ref] = worker
-                self.hosts[worker] = host
-                self.members.append(worker)
-            if joined:
-                self._publish()
+            self.join({worker: host for worker, (_, host) in joined.items()})
             done, _ = ray.wait(list(pending), num_returns=1, timeout=_POLL_SECONDS)
             for ref in done:
                 worker = pending.pop(ref)
@@ -97,29 +75,14 @@ class RayWorlds:
                 except ray.exceptions.RayActorError as e:
                     self._lost(worker, e)
                 else:
-                    self.members.remove(worker)  # finished: no part of a next world
-            if pending and self._every_member_asked():
-                self._publish()
+                    self.finished(worker)  # no part of a next world
+            if pending:
+                self.poll_resets()
         return results
 
     def _lost(self, worker: int, error: BaseException) -> None:
-        self.members.remove(worker)
-        if len(self.members) < self.min_workers:
+        if not self.lost(worker):
             raise RuntimeError(
                 f"RayExecutor: elastic worker {worker} was lost ({type(error).__name__}); "
                 f"{len(self.members)} left, fewer than min_workers={self.min_workers}"
             ) from error
-        self._publish()
-
-    def _every_member_asked(self) -> bool:
-        assert self.world is not None
-        g = self.world.generation
-        return bool(self.members) and all(
-            in_store(self._client, names.elastic_key(self.job_id, "reset", g, w)) for w in self.members)
-
-    def _publish(self) -> None:
-        generation = 1 if self.world is None else self.world.generation + 1
-        world = form_world(generation, [(w, self.hosts[w]) for w in self.members], self.world)
-        self._client.set(names.elastic_key(self.job_id, "world", generation), world.encode())
-        self._client.set(names.elastic_key(self.job_id, "latest"), str(generation).encode())
-        self.world = world

@@ -9,10 +9,10 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set
 from ring_strategy import _contracts as names
 from ring_strategy._contracts import remove_job_shm
 from ring_strategy.ray.elastic import RayWorlds
-from ring_strategy.ray.layout import Placement, place, placement_environment
 from ring_strategy.ray.spares import Spares
 from ring_strategy.ray.worker import RingWorker
 from ring_strategy.runner.launch import DEFAULT_START_TIMEOUT_SECONDS
+from ring_strategy.runner.placement import Placement, place, placement_environment
 from ring_strategy.runner.store import StoreServer
 from ring_strategy.runner.worker_env import elastic_worker_environment
 
@@ -170,10 +170,10 @@ class RayExecutor:
         self._actors = self._make_actors(ray)
         nodes = ray.get([a.node.remote() for a in self._actors], timeout=self.start_timeout)
         self.placements = place(nodes)
-        self._workers = [self._actors[p.actor] for p in self.placements]
+        self._workers = [self._actors[p.worker] for p in self.placements]
         self.job_id = f"ray-{secrets.token_hex(8)}"
         secret = secrets.token_bytes(32)
-        address = self._serve(ray, {p.node_id for p in self.placements}, secret)
+        address = self._serve(ray, {p.host_id for p in self.placements}, secret)
         if self.min_workers is not None:
             self._workers = list(self._actors)  # elastic: worker numbers are the actors' order
             self._joining = {"address": address, "secret": secret, "env": extra_env,

@@ -43,11 +43,12 @@ FRAMEWORKS: Sequence[Tuple[str, str, Tuple[str, ...]]] = (
     ("TensorFlow", "tensorflow", ("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tensorflow-macos")),
     ("JAX", "jax", ("jax",)),
     ("Ray", "ray", ("ray",)),
+    ("Spark", "pyspark", ("pyspark",)),
 )
 # Modules imported by one subprocess, in order: those sharing a heavy
 # dependency (torch; TensorFlow, Keras's default backend) pay for it once.
 PROBE_GROUPS: Sequence[Sequence[str]] = (
-    ("torch", "pytorch_lightning", "lightning"), ("tensorflow", "keras"), ("jax",), ("ray",),
+    ("torch", "pytorch_lightning", "lightning"), ("tensorflow", "keras"), ("jax",), ("ray",), ("pyspark",),
 )
 
 # One JSON line per module; an exception is an answer too, only a crash is not.

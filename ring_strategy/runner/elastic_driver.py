@@ -201,7 +201,7 @@ class ElasticJob(Job):
         one; kills those that have not, once the others have waited long enough."""
         assert self.world is not None and self._client is not None
         g = self.world.generation
-        asked = [w for w in members if _exists(self._client, names.elastic_key(self.job_id, "reset", g, w.number))]
+        asked = [w for w in members if self._client.try_get(names.elastic_key(self.job_id, "reset", g, w.number)) is not None]
         if not asked:
             return False
         if len(asked) == len(members):
@@ -259,7 +259,7 @@ class ElasticJob(Job):
         for rank in range(len(world.members)):
             for part, value in (("endpoint", names.ABANDONED_ENDPOINT), ("connected", "1"), ("done", "1")):
                 key = names.rendezvous_key(world_id, world.generation, part, rank)
-                if not _exists(self._client, key):
+                if self._client.try_get(key) is None:
                     self._client.set(key, value.encode())
 
     # -- workers -----------------------------------------------------------------
@@ -372,15 +372,6 @@ class ElasticJob(Job):
             for w in workers[slots.get(host, 0):]:
                 log(f"{self._where(w)}: its host is no longer listed; asking it to leave")
                 w.leaving_since = now
-
-
-def _exists(client: StoreClient, key: str) -> bool:
-    """Whether ``key`` is in the store now (no waiting)."""
-    try:
-        client.get(key, timeout=0.0)
-    except TimeoutError:
-        return False
-    return True
 
 
 def _stopped(pid: int) -> bool:

@@ -13,7 +13,7 @@ import os
 import sys
 import threading
 import time
-from typing import IO, Dict, List, Optional, Tuple
+from typing import IO, Dict, List, Mapping, Optional, Tuple
 
 __all__ = ["MAX_LINE_BYTES", "Output", "log", "rank_directory"]
 
@@ -75,15 +75,19 @@ class Output:
     Args:
         size: The number of workers.
         directory: The ``--output-filename`` directory, or None for the console only.
+        console: The text stream each of ``"stdout"`` and ``"stderr"`` goes to
+            (default: this process's ``sys.stdout`` and ``sys.stderr``).
 
     Raises:
         OSError: If the per-rank directories cannot be created.
     """
 
-    def __init__(self, size: int, directory: Optional[str] = None) -> None:
+    def __init__(self, size: int, directory: Optional[str] = None,
+                 console: Optional[Mapping[str, IO[str]]] = None) -> None:
         self._lock = threading.Lock()
         self._threads: List[threading.Thread] = []
-        self._console = {"stdout": _binary(sys.stdout), "stderr": _binary(sys.stderr)}
+        streams = {"stdout": sys.stdout, "stderr": sys.stderr, **(console or {})}
+        self._console = {name: _binary(stream) for name, stream in streams.items()}
         self._files: Dict[Tuple[int, str], IO[bytes]] = {}
         if directory is not None:
             for rank in range(size):

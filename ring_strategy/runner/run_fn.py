@@ -43,15 +43,21 @@ def _dumps(obj: Any) -> bytes:
     return cloudpickle.dumps(obj)
 
 
-def _result_path(directory: str, rank: int) -> str:
+def task_path(directory: str) -> str:
+    """The file of the pickled ``(func, args, kwargs)`` in a job's directory."""
+    return os.path.join(directory, _TASK)
+
+
+def result_path(directory: str, rank: int) -> str:
+    """The file of ``rank``'s outcome in a job's directory."""
     return os.path.join(directory, f"rank.{rank}.result")
 
 
-def _unsupported(options: Dict[str, Any]) -> None:
+def reject_unsupported(api: str, options: Dict[str, Any], reason: str) -> None:
+    """Raises NotImplementedError naming the ``options`` of ``api`` that are set (not None or False)."""
     given = sorted(name for name, value in options.items() if value not in (None, False))
     if given:
-        raise NotImplementedError(f"ring_strategy.run does not support {', '.join(given)} "
-                                  "(elastic jobs, MPI and slots per host are not part of ringrun)")
+        raise NotImplementedError(f"{api} does not support {', '.join(given)} ({reason})")
 
 
 def _ringrun_options(np: int, hosts: Optional[str], hostfile: Optional[str], start_timeout: Optional[float],
@@ -80,14 +86,14 @@ def _outcomes(directory: str, np: int) -> Dict[int, Tuple[Any, ...]]:
     """The outcome each rank wrote, by rank."""
     outcomes = {}
     for rank in range(np):
-        path = _result_path(directory, rank)
+        path = result_path(directory, rank)
         if os.path.exists(path):
             with open(path, "rb") as f:
                 outcomes[rank] = pickle.load(f)
     return outcomes
 
 
-def _raise_first_error(errors: Dict[int, Tuple[Any, ...]]) -> None:
+def raise_first_error(errors: Dict[int, Tuple[Any, ...]]) -> None:
     """Raises the error of the lowest rank that failed by itself: a rank
     that only lost a peer (HorovodInternalError) comes after the others."""
     native = sys.modules.get("ring_strategy._native")  # loaded when a worker's engine error was unpickled
@@ -104,7 +110,7 @@ def _collect(directory: str, np: int, returncode: int) -> List[Any]:
     outcomes = _outcomes(directory, np)
     errors = {rank: outcome for rank, outcome in outcomes.items() if outcome[0] == "error"}
     if errors:
-        _raise_first_error(errors)
+        raise_first_error(errors)
     missing = [rank for rank in range(np) if rank not in outcomes]
     if returncode != 0 or missing:
         raise RuntimeError(f"ring_strategy.run: the job failed (ringrun exit code {returncode}); "
@@ -153,16 +159,18 @@ def run(func: Callable[..., Any], args: Sequence[Any] = (), kwargs: Optional[Dic
         ``__cause__``; RuntimeError when the job
         failed without a Python error (a rank killed, for instance).
     """
-    _unsupported({"min_np": min_np, "max_np": max_np, "slots": slots, "reset_limit": reset_limit,
-                  "cooldown_range": cooldown_range, "use_mpi": use_mpi, "mpi_args": mpi_args,
-                  "prefix_output_with_timestamp": prefix_output_with_timestamp})
+    reject_unsupported("ring_strategy.run", {
+        "min_np": min_np, "max_np": max_np, "slots": slots, "reset_limit": reset_limit,
+        "cooldown_range": cooldown_range, "use_mpi": use_mpi, "mpi_args": mpi_args,
+        "prefix_output_with_timestamp": prefix_output_with_timestamp,
+    }, "elastic jobs, MPI and slots per host are not part of ringrun")
     if not callable(func):
         raise TypeError(f"func should be callable. Got: {func!r}")
     if not isinstance(np, int) or isinstance(np, bool) or np < 1:
         raise ValueError(f"np should be a positive integer. Got: {np!r}")
     directory = tempfile.mkdtemp(prefix="ring-run-")
     try:
-        with open(os.path.join(directory, _TASK), "wb") as f:
+        with open(task_path(directory), "wb") as f:
             f.write(_dumps((func, tuple(args), dict(kwargs or {}))))
         command = [sys.executable, "-m", "ring_strategy.runner.launch",
                    *_ringrun_options(np, hosts, hostfile, start_timeout, ssh_port, ssh_identity_file,
@@ -174,13 +182,21 @@ def run(func: Callable[..., Any], args: Sequence[Any] = (), kwargs: Optional[Dic
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def _run_task(directory: str) -> int:
-    """A worker: runs the pickled task and writes this rank's outcome."""
-    from ring_strategy import _contracts as names
+def run_task(directory: str, number: Optional[int] = None) -> int:
+    """A worker: runs the pickled task and writes its outcome to
+    ``result_path(directory, number)``, ``number`` being this worker's rank
+    (``RING_RANK``) unless given (an elastic worker's number: it has no fixed rank).
 
-    rank = int(os.environ[names.RANK])
+    The worker stops itself when its launcher dies (ringrun, or the Spark
+    task that started it), from the start, not only once it has called ``init()``.
+    """
+    from ring_strategy import _contracts as names
+    from ring_strategy.launcher_watch import watch_launcher
+
+    watch_launcher()
+    rank = int(os.environ[names.RANK]) if number is None else number
     try:
-        with open(os.path.join(directory, _TASK), "rb") as f:
+        with open(task_path(directory), "rb") as f:
             func, args, kwargs = pickle.load(f)
         outcome: Tuple[Any, ...] = ("ok", func(*args, **kwargs))
     except BaseException as e:  # noqa: BLE001 - handed to the caller
@@ -190,12 +206,12 @@ def _run_task(directory: str) -> int:
     except Exception as e:  # noqa: BLE001 - an unpicklable result or error
         text = outcome[2] if outcome[0] == "error" else ""
         data = pickle.dumps(("error", f"{type(e).__name__}: {e}", text or traceback.format_exc()))
-    temporary = _result_path(directory, rank) + ".tmp"
+    temporary = result_path(directory, rank) + ".tmp"
     with open(temporary, "wb") as f:
         f.write(data)
-    os.replace(temporary, _result_path(directory, rank))
+    os.replace(temporary, result_path(directory, rank))
     return 0 if outcome[0] == "ok" else 1
 
 
 if __name__ == "__main__":
-    sys.exit(_run_task(sys.argv[1]))
+    sys.exit(run_task(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else None))

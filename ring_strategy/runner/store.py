@@ -451,6 +451,15 @@ class StoreClient:
             )
         return response[1:]
 
+    def try_get(self, key: str) -> Optional[bytes]:
+        """Returns the value of ``key`` now, or None when no client has set it (no waiting).
+
+        Args:
+            key: The key.
+        """
+        response = self._request(_OP_GET, key, _F64.pack(0.0), self.timeout)
+        return None if response[:1] == _TIMED_OUT else response[1:]
+
     def add(self, key: str, delta: int) -> int:
         """Atomically adds ``delta`` to the counter ``key`` (missing counts as 0).
 

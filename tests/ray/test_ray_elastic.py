@@ -13,8 +13,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-from pathlib import Path
-from typing import Any, Dict
 
 import numpy as np
 import pytest
@@ -23,43 +21,13 @@ ray = pytest.importorskip("ray")
 
 from ring_strategy.ray import RayExecutor  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "elastic"))
-import elastic_train  # noqa: E402
+import tests.workers.cluster_elastic as elastic_fns  # noqa: E402
+from tests.workers.cluster_elastic import elastic_least_squares, elastic_train, growing_least_squares  # noqa: E402
 
-ray.cloudpickle.register_pickle_by_value(elastic_train)
-ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers need not import the tests
+for _module in (elastic_train, elastic_fns, sys.modules[__name__]):  # the workers need not import the tests
+    ray.cloudpickle.register_pickle_by_value(_module)
 
 STEPS, VICTIM, FAIL_AT = 30, 1, 10
-
-
-def elastic_least_squares(steps: int, victim: int, fail_at: int) -> Dict[str, Any]:
-    """Trains under the elastic loop; worker ``victim`` SIGKILLs itself before step ``fail_at``."""
-    import signal
-
-    import ring_strategy as rs
-    from ring_strategy.elastic import ObjectState, run
-    from ring_strategy.elastic.state import broadcast_object
-
-    rs.init()
-    x, y = elastic_train.data()
-    state = ObjectState(broadcast_object, rs.rank, step=0, w=np.zeros(elastic_train.DIM, np.float32))
-    worlds = []
-
-    @run
-    def train(state: ObjectState) -> None:
-        worlds.append(rs.size())
-        while state.step < steps:
-            if os.environ["RING_ELASTIC_WORKER"] == str(victim) and state.step == fail_at:
-                os.kill(os.getpid(), signal.SIGKILL)
-            rows = elastic_train.batch(state.step)[rs.rank()::rs.size()]
-            total = rs.allreduce(elastic_train.gradient(state.w, x[rows], y[rows]), op=rs.Sum, name="grad")
-            state.w = (state.w - elastic_train.LR * total / elastic_train.BATCH).astype(np.float32)
-            state.step += 1
-            state.commit()
-
-    train(state)
-    return {"pid": os.getpid(), "rank": rs.rank(), "size": rs.size(), "worlds": worlds, "steps": state.step,
-            "w": state.w.tobytes().hex()}
 
 
 def test_actor_killed_job_goes_on_with_the_others(cluster):
@@ -92,44 +60,6 @@ def test_elastic_arguments_are_checked():
             RayExecutor(num_workers=2, **kwargs)
 
 
-def growing_least_squares(steps: int, free_at: int, blocker: Any, size: int) -> Dict[str, Any]:
-    """Trains under the elastic loop; at step ``free_at`` rank 0 kills
-    ``blocker`` (an actor holding the CPU a spare worker waits for), and the
-    ranks then commit without training until the world has ``size`` ranks."""
-    import ring_strategy as rs
-    from ring_strategy.elastic import ObjectState, run
-    from ring_strategy.elastic.state import broadcast_object
-
-    rs.init()
-    x, y = elastic_train.data()
-    state = ObjectState(broadcast_object, rs.rank, step=0, w=np.zeros(elastic_train.DIM, np.float32))
-    worlds, times = [], {}
-
-    @run
-    def train(state: ObjectState) -> None:
-        worlds.append(rs.size())
-        times.setdefault(rs.size(), time.time())
-        while state.step < steps:
-            if state.step == free_at and rs.size() < size:
-                if rs.rank() == 0 and "freed" not in times:
-                    times["freed"] = time.time()
-                    ray.kill(blocker)
-                for _ in range(600):  # the same count on every rank: commit is a collective
-                    if rs.size() >= size:
-                        break
-                    time.sleep(0.05)
-                    state.commit()  # raises HostsUpdatedInterrupt once the spare is in the next world
-            rows = elastic_train.batch(state.step)[rs.rank()::rs.size()]
-            total = rs.allreduce(elastic_train.gradient(state.w, x[rows], y[rows]), op=rs.Sum, name="grad")
-            state.w = (state.w - elastic_train.LR * total / elastic_train.BATCH).astype(np.float32)
-            state.step += 1
-            state.commit()
-
-    train(state)
-    return {"pid": os.getpid(), "rank": rs.rank(), "size": rs.size(), "worlds": worlds, "steps": state.step,
-            "w": state.w.tobytes().hex(), "times": times}
-
-
 class Blocker:
     def ping(self) -> None:
         return None
@@ -143,7 +73,7 @@ def test_job_grows_into_freed_resources(cluster):
     try:
         pids = executor.run(os.getpid)
         assert len(pids) == 2  # no room for the spare yet
-        results = executor.run(growing_least_squares, args=(STEPS, FAIL_AT, blocker, 3))
+        results = executor.run(growing_least_squares, args=(STEPS, FAIL_AT, lambda: ray.kill(blocker), 3))
         assert [r["pid"] for r in results[:2]] == pids, results  # the first two, in their own processes
         assert [(r["rank"], r["size"], r["steps"]) for r in results] == [(0, 3, STEPS), (1, 3, STEPS),
                                                                         (2, 3, STEPS)], results

@@ -16,12 +16,12 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from ring_strategy.ray import RayExecutor  # noqa: E402
-from ring_strategy.ray.layout import place  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 import ray_train_functions as fns  # noqa: E402
 
 ray.cloudpickle.register_pickle_by_value(fns)
+ray.cloudpickle.register_pickle_by_value(sys.modules["tests.workers.cluster_train"])
 
 _spec = importlib.util.spec_from_file_location(
     "ray_train_example", Path(__file__).resolve().parents[2] / "examples" / "ray_train.py")
@@ -109,10 +109,3 @@ def test_arguments_are_checked():
         RayExecutor(num_workers=2, placement_strategy="TIGHT")
     with pytest.raises(ValueError, match="needs use_gpu=True"):
         RayExecutor(num_workers=2, gpus_per_worker=1)
-
-
-def test_place_numbers_ranks_node_by_node():
-    placements = place([("a", "10.0.0.1"), ("b", "10.0.0.2"), ("a", "10.0.0.1"), ("b", "10.0.0.2")])
-    assert [(p.actor, p.rank, p.local_rank, p.cross_rank) for p in placements] == [
-        (0, 0, 0, 0), (2, 1, 1, 0), (1, 2, 0, 1), (3, 3, 1, 1)]
-    assert {(p.local_size, p.cross_size) for p in placements} == {(2, 2)}
