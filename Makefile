@@ -6,6 +6,7 @@
 #   make native-test  C++ unit tests (build/native/ring_native_tests)
 #   make sysdeps      system packages the tests use (mpirun, ip/tc, ssh, sshd, java), as root only
 #   make test         venv + build + native-test + sysdeps + pytest
+#   make slow-test    the slow-marked tests (pytest -m slow), outside make test
 #   make mxnet-test   ring_strategy.mxnet's tests in .venv-mxnet (MXNet 1.9.1 and
 #                     numpy < 1.24, which cannot share .venv); after `make build`
 #   make demo         PyTorch Lightning, Trainer(strategy="ring") on two workers:
@@ -42,7 +43,7 @@ BUILD_TOOLS := "scikit-build-core>=0.10" "nanobind>=2.4" "cmake>=3.18" ninja
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: venv build sysdeps native-test test mxnet-test large-tensor-test chaos-test demo clean distclean
+.PHONY: venv build sysdeps native-test test slow-test mxnet-test large-tensor-test chaos-test demo clean distclean
 
 # ---------------------------------------------------------------- venv
 $(VPY):
@@ -135,6 +136,12 @@ $(MXNET_VENV)/.deps-stamp: $(MXNET_PY) constraints.txt Makefile
 mxnet-test: $(MXNET_VENV)/.deps-stamp
 	@ls ring_strategy/_native*.so >/dev/null 2>&1 || { echo "mxnet-test: no ring_strategy/_native*.so: run make build first"; exit 1; }
 	PYTHONPATH=$(CURDIR) $(MXNET_PY) -m pytest -q --timeout=$(PYTEST_TIMEOUT) tests/mxnet_frontend $(PYTEST_ARGS)
+
+# The slow-marked variants of make test's tests (other backends, launchers and
+# world sizes, the long fault runs), without the two long runs below.
+slow-test: build
+	$(VPY) -m pytest -q --timeout=$(PYTEST_TIMEOUT) -m slow tests --ignore=tests/reliability/test_large_tensors.py \
+		--ignore=tests/reliability/test_chaos.py $(PYTEST_ARGS)
 
 # Tensors over 2 GiB on 2 ranks (about 10 GiB of memory; not in make test).
 large-tensor-test: build

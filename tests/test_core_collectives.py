@@ -29,7 +29,7 @@ def assert_ok(proc, np_):
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-@pytest.mark.parametrize("np_", SIZES)
+@pytest.mark.parametrize("np_", [pytest.param(n, marks=pytest.mark.slow) if n == 3 else n for n in SIZES])
 def test_every_op_dtype_and_count(np_, transport):
     out = assert_ok(ringrun(np_, [WORKERS / "grid.py"], transport), np_)
     assert out.count("all checks passed") == np_, out[-3000:]

@@ -87,6 +87,7 @@ def test_host_added_2_to_3(added):
     clean(run)
 
 
+@pytest.mark.slow  # 13 s of make test's budget
 def test_replacement_commits_with_the_survivor(tmp_path):
     """A failed worker replaced on a free slot: the survivor, rolled back to
     its last commit, and the newcomer count the batches to the next commit

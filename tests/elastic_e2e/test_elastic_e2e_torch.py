@@ -86,6 +86,7 @@ def test_host_added_sampler_mid_epoch_trains_every_sample_once(added):
     every_sample_once(run, script.SAMPLES, 4, script.STEPS_PER_EPOCH)
 
 
+@pytest.mark.slow  # 8 s of make test's budget; make test removes hosts in tests/elastic
 def test_host_removed_with_rank_local_sampler_records(tmp_path):
     """A host no longer listed (3 ranks to 2, only removed: the loop may skip
     the sync) while the sampler holds each rank's own records

@@ -40,6 +40,7 @@ def elastic() -> Dict[str, Dict[int, str]]:
     return _train("--elastic", "--fail", "7", *HOST_UPDATE)
 
 
+@pytest.mark.slow  # make test: tests/elastic_e2e (TensorFlow and Keras under elastic ringrun)
 def test_tensorflow_state_rolls_back_a_lost_peer_inside_a_tf_function(reference, elastic):
     """TensorFlow hands the error over as its own UnknownError; the loop
     still restores the commit after step 6, redoes one step and ends at the
@@ -57,6 +58,7 @@ def _check_keras(found: Dict[str, Dict[int, str]], reference: str) -> None:
     assert found["keras weights"][0] == reference
 
 
+@pytest.mark.slow
 def test_keras_state_resumes_mid_epoch_after_a_host_update(reference, elastic):
     _check_keras(elastic, reference["keras weights"][0])
 

@@ -17,7 +17,9 @@ import pytest
 
 HERE = Path(__file__).parent
 WORKER = HERE / "workers" / "fit_worker.py"
-BACKENDS = ["tensorflow", "jax", "torch"]
+# JAX and torch cost 17 s and 26 s of make test's budget: slow-marked (pytest -m slow);
+# tests/keras/test_keras_surface.py runs every backend in make test.
+BACKENDS = ["tensorflow", pytest.param("jax", marks=pytest.mark.slow), pytest.param("torch", marks=pytest.mark.slow)]
 CHECKS = ["config", "fit", "schedule", "save_load", "compression", "accumulation", "sharding", "callbacks_namespace", "unbuilt",
           "validation"]
 _runs: dict = {}
@@ -59,6 +61,7 @@ def test_tensorflow_jit_compile_gives_clear_error(out_root, run_output):
         assert re.search(rf"^(\[{rank}\] )?{rank}: jit_compile error ok$", out, re.M), out[-8000:]
 
 
+@pytest.mark.slow
 def test_torch_jit_compile_trains(out_root, run_output):
     out = _run(run_output, "torch", out_root)
     for rank in range(2):

@@ -79,7 +79,10 @@ def under_mpirun(tmp_path_factory) -> Run:
     return Run(_run(cmd, out), out, 2)
 
 
-@pytest.fixture(params=["self_launched", "under_ringrun", "under_torchrun", "under_mpirun"])
+# Lightning under torchrun and mpirun: slow-marked for make test's budget (pytest -m slow);
+# tests/lightning/test_strategy.py and tests/cluster/test_launchers.py run both launchers in make test.
+@pytest.fixture(params=["self_launched", "under_ringrun", pytest.param("under_torchrun", marks=pytest.mark.slow),
+                        pytest.param("under_mpirun", marks=pytest.mark.slow)])
 def job(request) -> Run:
     return request.getfixturevalue(request.param)
 

@@ -52,17 +52,12 @@ def test_import_registers_ring_before_and_after_lightning():
         "assert 'ring' not in StrategyRegistry\n"
         "import ring_strategy\n"
         "assert 'ring' in StrategyRegistry\n"
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-
-
-def test_lightning_pytorch_registry():
-    # In a fresh interpreter: in this one, pytest's path makes tests/lightning
-    # importable as "lightning".
-    if _python("import lightning.pytorch").returncode != 0:
-        pytest.skip("the unified lightning package is not installed")
-    proc = _python(
-        "import ring_strategy, lightning.pytorch as L\n"
+        # The unified lightning package (when installed) registers "ring" too. In a fresh
+        # interpreter: in this one, pytest's path makes tests/lightning importable as "lightning".
+        "try:\n"
+        "    import lightning.pytorch\n"
+        "except ImportError:\n"
+        "    raise SystemExit(0)\n"
         "from lightning.pytorch.strategies import StrategyRegistry, ParallelStrategy\n"
         "s = StrategyRegistry.get('ring')\n"
         "assert isinstance(s, ParallelStrategy), type(s).__mro__\n"

@@ -173,6 +173,7 @@ def parts(spark, tmp_path_factory):
     return spark_data.write_parts(frame, str(tmp_path_factory.mktemp("spark-data") / "parts"), 2)
 
 
+@pytest.mark.slow  # the examples cost 20 s of make test's budget
 def test_lightning_example_trains_on_each_ranks_partition(spark, parts):
     """examples/spark_lightning.py's function in this session (the script starts its own Spark:
     tests/spark/test_spark_examples.py runs it, slow-marked)."""
@@ -183,6 +184,7 @@ def test_lightning_example_trains_on_each_ranks_partition(spark, parts):
     assert results[0]["loss"] == results[1]["loss"] < 2.0  # from about 8.5: it learns
 
 
+@pytest.mark.slow
 def test_keras_example_trains_on_each_ranks_partition(spark, parts):
     """examples/spark_keras.py's function in this session, on Keras's torch backend."""
     results = rsp.run(keras_example.train, args=(parts, 3, 32, 0.02), num_proc=2, env={"KERAS_BACKEND": "torch"})

@@ -25,7 +25,7 @@ def test_collectives(np_):
     run(np_, ["collectives", "autograd", "errors"])
 
 
-@pytest.mark.parametrize("np_", [1, 2, 4])
+@pytest.mark.parametrize("np_", [1, 2, pytest.param(4, marks=pytest.mark.slow)])
 def test_distributed_optimizer(np_):
     run(np_, ["optimizer", "optimizer_groups"])
 
