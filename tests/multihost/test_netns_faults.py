@@ -37,6 +37,7 @@ def _bench(cluster: Cluster, report: Path, *flags: str) -> float:
     return row["busbw_gbps"]
 
 
+@pytest.mark.slow  # 11 s of make test's budget; encrypted TCP runs every op in tests/test_core_collectives.py
 def test_encrypted_links_carry_every_op_and_say_what_they_cost(cluster: Cluster, tmp_path: Path,
                                                               capsys: pytest.CaptureFixture) -> None:
     result = ringrun_in(cluster, 0, ["--encrypt", "-H", cluster.hosts([2, 2]), PY, str(GRID)], timeout=150)

@@ -7,6 +7,8 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.jobs import run_ringrun
 from tests.workers.checks import passed_ranks
 
@@ -14,6 +16,7 @@ WORKER = Path(__file__).parent / "workers" / "tf_process_sets.py"
 SCENARIOS = ["eager_ops", "function_ops", "gradients", "gradient_tape", "keras_optimizer", "errors"]
 
 
+@pytest.mark.slow  # 12 s of make test's budget; numpy and torch process sets run in make test
 def test_process_sets_on_four_ranks():
     base = {k: v for k, v in os.environ.items() if not k.startswith("RING_")}
     env = {"KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2", "OMP_NUM_THREADS": "1"}
