@@ -23,7 +23,7 @@ import numpy as np
 from ring_strategy._contracts import job_shm_paths
 from tests.jobs import JobResult, finish_job, job_environment, ringrun_command, start_job
 
-__all__ = ["ElasticJob", "Finished", "WORKER"]
+__all__ = ["DETECT_SECONDS", "RECOVER_SECONDS", "ElasticJob", "Finished", "WORKER", "timings"]
 
 WORKER = Path(__file__).resolve().parent / "elastic_train.py"
 _JOB = re.compile(r"^ringrun: job ([0-9a-f]+):", re.M)
@@ -179,3 +179,24 @@ def _still_alive(pids: Sequence[int], tag: str, seconds: float = 5.0) -> List[st
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(0.1)
+
+
+# The issue's limits: a lost peer detected within 10 s, the first step after a reset within 15 s.
+DETECT_SECONDS = 10.0
+RECOVER_SECONDS = 15.0
+
+
+def timings(run: Finished, survivors: Sequence[int], world: int, what: str,
+            error: str = "PeerFailureError", detect_within: float = DETECT_SECONDS,
+            recover_within: float = RECOVER_SECONDS) -> Tuple[float, float]:
+    """Prints and checks detection (failure to the survivors' exception, an
+    ``error``) and recovery (failure to their first step in ``world``) times."""
+    failed_at = run.victim_at()
+    caught, first = run.caught(), run.first_steps(world)
+    assert set(survivors) <= set(caught) and set(survivors) <= set(first), run.tail()
+    detect = max(caught[s][1] for s in survivors) - failed_at
+    recover = max(first[s] for s in survivors) - failed_at
+    print(f"{what}: detection {detect:.3f} s, recovery (first step of world {world}) {recover:.3f} s")
+    assert {caught[s][0] for s in survivors} == {error}, caught
+    assert detect < detect_within and recover < recover_within, run.tail()
+    return detect, recover

@@ -17,13 +17,11 @@ from typing import Dict, List
 
 import numpy as np
 import pytest
-from elastic_jobs import ElasticJob, Finished, params
+from elastic_jobs import ElasticJob, Finished, params, timings
 from elastic_train import reference
 
 HOSTS = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
 STEPS = 40
-DETECT_SECONDS = 10.0
-RECOVER_SECONDS = 15.0
 END_SECONDS = 30.0  # an elastic job that must fail ends within this
 
 
@@ -52,19 +50,6 @@ def _pids(run: Finished) -> Dict[int, List[int]]:
     return pids
 
 
-def _timings(run: Finished, survivors: List[int], world: int, what: str, error: str = "PeerFailureError",
-             detect_within: float = DETECT_SECONDS, recover_within: float = RECOVER_SECONDS) -> None:
-    """Prints and checks detection and recovery times of the survivors (by output prefix)."""
-    failed_at = run.victim_at()
-    caught, first = run.caught(), run.first_steps(world)
-    assert set(survivors) <= set(caught) and set(survivors) <= set(first), run.tail()
-    detect = max(caught[s][1] for s in survivors) - failed_at
-    recover = max(first[s] for s in survivors) - failed_at
-    print(f"{what}: detection {detect:.3f} s, recovery (first step of world {world}) {recover:.3f} s")
-    assert {caught[s][0] for s in survivors} == {error}, caught
-    assert detect < detect_within and recover < recover_within, run.tail()
-
-
 @pytest.mark.parametrize("mode", ["sigkill", "raise"])
 def test_failed_worker_3_to_2(tmp_path: Path, mode: str) -> None:
     """Worker 1 fails mid-training: the others go on in their own processes, its host is not used again."""
@@ -80,7 +65,7 @@ def test_failed_worker_3_to_2(tmp_path: Path, mode: str) -> None:
     # Committed after every step: the step being taken when worker 1 failed is the only one redone.
     assert set(run.synced_steps(2).values()) == {15}, run.synced_steps(2)
     _finished_equal(run, STEPS)
-    _timings(run, [0, 2], 2, f"{mode} of 1 of 3")
+    timings(run, [0, 2], 2, f"{mode} of 1 of 3")
     _clean(run)
 
 
@@ -108,7 +93,7 @@ def test_rank0_killed(tmp_path: Path) -> None:
     assert ranks[2, 1] == 0 and ranks[2, 2] == 1, ranks
     assert run.done()[1][0] == 0, run.done()
     _finished_equal(run, STEPS)
-    _timings(run, [1, 2], 2, "sigkill of rank 0 of 3")
+    timings(run, [1, 2], 2, "sigkill of rank 0 of 3")
     _clean(run)
 
 
@@ -138,7 +123,7 @@ def test_stopped_worker_is_taken_for_lost(tmp_path: Path) -> None:
     assert "taking it for lost" in run.output and "host 127.0.0.3 is blacklisted" in run.output, run.tail()
     _finished_equal(run, STEPS)
     # The timeout (3 s) plus the driver's grace for the silent member (5 s).
-    _timings(run, [0, 1], 2, "sigstop of 1 of 3", error="RingTimeoutError", recover_within=15.0)
+    timings(run, [0, 1], 2, "sigstop of 1 of 3", error="RingTimeoutError", recover_within=15.0)
     _clean(run)
 
 

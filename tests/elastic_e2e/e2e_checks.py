@@ -11,15 +11,13 @@ from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from tests.elastic.elastic_jobs import ElasticJob, Finished, params
+from tests.elastic.elastic_jobs import DETECT_SECONDS, RECOVER_SECONDS, ElasticJob, Finished, params, timings
 
 __all__ = ["HOSTS", "DETECT_SECONDS", "RECOVER_SECONDS", "ElasticJob", "Finished", "added_host", "check_added",
            "check_lost_one_of_three", "clean", "commits", "every_sample_once", "finished_equal", "pids",
            "printed_reference", "resets", "steps_run", "timings", "trained"]
 
 HOSTS = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
-DETECT_SECONDS = 10.0
-RECOVER_SECONDS = 15.0
 
 _COMMIT = re.compile(r"^\[(\d+)\] commit step (\d+) epoch (\d+) at ([\d.]+)$", re.M)
 _RESETS = re.compile(r"^\[(\d+)\] resets ([\d,]*)$", re.M)
@@ -99,21 +97,6 @@ def pids(run: Finished) -> Dict[int, List[int]]:
     for line in run.joined():
         found.setdefault(int(line["worker"]), []).append(int(line["pid"]))
     return found
-
-
-def timings(run: Finished, survivors: Sequence[int], world: int, what: str,
-            error: str = "PeerFailureError") -> Tuple[float, float]:
-    """Prints and checks detection (failure to the survivors' exception, an
-    ``error``) and recovery (failure to their first step in ``world``) times."""
-    failed_at = run.victim_at()
-    caught, first = run.caught(), run.first_steps(world)
-    assert set(survivors) <= set(caught) and set(survivors) <= set(first), run.tail()
-    detect = max(caught[s][1] for s in survivors) - failed_at
-    recover = max(first[s] for s in survivors) - failed_at
-    print(f"{what}: detection {detect:.3f} s, recovery (first step of world {world}) {recover:.3f} s")
-    assert {caught[s][0] for s in survivors} == {error}, caught
-    assert detect < DETECT_SECONDS and recover < RECOVER_SECONDS, run.tail()
-    return detect, recover
 
 
 def check_lost_one_of_three(run: Finished, fail_step: int, commit_every: int, steps: int, what: str) -> None:
