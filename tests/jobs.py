@@ -56,6 +56,22 @@ def ringrun_command(np: Optional[int], args: Sequence[object]) -> List[str]:
     return head + ([] if np is None else ["-np", str(np)]) + [str(a) for a in args]
 
 
+def mpirun_command(np: int, *args: object) -> List[str]:
+    """``mpirun -np N args...``, as root too (``--allow-run-as-root``), with
+    ``--oversubscribe`` so that workers may share fewer cores. Fails the test
+    when mpirun is missing as root (``make sysdeps`` installs it); skips it
+    otherwise."""
+    import shutil
+
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        if os.geteuid() == 0:
+            pytest.fail("mpirun is missing: run `make sysdeps` (installs openmpi-bin)", pytrace=False)
+        pytest.skip("mpirun is missing and installing openmpi-bin needs root: apt-get install openmpi-bin")
+    root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
+    return [mpirun, *root, "--oversubscribe", "-np", str(np), *map(str, args)]
+
+
 def job_environment(env: Optional[Mapping[str, str]] = None, *, base: Optional[Mapping[str, str]] = None,
                     drop_ring: bool = False) -> Dict[str, str]:
     """``base`` (this process's environment by default), less its ``RING_*``

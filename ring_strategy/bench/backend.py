@@ -59,5 +59,14 @@ class Backend(ABC):
             all ranks and returns the results in order.
         """
 
+    def end_turn(self) -> None:
+        """Returns once every rank has finished this backend's turn, inside
+        the backend's own library (its barrier). A library that makes
+        progress only while its own calls run (MPI's nonblocking requests)
+        may still need a peer's help when the fastest rank's calls return;
+        ending the turn in ring's barrier instead would leave that peer
+        waiting there while the other waits in the library: a deadlock.
+        The default (ring itself) does nothing: ring's barrier follows."""
+
     def close(self) -> None:
         """Releases the backend's resources; the default does nothing."""

@@ -14,7 +14,7 @@ do). With ``--compare mpi``: ``Iallreduce`` per tensor and ``Waitall``
 
 from __future__ import annotations
 
-from typing import Dict, List, Sequence
+from typing import Callable, Dict, List, Sequence, Tuple
 
 import numpy as np
 
@@ -36,11 +36,16 @@ VARIANTS: Dict[str, str] = {
 }
 
 
-def _steps(backends: Sequence[Backend], tensors: List[np.ndarray]) -> Dict[str, StepCall]:
+def _steps(backends: Sequence[Backend],
+           tensors: List[np.ndarray]) -> Tuple[Dict[str, StepCall], Dict[str, Callable[[], None]]]:
+    """Every backend's variants by name, and what ends each variant's turn
+    (its backend's :meth:`~ring_strategy.bench.backend.Backend.end_turn`)."""
     steps: Dict[str, StepCall] = {}
+    ends: Dict[str, Callable[[], None]] = {}
     for backend in backends:
-        steps.update(backend.small_tensor_steps(tensors))
-    return steps
+        for name, step in backend.small_tensor_steps(tensors).items():
+            steps[name], ends[name] = step, backend.end_turn
+    return steps, ends
 
 
 def run_small_tensors(
@@ -55,14 +60,16 @@ def run_small_tensors(
     n, me = rs.size(), rs.rank()
     per_tensor = max(1, tensor_bytes // dtype.itemsize)
     tensors = [make_input("allreduce", per_tensor, dtype, me, n) for _ in range(num_tensors)]
-    steps = _steps(backends, tensors)
-    times = interleave(steps, iters, warmup, rounds)
+    steps, ends = _steps(backends, tensors)
+    times = interleave(steps, iters, warmup, rounds, ends)
     wrong: Dict[str, int] = {}
     if check:
         expected = expected_output("allreduce", per_tensor, dtype, me, n)
-        for name, step in _steps(backends, tensors).items():  # fresh buffers: gloo's are reduced in place
+        checks, ends = _steps(backends, tensors)  # fresh buffers: gloo's are reduced in place
+        for name, step in checks.items():
             rs.barrier()
             wrong[name] = sum(count_wrong(out, expected) for out in step())
+            ends[name]()
     count = per_tensor * num_tensors
     results = across_ranks(list(steps), times, wrong)
     return Row("small-tensors", count * dtype.itemsize, count, dtype.name, "sum", bus_factor("allreduce", n),

@@ -142,6 +142,9 @@ class GlooBackend(Backend):
 
         return {"gloo": one_by_one, "gloo-coalesced": coalesced}
 
+    def end_turn(self) -> None:
+        self._dist.barrier()
+
     def close(self) -> None:
         if self._dist.is_initialized():
             self._dist.destroy_process_group()

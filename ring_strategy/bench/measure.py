@@ -43,6 +43,7 @@ def chunks(iters: int, rounds: int) -> List[int]:
 
 def interleave(
     calls: Mapping[str, Callable[[], object]], iters: int, warmup: int, rounds: int,
+    end_turn: Optional[Mapping[str, Callable[[], None]]] = None,
 ) -> Dict[str, List[float]]:
     """Times every call ``iters`` times, taking turns in rounds.
 
@@ -53,19 +54,29 @@ def interleave(
         iters: Timed calls per library.
         warmup: Untimed calls per library before the first round.
         rounds: Number of turns each library gets.
+        end_turn: Library name to what ends its turn inside that library
+            (:meth:`Backend.end_turn <ring_strategy.bench.backend.Backend.end_turn>`),
+            run after each of its turns, before ring's barrier.
 
     Returns:
         Library name to its per-call times in seconds, on this rank.
     """
-    for call in calls.values():
+    end_turn = end_turn or {}
+    for name, call in calls.items():
         rs.barrier()
         time_calls(call, warmup)
+        end_turn.get(name, _nothing)()
     times: Dict[str, List[float]] = {name: [] for name in calls}
     for part in chunks(iters, rounds):
         for name, call in calls.items():
             rs.barrier()
             times[name] += time_calls(call, part)
+            end_turn.get(name, _nothing)()
     return times
+
+
+def _nothing() -> None:
+    return None
 
 
 def across_ranks(

@@ -97,3 +97,6 @@ class MpiBackend(Backend):
             return [part.reshape(t.shape) for part, t in zip(np.split(total, sizes), tensors)]
 
         return {"mpi": one_by_one, "mpi-coalesced": coalesced}
+
+    def end_turn(self) -> None:
+        self._comm.Barrier()

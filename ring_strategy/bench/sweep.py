@@ -41,12 +41,14 @@ def run_row(
     count = element_count(op, nbytes, dtype.itemsize, n)
     send = make_input(op, count, dtype, me, n)
     able = [b for b in backends if b.supports(op, dtype)]
-    times = interleave({b.name: b.prepare(op, send) for b in able}, iters, warmup, rounds)
+    times = interleave({b.name: b.prepare(op, send) for b in able}, iters, warmup, rounds,
+                       {b.name: b.end_turn for b in able})
     wrong: Dict[str, int] = {}
     if check:
         expected = expected_output(op, count, dtype, me, n)
         for b in able:
             rs.barrier()
             wrong[b.name] = count_wrong(b.prepare(op, send)(), expected)
+            b.end_turn()
     results = across_ranks([b.name for b in backends], times, wrong)
     return Row(op, count * dtype.itemsize, count, dtype.name, REDOPS[op], bus_factor(op, n), tuple(results))

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -19,7 +18,7 @@ from typing import Dict, List, Optional
 import pytest
 
 from ring_strategy._contracts import job_shm_paths
-from tests.jobs import job_environment, run_job
+from tests.jobs import job_environment, mpirun_command, run_job
 
 WORKER = Path(__file__).with_name("train_worker.py")
 
@@ -40,15 +39,7 @@ def _torchrun(*args: str) -> List[str]:
 
 
 def _mpirun(*args: str) -> List[str]:
-    mpirun = shutil.which("mpirun")
-    if mpirun is None:
-        if os.geteuid() == 0:
-            pytest.fail("mpirun is missing: run `make sysdeps` (installs openmpi-bin)", pytrace=False)
-        pytest.skip("mpirun is missing and installing openmpi-bin needs root: apt-get install openmpi-bin")
-    # Open MPI refuses root without --allow-run-as-root; --oversubscribe lets
-    # two workers share fewer cores.
-    root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
-    return [mpirun, *root, "--oversubscribe", "-np", "2", *args]
+    return mpirun_command(2, *args)
 
 
 def _check_trained(proc: subprocess.CompletedProcess, environment: str) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import List
 import pytest
 
 from ring_strategy._contracts import job_shm_paths
-from tests.jobs import job_environment, ringrun_command, run_job
+from tests.jobs import job_environment, mpirun_command, ringrun_command, run_job
 
 pytest.importorskip("pytorch_lightning")
 
@@ -67,15 +66,8 @@ def under_torchrun(tmp_path_factory) -> Run:
 
 @pytest.fixture(scope="module")
 def under_mpirun(tmp_path_factory) -> Run:
-    mpirun = shutil.which("mpirun")
-    if mpirun is None:
-        if os.geteuid() == 0:
-            pytest.fail("mpirun is missing: run `make sysdeps` (installs openmpi-bin)", pytrace=False)
-        pytest.skip("mpirun is missing and installing openmpi-bin needs root: apt-get install openmpi-bin")
     out = tmp_path_factory.mktemp("mpirun")
-    root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
-    cmd = [mpirun, *root, "--oversubscribe", "-np", "2", "-x", "PYTHONPATH",
-           sys.executable, str(WORKER), "--devices", "1", "--out", str(out)]
+    cmd = mpirun_command(2, "-x", "PYTHONPATH", sys.executable, WORKER, "--devices", "1", "--out", out)
     return Run(_run(cmd, out), out, 2)
 
 
