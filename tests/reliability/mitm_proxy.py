@@ -29,8 +29,9 @@ from reliability_net import HELLO_BYTES, PROOF_BYTES, REPLY_BYTES
 
 MESHES = ("data", "control")  # the order of the lines of a rank's endpoint
 TO_ACCEPTOR, TO_DIALER = "to acceptor", "to dialer"
-# Bytes of the handshake each direction carries before its first frame.
-_HANDSHAKE_BYTES = {TO_ACCEPTOR: HELLO_BYTES + PROOF_BYTES, TO_DIALER: REPLY_BYTES + 1}
+# The handshake's messages each direction carries before its first frame
+# (each is answered before the next is sent: they are forwarded one by one).
+_HANDSHAKE = {TO_ACCEPTOR: (HELLO_BYTES, PROOF_BYTES), TO_DIALER: (REPLY_BYTES, 1)}
 _HEADER_BYTES, _TAG_BYTES = 4, 16
 _MAX_FRAME_PLAINTEXT = 64 << 10  # AeadChannel::kFrameBytes
 
@@ -89,7 +90,8 @@ class Proxy:
     def _relay(self, mesh: str, direction: str, src: socket.socket, dst: socket.socket) -> None:
         """Forwards ``src`` to ``dst``: the handshake, then frame by frame."""
         try:
-            dst.sendall(_read(src, _HANDSHAKE_BYTES[direction]))
+            for size in _HANDSHAKE[direction]:
+                dst.sendall(_read(src, size))
             previous = b""
             while True:
                 header = _read(src, _HEADER_BYTES)
