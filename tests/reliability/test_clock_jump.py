@@ -14,8 +14,10 @@ liveness check that read the jumping clock would fire.
 - ``all``: the monotonic clock jumps too, which Linux never does (it may
   not go backward), and libfaketime fakes it only in the calls it
   intercepts. Promised: the job completes or every rank raises, within the
-  test's limit; never a hang. What happened is printed (``-s``) and stated
-  in docs/errors.md.
+  test's limit; never a hang. Both happen: mostly it completes; a forward
+  jump while a tensor waits on the coordinator makes the stall inspector
+  end the job (``RingTimeoutError`` on every rank). What happened is
+  printed (``-s``); docs/errors.md says the same.
 
 libfaketime comes from the Debian package ``faketime`` (``make sysdeps``);
 without it the tests skip.
@@ -48,7 +50,9 @@ _FAKETIME_SHM = "/dev/shm/*faketime_*"  # what libfaketime leaves: faketime_shm_
 
 
 def _libfaketime() -> Optional[str]:
-    found = sorted(glob.glob("/usr/lib/*/faketime/libfaketimeMT.so.1") + glob.glob("/usr/local/lib/faketime/libfaketimeMT.so.1"))
+    """libfaketime's multithreaded build (the engine has threads), where Debian or its ``make install`` put it."""
+    found = [path for folder in ("/usr/lib/*/faketime", "/usr/local/lib/faketime")
+             for path in glob.glob(f"{folder}/libfaketimeMT.so.1")]
     return found[0] if found else None
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Dict, Optional, Tuple
 
 import pytest
-from mitm_proxy import MESHES, TO_ACCEPTOR, TO_DIALER, Fault, Proxy
+from mitm_proxy import MESHES, TO_ACCEPTOR, TO_DIALER, Fault, Proxy, Upstream
 from reliability_jobs import WORKERS, JobResult, finish, start_job_tagged
 
 WORKER = WORKERS / "tamper_job.py"
@@ -44,7 +44,7 @@ SENDER = {TO_DIALER: 0, TO_ACCEPTOR: 1}  # the rank an altered frame claims to c
 _runs: Dict[Optional[str], Tuple[JobResult, Proxy]] = {}
 
 
-def _upstream(gate: Path):
+def _upstream(gate: Path) -> Upstream:
     """The proxy's way to rank 0's real listeners, from the endpoints rank 1 wrote."""
     def where(mesh: str) -> Tuple[str, int]:
         line = json.loads((gate / "endpoints.json").read_text())[0].split("\n")[MESHES.index(mesh)]
