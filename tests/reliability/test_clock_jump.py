@@ -4,7 +4,7 @@ Rank 0 of a two-rank job (the coordinator, which also runs the stall
 inspector) runs under libfaketime (workers/clock_jump.py). Once the job
 runs, the test steps that rank's clock an hour forward and, a second later,
 back. With ``RING_TIMEOUT_SECONDS``, ``RING_STALL_CHECK_TIME_SECONDS`` and
-``RING_STALL_SHUTDOWN_TIME_SECONDS`` at 2 s, any timeout, stall check or
+``RING_STALL_SHUTDOWN_TIME_SECONDS`` at 5 s, any timeout, stall check or
 liveness check that read the jumping clock would fire.
 
 - ``wall``: only the wall clock (CLOCK_REALTIME) jumps, as when NTP or an
@@ -44,7 +44,9 @@ VICTIM = 0
 JUMP_SECONDS = 3600
 HOLD_SECONDS = 1.0  # how long each offset lasts
 LIMIT_SECONDS = 45.0  # the whole job, jumps included
-ENV = {"RING_TIMEOUT_SECONDS": "2", "RING_STALL_CHECK_TIME_SECONDS": "2", "RING_STALL_SHUTDOWN_TIME_SECONDS": "2"}
+# Far below the jump, so any of them reading the jumping clock fires; above
+# what a loaded machine's scheduling delays reach.
+ENV = {"RING_TIMEOUT_SECONDS": "5", "RING_STALL_CHECK_TIME_SECONDS": "5", "RING_STALL_SHUTDOWN_TIME_SECONDS": "5"}
 _VICTIM_LINE = re.compile(r"victim pid (\d+) clock steps: wall (\S+) (\S+) monotonic (\S+) (\S+)")
 _FAKETIME_SHM = "/dev/shm/*faketime_*"  # what libfaketime leaves: faketime_shm_<pid>, sem.faketime_sem_<pid>
 
