@@ -4,7 +4,7 @@
 #   make venv         .venv with torch (CPU, first) and the build tools
 #   make build        (re)build ring_strategy._native in place, install `ringrun`
 #   make native-test  C++ unit tests (build/native/ring_native_tests)
-#   make sysdeps      system packages the tests use (mpirun, ip/tc, ssh, sshd, java), as root only
+#   make sysdeps      system packages the tests use (mpirun, ip/tc, ssh, sshd, java, faketime), as root only
 #   make test         venv + build + native-test + sysdeps + pytest
 #   make slow-test    the slow-marked tests (pytest -m slow), outside make test
 #   make mxnet-test   ring_strategy.mxnet's tests in .venv-mxnet (MXNet 1.9.1 and
@@ -86,11 +86,12 @@ build: $(VENV)/.editable-stamp $(PY_BUILD)/build.ninja
 # ---------------------------------------------------------------- tests
 # tests/cluster runs real mpirun jobs; tests/multihost builds hosts from network
 # namespaces (iproute2) with an sshd each (OpenSSH); tests/spark runs Spark, whose
-# JVMs need a Java runtime (a headless JRE). As root, what is missing is
-# installed from Debian; otherwise, or when apt cannot reach its mirrors, this
-# only says so: those tests then skip (not root) or fail (root).
+# JVMs need a Java runtime (a headless JRE); tests/reliability/test_clock_jump.py
+# moves one rank's clock with libfaketime (package faketime). As root, what is
+# missing is installed from Debian; otherwise, or when apt cannot reach its
+# mirrors, this only says so: those tests then skip (not root) or fail (root).
 SYSDEPS := mpirun:openmpi-bin ip:iproute2 tc:iproute2 ssh:openssh-client /usr/sbin/sshd:openssh-server \
-           java:openjdk-17-jre-headless
+           java:openjdk-17-jre-headless faketime:faketime
 sysdeps:
 	@missing=""; for dep in $(SYSDEPS); do \
 	  command -v "$${dep%%:*}" >/dev/null 2>&1 || case " $$missing " in *" $${dep#*:} "*) ;; *) missing="$$missing $${dep#*:}";; esac; \

@@ -1,0 +1,100 @@
+"""A man in the middle on an encrypted link (``RING_ENCRYPT=1``): tampering
+and replay end the job on every rank, never with a wrong number.
+
+A two-rank job over TCP (workers/tamper_job.py) has rank 1 dial rank 0
+through a proxy in this process (mitm_proxy.py), on both meshes. The proxy
+forwards the handshake and the first frames faithfully, then:
+
+- ``flip``: flips one bit of a data frame's ciphertext going to rank 1;
+- ``replay``: sends a control frame going to rank 0 (the coordinator) a
+  second time, just before the next one.
+
+The rank that receives the altered frame fails its link to the sender,
+and the job stops: every rank raises ``PeerFailureError`` naming the
+sender's link ("lost rank S (...): an encrypted frame from a peer failed
+authentication ...") within the deadline of the fault, and nothing is left
+behind. A faithful proxy shows the link itself is transparent: every
+result bitwise right.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Dict, Optional, Tuple
+
+import pytest
+from mitm_proxy import MESHES, TO_ACCEPTOR, TO_DIALER, Fault, Proxy, Upstream
+from reliability_jobs import WORKERS, JobResult, finish, start_job_tagged
+
+WORKER = WORKERS / "tamper_job.py"
+NP = 2
+STEPS = 40
+DEADLINE_SECONDS = 10.0
+ENV = {"RING_TRANSPORT": "tcp", "RING_ENCRYPT": "1", "RING_TIMEOUT_SECONDS": "3"}
+FAULTS = {
+    "flip": Fault("flip", "data", TO_DIALER, after=12),
+    "replay": Fault("replay", "control", TO_ACCEPTOR, after=12),
+}
+SENDER = {TO_DIALER: 0, TO_ACCEPTOR: 1}  # the rank an altered frame claims to come from
+
+_runs: Dict[Optional[str], Tuple[JobResult, Proxy]] = {}
+
+
+def _upstream(gate: Path) -> Upstream:
+    """The proxy's way to rank 0's real listeners, from the endpoints rank 1 wrote."""
+    def where(mesh: str) -> Tuple[str, int]:
+        line = json.loads((gate / "endpoints.json").read_text())[0].split("\n")[MESHES.index(mesh)]
+        return "127.0.0.1", int(re.search(r";port=(\d+)", line)[1])
+    return where
+
+
+def _run(fault: Optional[str]) -> Tuple[JobResult, Proxy]:
+    """The job through a proxy with ``fault`` (None: faithful), run once per module."""
+    if fault not in _runs:
+        gate = Path(tempfile.mkdtemp(prefix="ring-tamper-"))
+        proxy = Proxy(_upstream(gate), FAULTS.get(fault))
+        try:
+            proc, tag = start_job_tagged(NP, [WORKER, gate, proxy.ports["data"], proxy.ports["control"], STEPS],
+                                         env=ENV)
+            _runs[fault] = (finish(proc, tag, timeout=30), proxy)
+        finally:
+            proxy.close()
+            shutil.rmtree(gate, ignore_errors=True)
+    return _runs[fault]
+
+
+def test_faithful_proxy_gives_bitwise_correct_results() -> None:
+    job, proxy = _run(None)
+    assert job.returncode == 0, job.tail()
+    assert all(f"{r}: ok {STEPS} steps" in job.output for r in range(NP)), job.tail()
+    assert all(count > 0 for count in proxy.frames.values()), proxy.frames  # both meshes, both ways
+    assert proxy.errors == [] and proxy.fault_at is None
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_altered_frame_ends_the_job_on_every_rank(fault: str) -> None:
+    job, proxy = _run(fault)
+    f = FAULTS[fault]
+    assert proxy.fault_at is not None, f"the proxy saw only {proxy.frames} frames:\n{job.tail()}"
+    assert "AssertionError" not in job.output and " ok " not in job.output, job.tail()  # no wrong number
+    assert job.returncode != 0, job.tail()
+    caught = job.caught()
+    assert sorted(caught) == list(range(NP)), job.tail()
+    for rank, err in caught.items():
+        took = err.at - proxy.fault_at
+        print(f"{fault}: rank {rank} raised {err.cls} {took:.3f} s after the fault: {err.message}")
+        assert err.cls == "PeerFailureError", job.tail()
+        assert f"lost rank {SENDER[f.direction]} (" in err.message, job.tail()
+        assert "failed authentication" in err.message, job.tail()
+        assert took < DEADLINE_SECONDS, job.tail()
+
+
+@pytest.mark.parametrize("fault", [None, *sorted(FAULTS)])
+def test_nothing_left_behind(fault: Optional[str]) -> None:
+    job, _ = _run(fault)
+    assert job.job_id is not None, job.tail()
+    assert job.leftover_processes == [] and job.leftover_segments == [], job.tail()
