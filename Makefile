@@ -9,6 +9,8 @@
 #   make slow-test    the slow-marked tests (pytest -m slow), outside make test
 #   make mxnet-test   ring_strategy.mxnet's tests in .venv-mxnet (MXNet 1.9.1 and
 #                     numpy < 1.24, which cannot share .venv); after `make build`
+#   make bench        the standard benchmark set (docs/performance.md's Results);
+#                     rewrites that doc's tables and plot; after `make build`
 #   make demo         PyTorch Lightning, Trainer(strategy="ring") on two workers:
 #                     the script starts its second worker itself
 #   make clean        remove build outputs (keeps .venv; `make distclean` too)
@@ -43,7 +45,7 @@ BUILD_TOOLS := "scikit-build-core>=0.10" "nanobind>=2.4" "cmake>=3.18" ninja
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: venv build sysdeps native-test test slow-test mxnet-test large-tensor-test chaos-test demo clean distclean
+.PHONY: venv build sysdeps native-test test slow-test mxnet-test large-tensor-test chaos-test bench demo clean distclean
 
 # ---------------------------------------------------------------- venv
 $(VPY):
@@ -151,6 +153,13 @@ large-tensor-test: build
 # 100 jobs, each with one random fault (CHAOS_JOBS=N for another count).
 chaos-test: build
 	python -m pytest -q -s --timeout=7200 -m slow tests/reliability/test_chaos.py $(PYTEST_ARGS)
+
+# The standard benchmark set under mpirun, ringrun and (as root) namespace
+# hosts; rewrites the generated regions of docs/performance.md and its plot.
+# Not part of make test: it takes minutes and its figures depend on the host.
+bench:
+	@ls ring_strategy/_native*.so >/dev/null 2>&1 || { echo "bench: no ring_strategy/_native*.so: run make build first"; exit 1; }
+	$(VPY) -m ring_strategy.bench.standard --docs docs/performance.md
 
 # The numpy version of the demo: ringrun -np 2 python examples/numpy_logreg.py
 demo: venv build

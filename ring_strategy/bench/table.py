@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from ring_strategy.bench.membw import ALLREDUCE_MEMORY_TRAFFIC_PER_BUSBW, allreduce_limit_busbw
 from ring_strategy.bench.results import Measurement, Row
 
-__all__ = ["Layout", "header_lines", "row_line", "footer_lines", "case_lines", "json_rows", "write_json"]
+__all__ = ["Layout", "format_time", "header_lines", "row_line", "footer_lines", "case_lines", "json_rows", "write_json"]
 
 _LEFT = f"{'size':>12}  {'count':>12}  {'type':>8}  {'redop':>6}"
 _LEFT_UNITS = f"{'(B)':>12}  {'(elements)':>12}  {'':>8}  {'':>6}"
@@ -46,7 +46,7 @@ class Layout:
         return 100.0 * busbw / limit
 
 
-def _time(seconds: Optional[float]) -> str:
+def format_time(seconds: Optional[float]) -> str:
     """Microseconds with nccl-tests' precision: fewer decimals as times grow."""
     if seconds is None:
         return "n/a"
@@ -100,14 +100,14 @@ def header_lines(layout: Layout, ranks: int, dtype: str, iters: int, warmup: int
 def row_line(row: Row, layout: Layout) -> str:
     """One size row."""
     ours = row.ours
-    line = (f"{row.size_bytes:>12}  {row.count:>12}  {row.dtype:>8}  {row.redop:>6}  {_time(ours.time_s):>7}  "
+    line = (f"{row.size_bytes:>12}  {row.count:>12}  {row.dtype:>8}  {row.redop:>6}  {format_time(ours.time_s):>7}  "
             f"{_bw(row.algbw(ours)):>6}  {_bw(row.busbw(ours)):>6}  {_wrong(ours):>6}")
     if layout.membw_gbps is not None:
         percent = layout.mem_percent(row)
         line += f"  {'-' if percent is None else f'{percent:.0f}%':>5}"
     for peer in row.peers:
         ratio = row.ratio(peer)
-        line += (f"  {_time(peer.time_s):>7}  {_bw(row.busbw(peer)):>6}  "
+        line += (f"  {format_time(peer.time_s):>7}  {_bw(row.busbw(peer)):>6}  "
                  f"{'n/a' if ratio is None else f'{ratio:.2f}x':>6}")
     return line
 
@@ -144,7 +144,7 @@ def case_lines(row: Row, descriptions: Dict[str, str], checked: bool) -> List[st
     for i, m in enumerate(row.results):
         ratio = row.ratio(m) if i else 1.0
         wrong = _wrong(m) if checked else "N/A"
-        lines.append(f"{m.backend:>22}  {_time(m.time_s):>9}  {_bw(row.algbw(m)):>6}  {_bw(row.busbw(m)):>6}  "
+        lines.append(f"{m.backend:>22}  {format_time(m.time_s):>9}  {_bw(row.algbw(m)):>6}  {_bw(row.busbw(m)):>6}  "
                      f"{wrong:>6}  {'n/a' if ratio is None else f'{ratio:.2f}x':>7}")
     return lines
 
