@@ -143,13 +143,12 @@ mxnet-test: $(MXNET_VENV)/.deps-stamp
 # in .venv, so nothing resolves a CUDA build), in a venv of their own: they
 # cannot share .venv with constraints.txt's newest ones. ring_strategy and the
 # _native module `make build` made come from this checkout through PYTHONPATH.
-# TensorFlow 2.16 needs numpy < 2, and Lightning 2.0's lightning_fabric imports
-# pkg_resources (setuptools < 81). JAX is left out, so are its Keras runs.
+# TensorFlow 2.16 brings numpy < 2. JAX is left out, so are its Keras runs.
 # Downloads about 600 MB; not part of `make test`. docs/versions.md lists what
 # was tested and the result.
 OLDEST_VENV  := .venv-oldest
 OLDEST_PY    := $(CURDIR)/$(OLDEST_VENV)/bin/python
-OLDEST_PINS  := "torch==2.13.0" "pytorch-lightning==2.0.0" "keras==3.3.3" "tensorflow-cpu==2.16.2" "setuptools<81"
+OLDEST_PINS  := "torch==2.13.0" "pytorch-lightning==2.4.0" "keras==3.5.0" "tensorflow-cpu==2.16.2"
 OLDEST_TESTS := tests/lightning/test_lightning.py tests/tensorflow/test_tensorflow.py tests/keras/test_keras_fit.py
 
 $(OLDEST_PY):
