@@ -11,6 +11,8 @@
 #                     numpy < 1.24, which cannot share .venv); after `make build`
 #   make bench        the standard benchmark set (docs/performance.md's Results);
 #                     rewrites that doc's tables and plot; after `make build`
+#   make oldest-test  the Lightning, Keras and TensorFlow tests against the oldest
+#                     releases the extras allow, in .venv-oldest; after `make build`
 #   make demo         PyTorch Lightning, Trainer(strategy="ring") on two workers:
 #                     the script starts its second worker itself
 #   make clean        remove build outputs (keeps .venv; `make distclean` too)
@@ -45,7 +47,7 @@ BUILD_TOOLS := "scikit-build-core>=0.10" "nanobind>=2.4" "cmake>=3.18" ninja
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: venv build sysdeps native-test test slow-test mxnet-test large-tensor-test chaos-test bench demo clean distclean
+.PHONY: venv build sysdeps native-test test slow-test mxnet-test oldest-test large-tensor-test chaos-test bench demo clean distclean
 
 # ---------------------------------------------------------------- venv
 $(VPY):
@@ -145,6 +147,33 @@ mxnet-test: $(MXNET_VENV)/.deps-stamp
 slow-test: build
 	$(VPY) -m pytest -q --timeout=$(PYTEST_TIMEOUT) -m slow tests --ignore=tests/reliability/test_large_tensors.py \
 		--ignore=tests/reliability/test_chaos.py $(PYTEST_ARGS)
+# The oldest releases of Lightning, Keras and TensorFlow that pyproject.toml's
+# extras allow, with torch 2.13.0 from the local CPU wheel (installed first, as
+# in .venv, so nothing resolves a CUDA build), in a venv of their own: they
+# cannot share .venv with constraints.txt's newest ones. ring_strategy and the
+# _native module `make build` made come from this checkout through PYTHONPATH.
+# TensorFlow 2.16 brings numpy < 2. JAX is left out, so are its Keras runs.
+# Downloads about 600 MB; not part of `make test`. docs/versions.md lists what
+# was tested and the result.
+OLDEST_VENV  := .venv-oldest
+OLDEST_PY    := $(CURDIR)/$(OLDEST_VENV)/bin/python
+OLDEST_PINS  := "torch==2.13.0" "pytorch-lightning==2.4.0" "keras==3.5.0" "tensorflow-cpu==2.16.2"
+OLDEST_TESTS := tests/lightning/test_lightning.py tests/tensorflow/test_tensorflow.py tests/keras/test_keras_fit.py
+
+$(OLDEST_PY):
+	$(PYTHON_BOOTSTRAP) -m venv $(OLDEST_VENV)
+	$(OLDEST_PY) -m pip install --upgrade pip
+
+$(OLDEST_VENV)/.deps-stamp: $(OLDEST_PY) Makefile
+	$(OLDEST_PY) -m pip install $(FIND_LINKS) "torch==2.13.0"
+	$(OLDEST_PY) -m pip install $(FIND_LINKS) $(OLDEST_PINS) pytest pytest-timeout
+	touch $@
+
+oldest-test: $(OLDEST_VENV)/.deps-stamp
+	@ls ring_strategy/_native*.so >/dev/null 2>&1 || { echo "oldest-test: no ring_strategy/_native*.so: run make build first"; exit 1; }
+	$(OLDEST_PY) -m pip list 2>/dev/null | grep -iE '^(torch|pytorch-lightning|keras|tensorflow-cpu|numpy) '
+	PATH=$(CURDIR)/$(OLDEST_VENV)/bin:$$PATH PYTHONPATH=$(CURDIR) $(OLDEST_PY) -m pytest -q --timeout=$(PYTEST_TIMEOUT) \
+	  $(OLDEST_TESTS) -k "not jax" $(PYTEST_ARGS)
 
 # Tensors over 2 GiB on 2 ranks (about 10 GiB of memory; not in make test).
 large-tensor-test: build
@@ -169,7 +198,7 @@ demo: venv build
 clean:
 	rm -rf build dist *.egg-info .pytest_cache
 	rm -f ring_strategy/_native*.so
-	find . \( -path ./$(VENV) -o -path ./$(MXNET_VENV) \) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+	find . \( -path ./$(VENV) -o -path ./$(MXNET_VENV) -o -path ./$(OLDEST_VENV) \) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
 distclean: clean
-	rm -rf $(VENV) $(MXNET_VENV)
+	rm -rf $(VENV) $(MXNET_VENV) $(OLDEST_VENV)

@@ -338,3 +338,39 @@ def test_compare_mpi_small_tensors_ends_each_turn_in_its_library():
 @pytest.mark.slow
 def test_compare_mpi_small_tensors_twenty_times():
     _compare_mpi_small_tensors(20)
+# ---------------------------------------------------------------- optional peers, plot, progress
+
+
+def test_bench_runs_with_torch_mpi4py_and_matplotlib_missing():
+    """The peers' libraries are optional: blocked here (None in sys.modules, as
+    if not installed), a comparison skips with the reason and --plot is refused
+    before the job starts."""
+    blocked = "import sys; sys.modules.update(dict.fromkeys(['torch', 'torch.distributed', 'mpi4py', 'matplotlib']))"
+    run = f"{blocked}; import runpy; runpy.run_module('ring_strategy.bench', run_name='__main__')"
+    result = run_alone([sys.executable, "-c", run, "--sizes", "4,1K", "--compare", "gloo,mpi", *FAST])
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "# --compare gloo: torch is not installed" in result.stdout
+    assert "# --compare mpi: mpi4py is not installed" in result.stdout
+    assert [int(row[0]) for row in table_rows("\n".join(f"[0] {l}" for l in result.stdout.splitlines()))["allreduce"]] \
+        == [4, 1024]
+    assert re.search(r"^# \[1/2\] allreduce 4 \(.* s so far\)$", result.stderr, re.M), result.stderr
+    assert re.search(r"^# \[2/2\] allreduce 1K ", result.stderr, re.M), result.stderr
+    refused = run_alone([sys.executable, "-c", run, "--plot", "x.png"])
+    assert refused.returncode == 2 and "--plot needs matplotlib" in refused.stderr, refused.stderr
+
+
+@pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None, reason="needs matplotlib")
+def test_plot_draws_busbw_on_a_log_scale():
+    from ring_strategy.bench.plot import sizes_figure
+    from ring_strategy.bench.results import Measurement, Row
+
+    rows = [Row("allreduce", size, size // 4, "float32", "sum", 1.0,
+                (Measurement("ring", size / 1e9 + 1e-5, 0), Measurement("gloo", size / 5e8 + 2e-5, 0)))
+            for size in (4, 4096, 1 << 20)]
+    fig = sizes_figure(rows, "test", mem_limit_gbps=3.0)
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    assert ax.get_ylabel() == "busbw (GB/s, log scale)"
+    assert [line.get_label() for line in ax.get_lines()] == ["allreduce, ring", "allreduce, gloo",
+                                                              "allreduce memory limit"]
+    fig.clf()

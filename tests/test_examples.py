@@ -32,3 +32,16 @@ def test_elastic_torch_trains_under_plain_ringrun(ringrun):
     assert len(losses) == 2 and losses[0] > losses[1], result.stdout
     assert "[0] parameters identical on all 2 workers: True" in result.stdout
     assert "reset" not in result.stdout, result.stdout
+
+
+def test_readme_pytorch_snippet_runs_under_ringrun(ringrun, tmp_path):
+    """The README's PyTorch section is a script a user can copy as it is."""
+    from tests.jobs import REPO_ROOT
+
+    section = (REPO_ROOT / "README.md").read_text().split("\n## PyTorch\n", 1)[1]
+    script = tmp_path / "train.py"
+    script.write_text(re.search(r"```python\n(.*?)```", section, re.S).group(1))
+    result = ringrun(2, [sys.executable, str(script)], timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    losses = {int(r): float(x) for r, x in re.findall(r"^\[\d\] rank (\d) of 2: loss ([\d.]+)$", result.stdout, re.M)}
+    assert sorted(losses) == [0, 1] and all(x < 1.0 for x in losses.values()), result.stdout

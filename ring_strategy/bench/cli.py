@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+import time
 from typing import List, Optional, Sequence
 
 import ring_strategy as rs
@@ -26,6 +28,13 @@ def say(line: str) -> None:
         print(line, flush=True)
 
 
+def progress(done: int, total: int, what: str, since: float) -> None:
+    """Prints ``# [done/total] what`` to stderr on rank 0 only, so that a long
+    sweep shows where it is while stdout keeps only the table."""
+    if rs.rank() == 0:
+        print(f"# [{done}/{total}] {what} ({time.monotonic() - since:.1f} s so far)", file=sys.stderr, flush=True)
+
+
 def _run_sizes(opts: Options, backends: Sequence[Backend]) -> None:
     membw = measure_copy_bandwidth() if opts.membw else None
     layout = Layout([b.name for b in backends[1:]], membw)
@@ -33,9 +42,11 @@ def _run_sizes(opts: Options, backends: Sequence[Backend]) -> None:
         say(line)
     rows: List[Row] = []
     dtype = numpy_dtype(opts.dtype)
+    started, total = time.monotonic(), len(opts.ops) * len(opts.sizes)
     for op in opts.ops:
         say(f"# {op}")
         for nbytes in opts.sizes:
+            progress(len(rows) + 1, total, f"{op} {format_size(nbytes)}", started)
             row = run_row(backends, op, nbytes, dtype, opts.iters, opts.warmup, opts.rounds, opts.check)
             rows.append(row)
             say(row_line(row, layout))

@@ -17,6 +17,12 @@ def _gloo_unavailable() -> str:
     """Why the gloo peer cannot run here, or "" when it can (same on every rank)."""
     if importlib.util.find_spec("torch") is None:
         return "torch is not installed (pip install 'ring-strategy[torch]'); skipping the gloo peer"
+    try:
+        import torch.distributed as dist
+    except ImportError as e:
+        return f"torch.distributed cannot be imported ({e}); skipping the gloo peer"
+    if not dist.is_available():
+        return "this torch is built without torch.distributed; skipping the gloo peer"
     if rs.local_size() != rs.size():
         return "the ranks span several hosts and the gloo peer meets on loopback; skipping the gloo peer"
     return ""

@@ -319,9 +319,15 @@ class RingStrategyMixin(_StrategyBase):
     # ------------------------------------------------------------ elastic
     @override
     def load_checkpoint(self, checkpoint_path: Any, weights_only: Optional[bool] = None) -> Dict[str, Any]:
-        """Loads a checkpoint; an elastic fit's restart loads its in-memory commit."""
+        """Loads a checkpoint; an elastic fit's restart loads its in-memory commit.
+
+        ``weights_only`` is passed on only when given: Lightning 2.5.0 and older
+        has no such parameter (and never passes it).
+        """
         if self._elastic is not None and str(checkpoint_path) == COMMIT_PATH:
             return self._elastic.load_commit()
+        if weights_only is None:
+            return super().load_checkpoint(checkpoint_path)
         return super().load_checkpoint(checkpoint_path, weights_only=weights_only)
 
     @override

@@ -3,14 +3,16 @@
 Outer phases (NEGOTIATE_*, ALLREDUCE, ...) are full-height bars; phases
 nested in them (MEMCPY_IN_FUSION_BUFFER, RING_ALLREDUCE, ...) are drawn
 inside as thinner bars; each rank's readiness is a tick labelled with the
-rank under the negotiation bar.
+rank under the negotiation bar. The time axis is in milliseconds since the
+trace's first event; the legend stands to the right of the plot, clear of
+the bars.
 """
 
 from __future__ import annotations
 
-from typing import Dict, List, Tuple
+from typing import Any, Dict, List, Tuple
 
-__all__ = ["render"]
+__all__ = ["figure", "render"]
 
 _COLORS = {
     "NEGOTIATE": "#c9c9c9",
@@ -38,13 +40,36 @@ def _ticks(events: List[dict]) -> Dict[int, List[Tuple[float, str]]]:
     return ticks
 
 
-def render(events: List[dict], out_path: str, max_rows: int = 24) -> None:
-    """Writes a PNG of the first ``max_rows`` tensors' phases to ``out_path``."""
+def _origin(events: List[dict]) -> float:
+    """The trace's first timestamp (µs), 0 for a trace without one."""
+    return min((e["ts"] for e in events if "ts" in e), default=0.0)
+
+
+def _legend(ax: Any) -> None:
+    from matplotlib.patches import Patch
+
+    handles = [Patch(color=c, label=label) for label, c in [
+        ("NEGOTIATE_<OP>\n(ticks: ranks ready)", _COLORS["NEGOTIATE"]), ("<OP> on rank 0", "#7fbf7b"),
+        ("MEMCPY_IN_FUSION_BUFFER", _COLORS["MEMCPY_IN_FUSION_BUFFER"]),
+        ("the collective\n(RING_ALLREDUCE, ...)", _COLORS["RING"]),
+        ("MEMCPY_OUT_FUSION_BUFFER", _COLORS["MEMCPY_OUT_FUSION_BUFFER"])]]
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize=8)
+
+
+def figure(events: List[dict], max_rows: int = 24) -> Any:
+    """The picture of the first ``max_rows`` tensors' phases, as a matplotlib figure.
+
+    Args:
+        events: The trace's events (:func:`ring_strategy.timeline.load`).
+        max_rows: Tensors to draw, in the order they first appear.
+
+    Returns:
+        The figure (the caller closes it); its x axis is in ms since the first event.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.patches import Patch
 
     from ring_strategy.timeline.trace import phases
 
@@ -52,26 +77,32 @@ def render(events: List[dict], out_path: str, max_rows: int = 24) -> None:
     names = list(spans)[:max_rows]
     pids = {e["args"]["name"]: e["pid"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"}
     ticks = _ticks(events)
-    fig, ax = plt.subplots(figsize=(12, 0.45 * len(names) + 1.5))
+    t0 = _origin(events)
+    fig, ax = plt.subplots(figsize=(14, 0.45 * len(names) + 1.5))
     for row, name in enumerate(names):
         y = len(names) - 1 - row
         for phase, start, end in spans[name]:
             inner = not (phase.startswith("NEGOTIATE") or phase.isalpha())
             height = 0.4 if inner else 0.8
-            ax.barh(y, max(end - start, 1.0), left=start, height=height, color=_color(phase), edgecolor="black",
-                    linewidth=0.3)
+            ax.barh(y, max(end - start, 1.0) / 1e3, left=(start - t0) / 1e3, height=height, color=_color(phase),
+                    edgecolor="black", linewidth=0.3)
         for ts, rank in ticks.get(pids.get(name, -1), []):
-            ax.plot([ts, ts], [y - 0.4, y + 0.4], color="black", linewidth=0.8)
-            ax.text(ts, y - 0.45, rank, fontsize=6, ha="center", va="top")
+            ms = (ts - t0) / 1e3
+            ax.plot([ms, ms], [y - 0.4, y + 0.4], color="black", linewidth=0.8)
+            ax.text(ms, y - 0.45, rank, fontsize=6, ha="center", va="top")
     ax.set_yticks(range(len(names)))
     ax.set_yticklabels(list(reversed(names)), fontsize=8)
-    ax.set_xlabel("time since the timeline started (µs)")
-    legend = [Patch(color=c, label=label) for label, c in [
-        ("NEGOTIATE_<OP> (ticks: ranks ready)", _COLORS["NEGOTIATE"]), ("<OP> on rank 0", "#7fbf7b"),
-        ("MEMCPY_IN_FUSION_BUFFER", _COLORS["MEMCPY_IN_FUSION_BUFFER"]), ("the collective (RING_ALLREDUCE, ...)",
-                                                                        _COLORS["RING"]),
-        ("MEMCPY_OUT_FUSION_BUFFER", _COLORS["MEMCPY_OUT_FUSION_BUFFER"])]]
-    ax.legend(handles=legend, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=3, fontsize=8)
+    ax.set_xlabel("time since the start of the trace (ms)")
+    ax.set_xlim(left=0)
+    _legend(ax)
     fig.tight_layout()
-    fig.savefig(out_path, dpi=110)
+    return fig
+
+
+def render(events: List[dict], out_path: str, max_rows: int = 24) -> None:
+    """Writes a PNG of :func:`figure` to ``out_path``."""
+    import matplotlib.pyplot as plt
+
+    fig = figure(events, max_rows)
+    fig.savefig(out_path, dpi=110, bbox_inches="tight")
     plt.close(fig)

@@ -93,3 +93,28 @@ def test_start_timeline_to_an_unwritable_path_is_a_clear_error(tmp_path):
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
     assert "error: cannot write the timeline to '/nonexistent-dir/trace.json'" in result.stdout, result.stderr
+
+
+def test_render_draws_milliseconds_from_the_start_with_the_legend_beside():
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    from ring_strategy.timeline.render import figure
+
+    t0 = 5_000_000.0  # µs since an arbitrary epoch, as the engine writes them
+    events = [
+        {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "grad"}},
+        {"ph": "B", "name": "NEGOTIATE_ALLREDUCE", "pid": 1, "ts": t0},
+        {"ph": "i", "name": "0", "pid": 1, "ts": t0 + 100, "s": "p"},
+        {"ph": "E", "name": "NEGOTIATE_ALLREDUCE", "pid": 1, "ts": t0 + 500},
+        {"ph": "B", "name": "ALLREDUCE", "pid": 1, "ts": t0 + 500},
+        {"ph": "E", "name": "ALLREDUCE", "pid": 1, "ts": t0 + 2500},
+    ]
+    fig = figure(events)
+    ax = fig.axes[0]
+    assert ax.get_xlabel() == "time since the start of the trace (ms)"
+    bars = sorted((p.get_x(), p.get_x() + p.get_width()) for p in ax.patches)
+    assert bars == [pytest.approx((0.0, 0.5)), pytest.approx((0.5, 2.5))]
+    fig.canvas.draw()
+    legend, axes = ax.get_legend().get_window_extent(), ax.get_window_extent()
+    assert legend.x0 >= axes.x1  # beside the plot, not over the bars
+    fig.clf()
