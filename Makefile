@@ -73,7 +73,7 @@ venv: $(VENV)/.deps-stamp
 #    from anywhere else load the same, fresh module. After editing C++ just run
 #    `make build` (or `cmake --build build/py`).
 $(VENV)/.editable-stamp: $(VENV)/.deps-stamp pyproject.toml constraints.txt
-	RING_EDITABLE_SOURCE_TREE=1 $(PIP) install --no-build-isolation $(CONSTRAINTS) -e ".[test,lightning,keras,tensorflow,jax,ray,spark]"
+	RING_EDITABLE_SOURCE_TREE=1 $(PIP) install --no-build-isolation $(CONSTRAINTS) -e ".[test,lightning,keras,tensorflow,jax,ray,spark,bench]"
 	touch $@
 
 $(PY_BUILD)/build.ninja: $(VENV)/.deps-stamp
