@@ -1,7 +1,8 @@
 """Faults on real network links between namespace hosts (tests/multihost):
 encrypted links (--encrypt) carry every op and what they cost on a 1 Gbit/s
 link; a link with 1% loss, reordering and 5 ms of delay with jitter keeps
-results bitwise exact; a host cut off mid-job ends the job on every rank
+results bitwise exact, on ``tc netem`` where the kernel has it and on a
+userspace relay between TUN devices (relay.py) everywhere; a host cut off mid-job ends the job on every rank
 within the time limit, with an error naming the unreachable host.
 
 Marked ``netns``; skipped unless root with iproute2 and OpenSSH.
@@ -20,6 +21,7 @@ import pytest
 
 from .jobs import REPO_ROOT, ringrun_in, start_ringrun_in
 from .netns import Cluster
+from .relay import ImpairedLink
 
 pytestmark = pytest.mark.netns
 
@@ -27,10 +29,10 @@ PY = sys.executable
 GRID = REPO_ROOT / "tests" / "workers" / "grid.py"
 
 
-def _bench(cluster: Cluster, report: Path, *flags: str) -> float:
+def _bench(cluster: Cluster, report: Path, *flags: str, iters: int = 5) -> float:
     """busbw (GB/s) of a 16 MiB allreduce, 2 hosts x 1 rank."""
     result = ringrun_in(cluster, 0, [*flags, "-H", cluster.hosts([1, 1]), PY, "-m", "ring_strategy.bench", "--ops",
-                                     "allreduce", "--sizes", "16M", "--iters", "5", "--warmup", "2", "--json",
+                                     "allreduce", "--sizes", "16M", "--iters", str(iters), "--warmup", "2", "--json",
                                      str(report)], timeout=150)
     assert result.returncode == 0, result.stderr[-3000:]
     (row,) = json.loads(report.read_text())
@@ -74,6 +76,32 @@ def test_lossy_reordering_delayed_link_keeps_results_exact(cluster: Cluster, tmp
     with capsys.disabled():
         print(f"\n[netns] allreduce 16 MiB, 1% loss + 5 ms +-1 ms delay + 10% reordering: busbw {impaired:.4f} "
               f"GB/s against {clean:.4f} GB/s on the clean link")
+
+
+# 1% loss, 5 ms +-1 ms of delay, 10% of packets held back behind the next one.
+_RELAY_FLAGS = ["--loss", "0.01", "--delay-ms", "5", "--jitter-ms", "1", "--reorder", "0.1"]
+
+
+def test_lossy_reordering_delayed_relay_link_keeps_results_exact(cluster: Cluster, tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture) -> None:
+    """The same faults as above made in userspace: ranks advertise the relay's TUN
+    addresses (--network-interface), so all their traffic crosses it; ssh keeps eth0."""
+    if not Path("/dev/net/tun").exists():
+        pytest.skip("no /dev/net/tun for the relay link")
+    clean = _bench(cluster, tmp_path / "clean.json", iters=3)
+    link = ImpairedLink(cluster.namespaces[0], cluster.namespaces[1], _RELAY_FLAGS)
+    over_link = ["--network-interface", link.name]
+    with link:
+        result = ringrun_in(cluster, 0, [*over_link, "-H", cluster.hosts([1, 1]), PY, str(GRID)], timeout=240)
+        assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
+        assert result.stdout.count("all checks passed") == 2, result.stdout[-3000:]
+        impaired = _bench(cluster, tmp_path / "impaired.json", *over_link, iters=3)
+    counters = link.counters
+    with capsys.disabled():
+        print(f"\n[netns] allreduce 16 MiB over the relay (1% loss + 5 ms +-1 ms delay + 10% reordering): busbw "
+              f"{impaired:.4f} GB/s against {clean:.4f} GB/s on the clean link; relay {counters}")
+    assert counters["received"] > 10000, counters  # the ranks' traffic went over the relay
+    assert counters["dropped"] > 0 and counters["held"] > 0 and counters["reordered"] > 0, counters
 
 
 _TRAIN = """
