@@ -1,7 +1,8 @@
 """Faults on real network links between namespace hosts (tests/multihost):
 encrypted links (--encrypt) carry every op and what they cost on a 1 Gbit/s
 link; a link with 1% loss, reordering and 5 ms of delay with jitter keeps
-results bitwise exact; a host cut off mid-job ends the job on every rank
+results bitwise exact, on ``tc netem`` where the kernel has it and on a
+userspace relay between TUN devices (relay.py) everywhere; a host cut off mid-job ends the job on every rank
 within the time limit, with an error naming the unreachable host.
 
 Marked ``netns``; skipped unless root with iproute2 and OpenSSH.
@@ -20,6 +21,7 @@ import pytest
 
 from .jobs import REPO_ROOT, ringrun_in, start_ringrun_in
 from .netns import Cluster
+from .relay import ImpairedLink
 
 pytestmark = pytest.mark.netns
 
@@ -27,10 +29,10 @@ PY = sys.executable
 GRID = REPO_ROOT / "tests" / "workers" / "grid.py"
 
 
-def _bench(cluster: Cluster, report: Path, *flags: str) -> float:
+def _bench(cluster: Cluster, report: Path, *flags: str, iters: int = 5) -> float:
     """busbw (GB/s) of a 16 MiB allreduce, 2 hosts x 1 rank."""
     result = ringrun_in(cluster, 0, [*flags, "-H", cluster.hosts([1, 1]), PY, "-m", "ring_strategy.bench", "--ops",
-                                     "allreduce", "--sizes", "16M", "--iters", "5", "--warmup", "2", "--json",
+                                     "allreduce", "--sizes", "16M", "--iters", str(iters), "--warmup", "2", "--json",
                                      str(report)], timeout=150)
     assert result.returncode == 0, result.stderr[-3000:]
     (row,) = json.loads(report.read_text())
@@ -74,6 +76,72 @@ def test_lossy_reordering_delayed_link_keeps_results_exact(cluster: Cluster, tmp
     with capsys.disabled():
         print(f"\n[netns] allreduce 16 MiB, 1% loss + 5 ms +-1 ms delay + 10% reordering: busbw {impaired:.4f} "
               f"GB/s against {clean:.4f} GB/s on the clean link")
+
+
+# 1% loss, 5 ms +-1 ms of delay, 10% of packets held back behind the next one.
+_RELAY_FLAGS = ["--loss", "0.01", "--delay-ms", "5", "--jitter-ms", "1", "--reorder", "0.1"]
+
+
+def _relay_link(cluster: Cluster) -> ImpairedLink:
+    """The impaired relay link between hosts 0 and 1 (not started yet)."""
+    if not Path("/dev/net/tun").exists():
+        pytest.skip("no /dev/net/tun for the relay link")
+    return ImpairedLink(cluster.namespaces[0], cluster.namespaces[1], _RELAY_FLAGS)
+
+
+def _assert_impaired(counters: dict, packets: int) -> None:
+    """The ranks' traffic crossed the relay (at least ``packets``) and met every fault."""
+    assert counters["received"] > packets, counters
+    assert counters["dropped"] > 0 and counters["held"] > 0 and counters["reordered"] > 0, counters
+
+
+_EVERY_OP = """
+    import numpy as np, ring_strategy as rs
+    from tests.workers.checks import equal
+    rs.init()
+    n, me = rs.size(), rs.rank()
+    count = 1 << 18
+    x = (np.arange(count) % 7 + me).astype(np.float32)
+    equal(rs.allreduce(x, op=rs.Sum, name="ar"), sum((np.arange(count) % 7 + r).astype(np.float32) for r in range(n)))
+    equal(rs.allgather(x, name="ag"), np.concatenate([(np.arange(count) % 7 + r).astype(np.float32) for r in range(n)]))
+    equal(rs.broadcast(x, root_rank=1, name="bc"), (np.arange(count) % 7 + 1).astype(np.float32))
+    rows = x.reshape(n, -1)
+    equal(rs.alltoall(rows, name="a2a"), np.stack([(np.arange(count) % 7 + r).astype(np.float32).reshape(n, -1)[me]
+                                                   for r in range(n)]))
+    equal(rs.reducescatter(rows, op=rs.Max, name="rsc"), (np.arange(count) % 7 + n - 1).astype(np.float32).reshape(n, -1)[me:me + 1])
+    print(f"rank {me}: all checks passed")
+    rs.shutdown()
+"""
+
+
+def test_every_op_is_exact_over_a_lossy_reordering_delayed_relay_link(cluster: Cluster) -> None:
+    """Ranks advertise the relay's TUN addresses (--network-interface), so all their
+    traffic crosses it while ssh keeps eth0; one MiB per op meets every fault."""
+    link = _relay_link(cluster)
+    with link:
+        result = ringrun_in(cluster, 0, ["--network-interface", link.name, "-H", cluster.hosts([1, 1]),
+                                         PY, "-c", textwrap.dedent(_EVERY_OP)], timeout=120)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
+    assert result.stdout.count("all checks passed") == 2, result.stdout[-3000:]
+    _assert_impaired(link.counters, 2000)
+
+
+@pytest.mark.slow  # about 50 s: the whole grid, op by op, at a 10 ms round trip with loss
+def test_lossy_reordering_delayed_relay_link_keeps_the_grid_exact(cluster: Cluster, tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture) -> None:
+    """The faults of the netem test above, made in userspace where the kernel lacks netem."""
+    link = _relay_link(cluster)
+    clean = _bench(cluster, tmp_path / "clean.json", iters=3)
+    over_link = ["--network-interface", link.name]
+    with link:
+        result = ringrun_in(cluster, 0, [*over_link, "-H", cluster.hosts([1, 1]), PY, str(GRID)], timeout=240)
+        assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
+        assert result.stdout.count("all checks passed") == 2, result.stdout[-3000:]
+        impaired = _bench(cluster, tmp_path / "impaired.json", *over_link, iters=3)
+    with capsys.disabled():
+        print(f"\n[netns] allreduce 16 MiB over the relay (1% loss + 5 ms +-1 ms delay + 10% reordering): busbw "
+              f"{impaired:.4f} GB/s against {clean:.4f} GB/s on the clean link; relay {link.counters}")
+    _assert_impaired(link.counters, 10000)
 
 
 _TRAIN = """
