@@ -114,6 +114,36 @@ _EVERY_OP = """
 """
 
 
+def test_host_cut_off_mid_job_ends_every_rank_naming_it(cluster: Cluster, tmp_path: Path) -> None:
+    marker = tmp_path / "running"
+    proc = start_ringrun_in(cluster, 0, ["-H", cluster.hosts([1, 1]), PY, "-c", textwrap.dedent(_TRAIN), str(marker)],
+                            env={"RING_TIMEOUT_SECONDS": "3"})
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "the job did not start training"
+            time.sleep(0.05)
+        cut = time.monotonic()
+        cluster.set_link(1, up=False)
+        try:
+            out, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+            pytest.fail(f"the job went on 30 s after the cut:\n{(out + err)[-4000:]}")
+        took = time.monotonic() - cut
+    finally:
+        cluster.set_link(1, up=True)
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode != 0
+    assert "10.99.0.11" in out + err, (out + err)[-4000:]
+    assert took < 30, took
+    print(f"[netns] host cut off: the job ended {took:.1f} s later")
+
+
+# After the cut-off test: a host cut off mid-job is timed from a fresh cluster state.
 def test_every_op_is_exact_over_a_lossy_reordering_delayed_relay_link(cluster: Cluster) -> None:
     """Ranks advertise the relay's TUN addresses (--network-interface), so all their
     traffic crosses it while ssh keeps eth0; one MiB per op meets every fault."""
@@ -154,32 +184,3 @@ _TRAIN = """
         if step == 20 and rs.rank() == 0:
             open(marker, "w").close()
 """
-
-
-def test_host_cut_off_mid_job_ends_every_rank_naming_it(cluster: Cluster, tmp_path: Path) -> None:
-    marker = tmp_path / "running"
-    proc = start_ringrun_in(cluster, 0, ["-H", cluster.hosts([1, 1]), PY, "-c", textwrap.dedent(_TRAIN), str(marker)],
-                            env={"RING_TIMEOUT_SECONDS": "3"})
-    try:
-        deadline = time.monotonic() + 60
-        while not marker.exists():
-            assert proc.poll() is None and time.monotonic() < deadline, "the job did not start training"
-            time.sleep(0.05)
-        cut = time.monotonic()
-        cluster.set_link(1, up=False)
-        try:
-            out, err = proc.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, err = proc.communicate()
-            pytest.fail(f"the job went on 30 s after the cut:\n{(out + err)[-4000:]}")
-        took = time.monotonic() - cut
-    finally:
-        cluster.set_link(1, up=True)
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode != 0
-    assert "10.99.0.11" in out + err, (out + err)[-4000:]
-    assert took < 30, took
-    print(f"[netns] host cut off: the job ended {took:.1f} s later")
