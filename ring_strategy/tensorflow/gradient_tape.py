@@ -130,9 +130,8 @@ def allreduce_gradients(grads: List[Any], op: int, compression: Any, sparse_as_d
             return allreduce_gradients(shared, op, compression, sparse_as_dense, predivide, label,
                                        process_set=process_set)
 
-        place = _check_process_set(process_set)
-        return reduce_except_local(grads, local, reduce, scale_local,
-                                   lambda g, _: _divided(g, set_size(place)), process_set)
+        n = set_size(_check_process_set(process_set))  # one size op per step, read when it runs
+        return reduce_except_local(grads, local, reduce, scale_local, lambda g, _: _divided(g, n), process_set)
     place = _check_process_set(process_set)
     prescale, postscale = predivide_scales(op, predivide)
     out = list(grads)
