@@ -23,7 +23,7 @@ import numpy as np
 from ring_strategy._contracts import job_shm_paths
 from tests.jobs import JobResult, finish_job, job_environment, ringrun_command, start_job
 
-__all__ = ["DETECT_SECONDS", "RECOVER_SECONDS", "ElasticJob", "Finished", "WORKER", "timings"]
+__all__ = ["DETECT_SECONDS", "RECOVER_SECONDS", "ElasticJob", "Finished", "WORKER", "clean", "timings"]
 
 WORKER = Path(__file__).resolve().parent / "elastic_train.py"
 _JOB = re.compile(r"^ringrun: job ([0-9a-f]+):", re.M)
@@ -200,3 +200,9 @@ def timings(run: Finished, survivors: Sequence[int], world: int, what: str,
     assert {caught[s][0] for s in survivors} == {error}, caught
     assert detect < detect_within and recover < recover_within, run.tail()
     return detect, recover
+
+
+def clean(run: Finished) -> None:
+    """No worker process and no shared-memory name of the job is left."""
+    assert run.leftover_processes == [], f"{run.leftover_processes}\n{run.tail()}"
+    assert run.leftover_segments == [], run.leftover_segments

@@ -17,17 +17,12 @@ from typing import Dict, List
 
 import numpy as np
 import pytest
-from elastic_jobs import ElasticJob, Finished, params, timings
+from elastic_jobs import ElasticJob, Finished, clean, params, timings
 from elastic_train import reference
 
 HOSTS = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
 STEPS = 40
 END_SECONDS = 30.0  # an elastic job that must fail ends within this
-
-
-def _clean(run: Finished) -> None:
-    assert run.leftover_processes == [], f"{run.leftover_processes}\n{run.tail()}"
-    assert run.leftover_segments == [], run.leftover_segments
 
 
 def _finished_equal(run: Finished, steps: int) -> np.ndarray:
@@ -66,7 +61,7 @@ def test_failed_worker_3_to_2(tmp_path: Path, mode: str) -> None:
     assert set(run.synced_steps(2).values()) == {15}, run.synced_steps(2)
     _finished_equal(run, STEPS)
     timings(run, [0, 2], 2, f"{mode} of 1 of 3")
-    _clean(run)
+    clean(run)
 
 
 def test_fixed_hosts_fault_tolerance(tmp_path: Path) -> None:
@@ -80,7 +75,7 @@ def test_fixed_hosts_fault_tolerance(tmp_path: Path) -> None:
         run.tail()
     assert sorted(run.started()) == [0, 1, 2], run.tail()
     _finished_equal(run, STEPS)
-    _clean(run)
+    clean(run)
 
 
 def test_rank0_killed(tmp_path: Path) -> None:
@@ -94,7 +89,7 @@ def test_rank0_killed(tmp_path: Path) -> None:
     assert run.done()[1][0] == 0, run.done()
     _finished_equal(run, STEPS)
     timings(run, [1, 2], 2, "sigkill of rank 0 of 3")
-    _clean(run)
+    clean(run)
 
 
 def test_world_that_cannot_form_is_skipped(tmp_path: Path) -> None:
@@ -110,7 +105,7 @@ def test_world_that_cannot_form_is_skipped(tmp_path: Path) -> None:
     assert "world 2 did not form" in run.output, run.tail()
     assert run.seconds < END_SECONDS, run.tail()
     _finished_equal(run, STEPS)
-    _clean(run)
+    clean(run)
 
 
 def test_stopped_worker_is_taken_for_lost(tmp_path: Path) -> None:
@@ -124,7 +119,7 @@ def test_stopped_worker_is_taken_for_lost(tmp_path: Path) -> None:
     _finished_equal(run, STEPS)
     # The timeout (3 s) plus the driver's grace for the silent member (5 s).
     timings(run, [0, 1], 2, "sigstop of 1 of 3", error="RingTimeoutError", recover_within=15.0)
-    _clean(run)
+    clean(run)
 
 
 def test_every_rank_resetting_reforms_the_same_workers(tmp_path: Path) -> None:
@@ -136,7 +131,7 @@ def test_every_rank_resetting_reforms_the_same_workers(tmp_path: Path) -> None:
     assert "every member of world 1 asked for a new world" in run.output and "blacklisted" not in run.output, run.tail()
     assert set(run.synced_steps(2).values()) == {10}, run.synced_steps(2)
     _finished_equal(run, STEPS)
-    _clean(run)
+    clean(run)
 
 
 def test_reset_without_elastic_launcher_reforms_the_same_ranks(tmp_path: Path) -> None:
@@ -148,7 +143,7 @@ def test_reset_without_elastic_launcher_reforms_the_same_ranks(tmp_path: Path) -
     assert {w: len(set(p)) for w, p in _pids(run).items()} == {0: 1, 1: 1}, _pids(run)
     assert run.synced_steps(0) == {0: 10, 1: 10}, run.tail()  # the last sync, after the reset: from the commit
     _finished_equal(run, STEPS)
-    _clean(run)
+    clean(run)
 
 
 def test_host_added_2_to_3(tmp_path: Path) -> None:
@@ -170,7 +165,7 @@ def test_host_added_2_to_3(tmp_path: Path) -> None:
     assert sorted(synced) == [0, 1, 2] and len(set(synced.values())) == 1, f"world 2 sync: {synced}"
     assert "blacklisted" not in run.output and "caught" not in run.output, run.tail()
     _finished_equal(run, steps)
-    _clean(run)
+    clean(run)
 
 
 def test_host_removed_then_listed_again(tmp_path: Path) -> None:
@@ -192,7 +187,7 @@ def test_host_removed_then_listed_again(tmp_path: Path) -> None:
     assert "blacklisted" not in run.output and "caught" not in run.output, run.tail()
     assert len(set(run.synced(3).values())) == 1, run.synced(3)
     _finished_equal(run, steps)
-    _clean(run)
+    clean(run)
 
 
 def test_blacklist_cooldown_lets_the_host_back(tmp_path: Path) -> None:
@@ -205,7 +200,7 @@ def test_blacklist_cooldown_lets_the_host_back(tmp_path: Path) -> None:
     assert run.started().get(3, ("",))[0] == HOSTS[1], run.tail()
     assert run.worlds()[3] == [(0, HOSTS[0]), (2, HOSTS[2]), (3, HOSTS[1])], run.tail()
     _finished_equal(run, steps)
-    _clean(run)
+    clean(run)
 
 
 @pytest.mark.parametrize("case", ["reset-limit", "min-np-timeout", "every-host-failed"])
@@ -224,4 +219,4 @@ def test_job_ends_as_documented(tmp_path: Path, case: str) -> None:
     run = job.finish()
     assert run.returncode == 1 and message in run.output, run.tail()
     assert run.seconds < END_SECONDS, run.tail()
-    _clean(run)
+    clean(run)

@@ -11,7 +11,7 @@ from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from tests.elastic.elastic_jobs import DETECT_SECONDS, RECOVER_SECONDS, ElasticJob, Finished, params, timings
+from tests.elastic.elastic_jobs import DETECT_SECONDS, RECOVER_SECONDS, ElasticJob, Finished, clean, params, timings
 
 __all__ = ["HOSTS", "DETECT_SECONDS", "RECOVER_SECONDS", "ElasticJob", "Finished", "added_host", "check_added",
            "check_lost_one_of_three", "clean", "commits", "every_sample_once", "finished_equal", "pids",
@@ -24,12 +24,6 @@ _RESETS = re.compile(r"^\[(\d+)\] resets ([\d,]*)$", re.M)
 _STEPS_RUN = re.compile(r"^\[(\d+)\] steps run (\d+)$", re.M)
 _REFERENCE = re.compile(r"^\[\d+\] reference params ([0-9a-f]+)$", re.M)
 _TRAINED = re.compile(r"^\[(\d+)\] trained world (\d+) epoch (\d+) step (\d+) idx ([\d,]+)$", re.M)
-
-
-def clean(run: Finished) -> None:
-    """No worker process and no shared-memory name of the job is left."""
-    assert run.leftover_processes == [], f"{run.leftover_processes}\n{run.tail()}"
-    assert run.leftover_segments == [], run.leftover_segments
 
 
 def commits(run: Finished) -> List[Tuple[int, int, float]]:
