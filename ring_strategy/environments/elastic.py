@@ -20,7 +20,7 @@ from typing import Mapping, Optional, Tuple
 
 from ring_strategy import _config_values, _contracts as names
 from ring_strategy.environments.base import ClusterEnvironment, override
-from ring_strategy.environments.network import is_loopback
+from ring_strategy.environments.network import is_loopback, route_address, split_address
 from ring_strategy.environments.ringrun import _address, _int, _job_id, _secret
 
 __all__ = [
@@ -90,6 +90,8 @@ class ElasticEnvironment(ClusterEnvironment):
                          job_id=names.world_job_id(job_id, world.generation),
                          host_id=env.get(names.HOSTNAME) or "localhost")
         self._generation = world.generation
+        # The other hosts of the world, by the names the driver placed workers on.
+        self._peer_hosts = [h for _, h in world.members if h.lower() != self.host_id.lower()]
 
     @classmethod
     @override
@@ -100,6 +102,24 @@ class ElasticEnvironment(ClusterEnvironment):
     @override
     def world_generation(self) -> Optional[int]:
         return self._generation
+
+    @property
+    @override
+    def advertise_host(self) -> str:
+        """``RING_ADVERTISE_HOST`` when set, else this host's address on the
+        route to the first other host of the world that is not a loopback
+        name (workers may be placed on other machines at any world, so the
+        address is chosen per world); loopback when there is none."""
+        if self.cross_size == 1:
+            return "127.0.0.1"
+        explicit = os.environ.get(names.ADVERTISE_HOST, "").strip()
+        if explicit:
+            return explicit
+        far = next((h for h in self._peer_hosts if not is_loopback(h)), None)
+        if far is None:
+            return "127.0.0.1"
+        port = split_address(self.rendezvous_address)[1] if self.rendezvous_address else 22
+        return route_address(f"[{far}]:{port}" if ":" in far else f"{far}:{port}")
 
     @property
     @override

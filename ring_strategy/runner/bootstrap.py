@@ -15,7 +15,9 @@ ringrun -> host (stdin)
     create, removed when they have exited). It holds the job secret, which is why it travels here
     and never on a command line. Then any number of control lines: ``TERM``
     (SIGTERM to every worker's process group, SIGKILL after the grace period)
-    or ``KILL`` (SIGKILL now). End of file, which is also what ringrun's death
+    or ``KILL`` (SIGKILL now), or ``SHM ["PATH", ...]`` (more files to remove
+    with ``shm_paths``: an elastic worker's segments are named by the worlds it
+    joins). End of file, which is also what ringrun's death
     or a lost connection looks like, counts as ``TERM``.
 
 host -> ringrun (stdout), one line per message, ``KIND RANK PAYLOAD``
@@ -186,6 +188,8 @@ class Host:
                 for thread in self.pumps[rank]:
                     thread.join(max(0.0, deadline - time.monotonic()))
                 self.channel.send("x", rank, str(code))
+            elif event[1].startswith("SHM "):
+                self.spec["shm_paths"].extend(json.loads(event[1][4:]))
             elif event[1] == "KILL":
                 self.stopping = True
                 self.signal(signal.SIGKILL)

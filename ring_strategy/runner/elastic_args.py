@@ -17,7 +17,7 @@ from ring_strategy import _config_values as values
 from ring_strategy import _contracts as names
 from ring_strategy.environments.elastic import elastic_timeout
 from ring_strategy.runner.discovery import FixedHosts, HostDiscovery
-from ring_strategy.runner.hosts import HostSlots, is_this_host
+from ring_strategy.runner.hosts import HostSlots
 
 __all__ = ["ElasticSettings", "add_elastic_options", "elastic_settings"]
 
@@ -100,14 +100,7 @@ def elastic_settings(parser: argparse.ArgumentParser, args: argparse.Namespace,
         parser.error("give either -H/--hostfile or --host-discovery-script, not both")
     if script is None and args.slots_per_host is not None:
         parser.error("--slots-per-host is for --host-discovery-script")
-    for flag in ("output_filename", "network_interface"):
-        if getattr(args, flag) is not None:
-            parser.error(f"{_flag(flag)} is not supported for elastic jobs yet")
     np_, min_np, max_np = _sizes(parser, args, hosts)
-    if hosts is not None:
-        remote = [h.hostname for h in hosts if not is_this_host(h.hostname)]
-        if remote:
-            parser.error(f"elastic jobs run on this machine's addresses only for now. Got: host {remote[0]!r}")
     slots = args.slots_per_host if args.slots_per_host is not None else 1
     if slots < 1:
         parser.error(f"--slots-per-host should be a positive integer. Got: {slots}")

@@ -5,7 +5,9 @@ launch order and forms worlds (generations) from them
 (:mod:`ring_strategy.runner.membership`): the oldest worker is rank 0 and
 survivors keep their order. Each world is published in the job's store,
 where the workers' :class:`~ring_strategy.environments.ElasticEnvironment`
-finds it; the workers re-form their engine in their own processes.
+finds it; the workers re-form their engine in their own processes. A
+worker runs here or, on another host, behind its own ssh session
+(:mod:`ring_strategy.runner.elastic_workers`).
 
 What changes the membership:
 
@@ -51,6 +53,9 @@ from ring_strategy import _contracts as names
 from ring_strategy.runner.blacklist import Blacklist
 from ring_strategy.runner.discovery import DiscoveryError
 from ring_strategy.runner.elastic_args import ElasticSettings
+from ring_strategy.runner.elastic_workers import (
+    Group, spans_machines, start_worker, store_address, store_bind_host, world_shm_paths,
+)
 from ring_strategy.runner.hosts import HostSlots, is_this_host
 from ring_strategy.runner.job import Job, JobPlan, LocalWorkers, describe
 from ring_strategy.runner.membership import World, form_world
@@ -76,7 +81,7 @@ class _Worker:
 
     number: int
     host: str
-    group: LocalWorkers
+    group: Group
     returncode: Optional[int] = None
     leaving_since: Optional[float] = None  # when it was asked to leave
     stop_at: Optional[float] = None  # when to signal it next, once it overstays
@@ -113,7 +118,8 @@ class ElasticJob(Job):
         self.resets = 0
         self._discovered = False
         self._client: Optional[StoreClient] = None
-        self._address = ""
+        self._port = 0
+        self._spans = spans_machines(settings.discovery, plan.interface)
         self._said: Set[str] = set()
         self._reset_asked_at: Optional[float] = None  # when a member first asked to leave the current world
 
@@ -121,8 +127,14 @@ class ElasticJob(Job):
         top = "every slot" if self.settings.max_np is None else f"{self.settings.max_np}"
         return f"elastic, {self.settings.np} workers to start, at least {self.settings.min_np}, at most {top}"
 
+    def _store_bind_host(self) -> str:
+        return store_bind_host(self.plan, self._spans)
+
+    def _rendezvous_address(self, bound: str) -> str:
+        self._port = int(bound.rpartition(":")[2])
+        return store_address(self.plan, self._port)
+
     def _start_all(self, address: str) -> Optional[int]:
-        self._address = address
         self._client = StoreClient(address, self.secret, timeout=self.plan.start_timeout)
         return None
 
@@ -213,7 +225,7 @@ class ElasticJob(Job):
         waited = now - self._reset_asked_at
         for w in members:
             # A stopped process will not come; a running one may be busy computing.
-            grace = RESET_GRACE_SECONDS if _stopped(w.group.procs[w.number].pid) else self.plan.start_timeout
+            grace = RESET_GRACE_SECONDS if _stopped(w) else self.plan.start_timeout
             if w not in asked and w.signalled == 0 and waited >= grace:
                 log(f"{self._where(w)} did not leave world {g} within {grace:g} s of worker "
                     f"{asked[0].number}: taking it for lost")
@@ -244,6 +256,10 @@ class ElasticJob(Job):
         self.resets += counts
         self.world = world
         self._reset_asked_at = None
+        for rank, number in enumerate(world.workers):
+            group = self.workers[number].group
+            if not isinstance(group, LocalWorkers):  # this machine's are removed at the job's end
+                group.remove_at_exit(world_shm_paths(self.job_id, generation, rank))
         ranks = (f"rank {r} = worker {w} on {h}" for r, (w, h) in enumerate(world.members))
         log(f"world {generation}: " + ", ".join(ranks))
         return None
@@ -285,22 +301,25 @@ class ElasticJob(Job):
 
     def _start_worker(self, host: str) -> Optional[int]:
         number = len(self.workers)
+        here = is_this_host(host)
         env = elastic_worker_environment(
-            os.environ, worker=number, rendezvous_address=self._address, secret=self.secret, job_id=self.job_id,
+            os.environ if here else {}, worker=number, secret=self.secret, job_id=self.job_id,
+            rendezvous_address=store_address(self.plan, self._port, host),
             # A new worker waits in its world's rendezvous until the others
             # reach their next check of host updates.
             start_timeout=max(self.plan.start_timeout, self.settings.elastic_timeout),
             elastic_timeout=self.settings.elastic_timeout + _WORKER_WAIT_MARGIN_SECONDS, hostname=host,
         )
-        env[names.ADVERTISE_HOST] = "127.0.0.1"  # every host of an elastic job is this machine for now
         assert self.output is not None
-        group = LocalWorkers(self.plan.command, {number: env}, self.output, self.events, self.plan.grace)
+        group, code = start_worker(self.plan, host, here, number, env, self.job_id, self.output, self.events)
         self.groups.append(group)
-        code = group.start()
         if code is not None:
             return code
         self.workers[number] = _Worker(number, host, group)
-        log(f"started worker {number} on {host} (pid {group.procs[number].pid})")
+        if isinstance(group, LocalWorkers):
+            log(f"started worker {number} on {host} (pid {group.procs[number].pid})")
+        else:
+            log(f"started worker {number} on {host} over ssh")
         return None
 
     def _where(self, w: _Worker) -> str:
@@ -345,13 +364,7 @@ class ElasticJob(Job):
         except DiscoveryError as e:
             self._say_once(f"host discovery: {e}; keeping the last hosts")
             return
-        hosts = []
-        for h in listed:
-            if is_this_host(h.hostname):
-                hosts.append(h)
-            else:
-                self._say_once(f"host {h.hostname!r} is not this machine; elastic jobs run on this machine's "
-                               "addresses only for now: ignoring it")
+        hosts = list(listed)
         slots = {h.hostname.lower(): h.slots for h in hosts}
         before = {h.hostname.lower(): h.slots for h in self.hosts}
         grew = any(n > before.get(name, 0) for name, n in slots.items())
@@ -374,10 +387,13 @@ class ElasticJob(Job):
                 w.leaving_since = now
 
 
-def _stopped(pid: int) -> bool:
-    """Whether process ``pid`` is stopped (by a signal or a tracer)."""
+def _stopped(w: _Worker) -> bool:
+    """Whether worker ``w`` runs here and is stopped (by a signal or a tracer);
+    a worker on another host is never taken for stopped."""
+    if not isinstance(w.group, LocalWorkers):
+        return False
     try:
-        with open(f"/proc/{pid}/stat") as f:
+        with open(f"/proc/{w.group.procs[w.number].pid}/stat") as f:
             return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
     except (OSError, IndexError):
         return False

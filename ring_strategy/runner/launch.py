@@ -229,8 +229,11 @@ def _elastic_plan(parser: argparse.ArgumentParser, args: argparse.Namespace, com
                   elastic: ElasticSettings) -> JobPlan:
     """The plan of an elastic job: its driver places the workers as hosts come and go."""
     start_timeout = _start_timeout(parser, args.start_timeout)
+    _check_interface(parser, args.network_interface, remote=True)
+    output_dir = None if args.output_filename is None else os.path.abspath(args.output_filename)
     return JobPlan(command=command, hosts=[], local=[], size=elastic.np, start_timeout=start_timeout,
-                   grace=_grace_period(parser, args.grace_period), verbose=args.verbose)
+                   grace=_grace_period(parser, args.grace_period), verbose=args.verbose, output_dir=output_dir,
+                   ssh=_ssh_settings(parser, args, start_timeout), interface=args.network_interface)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -89,12 +89,18 @@ class Output:
         streams = {"stdout": sys.stdout, "stderr": sys.stderr, **(console or {})}
         self._console = {name: _binary(stream) for name, stream in streams.items()}
         self._files: Dict[Tuple[int, str], IO[bytes]] = {}
+        self._directory, self._size = directory, size
         if directory is not None:
             for rank in range(size):
-                path = rank_directory(directory, rank, size)
-                os.makedirs(path, exist_ok=True)
-                for stream in STREAMS:
-                    self._files[rank, stream] = open(os.path.join(path, stream), "wb")
+                self._open(rank)
+
+    def _open(self, rank: int) -> None:
+        """Creates the files of ``rank`` (an elastic job's worker numbers grow past its size)."""
+        assert self._directory is not None
+        path = rank_directory(self._directory, rank, self._size)
+        os.makedirs(path, exist_ok=True)
+        for stream in STREAMS:
+            self._files[rank, stream] = open(os.path.join(path, stream), "wb")
 
     def write(self, rank: int, stream: str, line: bytes) -> None:
         """Writes one line of ``rank`` on ``stream`` (``"stdout"`` or ``"stderr"``).
@@ -107,6 +113,11 @@ class Output:
         if not line.endswith(b"\n"):
             line += b"\n"
         with self._lock:
+            if self._directory is not None and (rank, stream) not in self._files:
+                try:
+                    self._open(rank)
+                except OSError:
+                    pass
             for dst, data in ((self._console[stream], b"[%d] %s" % (rank, line)),
                               (self._files.get((rank, stream)), line)):
                 if dst is None:
@@ -151,6 +162,7 @@ class Output:
         """Closes the per-rank files."""
         with self._lock:
             files, self._files = self._files, {}
+            self._directory = None  # later lines go to the console only
         for f in files.values():
             try:
                 f.close()

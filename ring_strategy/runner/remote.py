@@ -181,6 +181,11 @@ class RemoteWorkers:
             timer.daemon = True
             timer.start()
 
+    def remove_at_exit(self, paths_json: str) -> None:
+        """Asks the host to remove the files of the JSON list ``paths_json``
+        (shared-memory segments) once its workers have exited."""
+        self._send(b"SHM " + paths_json.encode("ascii") + b"\n")
+
     def _cut_off(self) -> None:
         if self._proc is None or self._proc.poll() is not None:
             return

@@ -116,10 +116,11 @@ class ElasticJob:
         env: Variables for the job (``TRAIN_*``).
         worker: The worker script (``elastic_train.py`` by default); another
             one takes the same ``TRAIN_PROGRESS`` and TAG arguments.
+        prefix: What ringrun's command line starts with (e.g. ``ip netns exec HOST``).
     """
 
     def __init__(self, directory: Path, hosts: Optional[Sequence[str]], args: Sequence[object],
-                 env: Optional[Dict[str, str]] = None, worker: Path = WORKER) -> None:
+                 env: Optional[Dict[str, str]] = None, worker: Path = WORKER, prefix: Sequence[str] = ()) -> None:
         self.hosts_file = directory / "hosts"
         self.progress_file = directory / "progress"
         self.tag = f"elastic-{uuid.uuid4().hex[:12]}"
@@ -127,7 +128,7 @@ class ElasticJob:
         if hosts is not None:
             self.set_hosts(hosts)
             discovery = ["--host-discovery-script", f"cat {shlex.quote(str(self.hosts_file))}"]
-        cmd = ringrun_command(None, ["-v", *discovery, *args, sys.executable, worker, self.tag])
+        cmd = [*prefix, *ringrun_command(None, ["-v", *discovery, *args, sys.executable, worker, self.tag])]
         variables = {"TRAIN_PROGRESS": str(self.progress_file), **(env or {})}
         self.started_at = time.monotonic()
         self.proc = start_job(cmd, env=job_environment(variables), merge_output=True)
@@ -159,7 +160,9 @@ class ElasticJob:
         run = Finished(result, seconds, [], [])
         m = _JOB.search(result.output)
         run.leftover_segments = job_shm_paths(m[1]) if m else ["(no job id printed)"]
-        run.leftover_processes = _still_alive([pid for _, pid in run.started().values()], self.tag)
+        # Workers on other hosts (namespace hosts share this process table) print their pid.
+        pids = {pid for _, pid in run.started().values()} | {j["pid"] for j in run.joined()}
+        run.leftover_processes = _still_alive(sorted(pids), self.tag)
         return run
 
 

@@ -40,9 +40,8 @@ CMD = ["python", "-c", "pass"]
     (["-np", "1", "--min-np", "1", "--elastic-timeout", "0"], "--elastic-timeout should be a positive"),
     (["-np", "1", "--min-np", "1", "--discovery-interval", "-1"], "--discovery-interval should be a positive"),
     (["-np", "1", "--min-np", "1", "--reset-limit", "-1"], "--reset-limit should be 0 or more"),
-    (["-np", "1", "--min-np", "1", "-H", "192.0.2.7:1"], "this machine's addresses only for now. Got: host '192.0.2.7'"),
     (["-np", "3", "--min-np", "1", "-H", "127.0.0.1:1,127.0.0.2:1"], "-np 3 is more than the 2 slots"),
-    (["-np", "1", "--min-np", "1", "--output-filename", "logs"], "--output-filename is not supported for elastic jobs"),
+    (["-np", "1", "--min-np", "1", "--network-interface", "nosuch0"], "--network-interface: network interface 'nosuch0'"),
 ])
 def test_bad_elastic_options(argv: List[str], message: str, capsys: pytest.CaptureFixture) -> None:
     with pytest.raises(SystemExit) as e:
@@ -199,3 +198,40 @@ def test_unplaced_worker_times_out(store: StoreClient, monkeypatch: pytest.Monke
     _publish(store, form_world(1, [(0, "a")], None))
     with pytest.raises(TimeoutError, match=r"no world of job ej placed it within 0.3 s \(RING_ELASTIC_TIMEOUT\)"):
         ElasticEnvironment()
+
+
+def test_remote_host_removes_the_segments_of_the_worlds_its_worker_joined(tmp_path) -> None:
+    """The bootstrap a remote host runs (here without ssh) removes the files
+    ringrun names with ``SHM`` lines once its worker exited, and no others."""
+    import json
+    import subprocess
+    import sys
+
+    from ring_strategy.runner.elastic_workers import world_shm_paths
+    from ring_strategy.runner.remote import _BOOTSTRAP_PATH, REMOTE_LOADER, bootstrap_spec
+
+    job = f"bootshm{secrets.token_hex(4)}"
+    mine = json.loads(world_shm_paths(job, 2, 1)) + json.loads(world_shm_paths(job, 3, 0))
+    other = json.loads(world_shm_paths(job, 3, 1))  # a sibling's, on the same host
+    for path in mine + other:
+        open(path, "wb").close()
+    spec = bootstrap_spec(command=[sys.executable, "-c", "import time; time.sleep(0.5)"], cwd=str(tmp_path),
+                          job_id=job, grace=1.0, interface=None, env={}, workers={4: {}})
+    spec["shm_paths"] = []
+    source = open(_BOOTSTRAP_PATH, "rb").read()
+    stdin = (b"%d\n" % len(source) + source + json.dumps(spec).encode() + b"\n"
+             + b"SHM " + world_shm_paths(job, 2, 1).encode() + b"\n"
+             + b"SHM " + world_shm_paths(job, 3, 0).encode() + b"\n")
+    try:
+        proc = subprocess.Popen([sys.executable, "-u", "-c", REMOTE_LOADER], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE)
+        proc.stdin.write(stdin)
+        proc.stdin.flush()  # kept open: end of file would stop the worker
+        lines = [proc.stdout.readline(), proc.stdout.readline()]
+        proc.stdin.close()
+        assert proc.wait(30) == 0 and lines[1] == b"x 4 0\n", lines
+        assert [p for p in mine if os.path.exists(p)] == [] and all(os.path.exists(p) for p in other)
+    finally:
+        for path in mine + other:
+            if os.path.exists(path):
+                os.unlink(path)

@@ -187,6 +187,30 @@ class Cluster:
         return subprocess.run([*self.exec_prefix(i), *cmd], capture_output=True, text=True,
                               timeout=timeout, stdin=subprocess.DEVNULL, **kwargs)
 
+    def kill_processes(self, i: int) -> List[int]:
+        """Kills (SIGKILL) every process of host ``i`` but its sshd, as if the
+        machine's programs died while its network stays up; returns their pids."""
+        pids = [int(p) for p in _run("ip", "netns", "pids", self.namespaces[i]).stdout.split()]
+        victims = [p for p in pids if p != self._sshd[i].pid]
+        for pid in victims:
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+        return victims
+
+    def processes(self, i: int) -> List[str]:
+        """The command lines of the processes of host ``i`` but its sshd."""
+        found = []
+        for pid in _run("ip", "netns", "pids", self.namespaces[i]).stdout.split():
+            if int(pid) == self._sshd[i].pid:
+                continue
+            try:
+                found.append(f"{pid}: " + Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode())
+            except OSError:
+                continue
+        return found
+
     def shape(self, rate: str) -> None:
         """Limits every host's ``eth0`` to ``rate`` (e.g. ``1gbit``) in each direction."""
         for ns in self.namespaces:
