@@ -38,6 +38,7 @@ class AeadChannel : public Channel {
   void consume(size_t n) override;
   int fd() const override { return inner_->fd(); }
   void check_alive() override { inner_->check_alive(); }
+  void set_dead_link_timeout(double seconds) override { inner_->set_dead_link_timeout(seconds); }
   void close() override { inner_->close(); }
 
  private:

@@ -48,6 +48,12 @@ class Channel {
   // to its timeout.
   double stopped_peer_limit_s = 0;
 
+  // A peer host that stops answering (a cut link, a frozen machine) makes
+  // check_alive() throw RingError(PeerFailure) about `seconds` after the
+  // last thing it acknowledged, even while the channel is idle (TCP:
+  // keepalive probes and TCP_USER_TIMEOUT). Set by the Mesh to its timeout.
+  virtual void set_dead_link_timeout(double seconds) { (void)seconds; }
+
   // Bytes of the stream so far in each direction, kept by the Mesh (which
   // aligns large messages on it; see Mesh::sendrecv_sink).
   uint64_t stream_out = 0;

@@ -47,11 +47,15 @@ class Mesh {
   const std::string& peer_name(int r) const { return peer_names_[r]; }
 
   // Seconds without any progress before a blocked call throws Timeout.
-  // Also the limit for a peer process seen stopped (Channel::stopped_peer_limit_s).
+  // Also the limit for a peer process seen stopped (Channel::stopped_peer_limit_s)
+  // and for a peer host that stops answering (Channel::set_dead_link_timeout).
   void set_timeout(double seconds) {
     timeout_s_ = seconds;
     for (auto& c : channels_)
-      if (c) c->stopped_peer_limit_s = seconds;
+      if (c) {
+        c->stopped_peer_limit_s = seconds;
+        c->set_dead_link_timeout(seconds);
+      }
   }
 
   // Sends `slen` bytes to rank `to` while receiving exactly `rlen` bytes from

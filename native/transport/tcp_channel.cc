@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "common/error.h"
@@ -115,6 +116,22 @@ void TcpChannel::check_alive() {
       fail(0);
     }
   }
+}
+
+void TcpChannel::set_dead_link_timeout(double seconds) {
+  if (fd_ < 0 || !(seconds > 0)) return;
+  // Idle links are probed every third of the timeout; unacknowledged data or
+  // probes for `seconds` make the kernel fail the socket with ETIMEDOUT,
+  // which check_alive() and the next read or write report. Best effort.
+  int on = 1;
+  int probe_s = static_cast<int>(std::min(std::max(std::ceil(seconds / 3.0), 1.0), 32767.0));
+  int probes = 3;
+  unsigned user_ms = static_cast<unsigned>(std::min(seconds * 1000.0, 2147483647.0));
+  ::setsockopt(fd_, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
+  ::setsockopt(fd_, IPPROTO_TCP, TCP_KEEPIDLE, &probe_s, sizeof(probe_s));
+  ::setsockopt(fd_, IPPROTO_TCP, TCP_KEEPINTVL, &probe_s, sizeof(probe_s));
+  ::setsockopt(fd_, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof(probes));
+  ::setsockopt(fd_, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_ms, sizeof(user_ms));
 }
 
 void TcpChannel::close() {

@@ -31,6 +31,7 @@ class TcpChannel : public Channel {
   // Polls the socket without blocking: a pending error, or a FIN with
   // nothing left to read, is PeerFailure.
   void check_alive() override;
+  void set_dead_link_timeout(double seconds) override;
   // shutdown(SHUT_RDWR): the peer reads EOF after our last bytes. The fd
   // stays open (and fd() valid) until destruction.
   void close() override;

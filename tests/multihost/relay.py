@@ -11,7 +11,9 @@ that one end's kernel sends to the other end, in both directions: a packet is
 dropped with probability ``--loss``, otherwise delivered after ``--delay-ms``
 plus a uniform jitter of +-``--jitter-ms``; with probability ``--reorder`` a
 delivered packet is instead held back and delivered right after the next
-packet of its direction (or ``--delay-ms`` later, when none comes). On SIGTERM
+packet of its direction (or ``--delay-ms`` later, when none comes). Faults
+start mid-run on signals: SIGUSR1 sets the loss to ``--fault-loss`` (default
+0.1), SIGUSR2 to 1 (the link is down). On SIGTERM
 or SIGINT it prints one JSON line of counters (``received``, ``dropped``,
 ``delivered``, ``held`` (packets held back for reordering), ``reordered``
 (packets delivered after a packet that arrived later)) and exits 0; the TUN
@@ -87,11 +89,12 @@ class _Relay:
         self.last_sent = {0: -1, 1: -1}
         self.arrivals = 0
         self.counters = dict(received=0, dropped=0, delivered=0, held=0, reordered=0)
+        self.loss = args.loss  # changed by the fault signals
 
     def _arrive(self, to: int, packet: bytes, now: float) -> None:
         self.counters["received"] += 1
         self.arrivals += 1
-        if self.rng.random() < self.args.loss:
+        if self.rng.random() < self.loss:
             self.counters["dropped"] += 1
             return
         delay = self.args.delay_ms + self.rng.uniform(-self.args.jitter_ms, self.args.jitter_ms)
@@ -158,14 +161,15 @@ def _parse(argv: List[str]) -> argparse.Namespace:
     p.add_argument("--address-b", default="10.98.0.2")
     p.add_argument("--mtu", type=int, default=1500)
     p.add_argument("--loss", type=float, default=0.0)
+    p.add_argument("--fault-loss", type=float, default=0.1)
     p.add_argument("--delay-ms", type=float, default=0.0)
     p.add_argument("--jitter-ms", type=float, default=0.0)
     p.add_argument("--reorder", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=1)
     args = p.parse_args(argv)
-    for field in ("loss", "reorder"):
+    for field in ("loss", "fault_loss", "reorder"):
         if not 0.0 <= getattr(args, field) <= 1.0:
-            p.error(f"--{field} should be a probability in [0, 1]. Got: {getattr(args, field)}")
+            p.error(f"--{field.replace('_', '-')} should be a probability in [0, 1]. Got: {getattr(args, field)}")
     if args.jitter_ms < 0 or args.delay_ms < 0:
         p.error("--delay-ms and --jitter-ms should not be negative")
     return args
@@ -187,6 +191,8 @@ def main(argv: List[str]) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.append(True))
     relay = _Relay((fds[0], fds[1]), args)
+    signal.signal(signal.SIGUSR1, lambda *_: setattr(relay, "loss", args.fault_loss))
+    signal.signal(signal.SIGUSR2, lambda *_: setattr(relay, "loss", 1.0))
     print("ready", flush=True)
     while not stop:
         try:
@@ -221,6 +227,11 @@ class ImpairedLink:
             _, err = self._proc.communicate()
             raise RuntimeError(f"the relay did not start: {line}{err}")
         return self
+
+    def fault(self, down: bool) -> None:
+        """Starts the fault: ``--fault-loss`` from now on, or (``down``) every packet lost."""
+        assert self._proc is not None
+        self._proc.send_signal(signal.SIGUSR2 if down else signal.SIGUSR1)
 
     def __exit__(self, *exc) -> None:
         self._proc.send_signal(signal.SIGTERM)
