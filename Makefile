@@ -146,7 +146,7 @@ mxnet-test: $(MXNET_VENV)/.deps-stamp
 # world sizes, the long fault runs), without the two long runs below.
 slow-test: build
 	$(VPY) -m pytest -q --timeout=$(PYTEST_TIMEOUT) -m slow tests --ignore=tests/reliability/test_large_tensors.py \
-		--ignore=tests/reliability/test_chaos.py $(PYTEST_ARGS)
+		--ignore=tests/reliability/test_chaos.py --ignore=tests/multihost/test_netns_chaos.py $(PYTEST_ARGS)
 # The oldest releases of Lightning, Keras and TensorFlow that pyproject.toml's
 # extras allow, with torch 2.13.0 from the local CPU wheel (installed first, as
 # in .venv, so nothing resolves a CUDA build), in a venv of their own: they
@@ -179,9 +179,11 @@ oldest-test: $(OLDEST_VENV)/.deps-stamp
 large-tensor-test: build
 	python -m pytest -q -s --timeout=1800 -m slow tests/reliability/test_large_tensors.py $(PYTEST_ARGS)
 
-# 100 jobs, each with one random fault (CHAOS_JOBS=N for another count).
+# 100 jobs on one host and 100 across namespace hosts (as root), each with one
+# random fault (CHAOS_JOBS=N for another count).
 chaos-test: build
-	python -m pytest -q -s --timeout=7200 -m slow tests/reliability/test_chaos.py $(PYTEST_ARGS)
+	python -m pytest -q -s --timeout=7200 -m slow tests/reliability/test_chaos.py \
+	  tests/multihost/test_netns_chaos.py $(PYTEST_ARGS)
 
 # The standard benchmark set under mpirun, ringrun and (as root) namespace
 # hosts; rewrites the generated regions of docs/performance.md and its plot.

@@ -53,7 +53,10 @@ bool Runtime::gather_requests(Coordinator& coord) {
   }
   for (int w = 1; w < opts_.size; ++w) {
     if (!control_->readable(w)) continue;
-    RequestList requests = RequestList::decode(control_->recv_msg(w, kMaxControlMessage));
+    s.heartbeats->heard(w);
+    std::vector<uint8_t> msg = control_->recv_msg(w, kMaxControlMessage);
+    if (msg.empty()) continue;  // a heartbeat
+    RequestList requests = RequestList::decode(msg);
     if (requests.abort) {  // a worker failed: its cause ends the job everywhere
       end(requests.abort_kind, requests.abort_reason);
       return true;
@@ -111,6 +114,7 @@ bool Runtime::coordinator_step() {
   LoopState& s = loop_;
   if (!s.coord) start_coordinator();
   Coordinator& coord = *s.coord;
+  s.heartbeats->send_due();
   bool progress = gather_requests(coord);
   if (s.finished) return true;  // a worker's failure ended the job
   s.stalls->inspect(coord);
@@ -119,6 +123,7 @@ bool Runtime::coordinator_step() {
   if (!progress && seconds_since(s.last_check) > kIdleLivenessSeconds) {
     s.last_check = std::chrono::steady_clock::now();
     for (int w = 1; w < opts_.size; ++w) control_->check_alive(w);
+    s.heartbeats->check();
   }
   return progress;
 }

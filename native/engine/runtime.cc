@@ -81,6 +81,10 @@ void Runtime::start() {
   control_builder_.reset();
   data_->set_timeout(config_.timeout_seconds);
   control_->set_timeout(config_.timeout_seconds);
+  loop_.heartbeats =
+      std::make_unique<Heartbeats>(control_.get(), Heartbeats::watched_peers(*control_), config_.timeout_seconds);
+  constexpr double kTickSeconds = 0.25;  // long transfers still send heartbeats on time
+  data_->set_tick([this] { loop_.heartbeats->send_due(); }, kTickSeconds);
   executor_ = std::make_unique<Executor>(&handles_);
   auto cpu = std::make_unique<CpuRingBackend>(data_.get(), &handles_, &sets_);
   setup_hierarchy(*cpu);

@@ -36,6 +36,7 @@
 #include "engine/coordinator.h"
 #include "engine/executor.h"
 #include "engine/handle_table.h"
+#include "engine/heartbeats.h"
 #include "engine/process_sets.h"
 #include "engine/response_cache.h"
 #include "engine/stall_inspector.h"
@@ -144,6 +145,7 @@ class Runtime {
     std::unique_ptr<Autotuner> tuner;  // RING_AUTOTUNE
     double cycle_time_ms = 0.0;
     bool finished = false;  // the job ended; the meshes are closed next
+    std::unique_ptr<Heartbeats> heartbeats;  // on the control mesh, to TCP peers
   };
   void loop();
   // One iteration of progress (caller holds progress_mu_); true when it

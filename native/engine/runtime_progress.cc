@@ -118,6 +118,7 @@ bool Runtime::peer_note(ErrorKind* kind, std::string* reason, std::optional<Resp
     try {
       while (control_->readable(peer)) {
         std::vector<uint8_t> msg = control_->recv_msg(peer, kMaxControlMessage);
+        if (msg.empty()) continue;  // a heartbeat
         if (opts_.rank == 0) {
           RequestList note = RequestList::decode(msg);
           if (!note.abort) continue;

@@ -41,8 +41,12 @@ bool Runtime::worker_step() {
   LoopState& s = loop_;
   bool progress = false;
   auto name_of = [this](const ResponseList& l, uint32_t id) { return cached_name(l, id); };
+  s.heartbeats->send_due();
   while (control_->readable(0)) {
-    ResponseList list = ResponseList::decode(control_->recv_msg(0, kMaxControlMessage), name_of);
+    s.heartbeats->heard(0);
+    std::vector<uint8_t> msg = control_->recv_msg(0, kMaxControlMessage);
+    if (msg.empty()) continue;  // a heartbeat
+    ResponseList list = ResponseList::decode(msg, name_of);
     s.acked = list.acked;
     execute(list);
     progress = true;
@@ -67,6 +71,7 @@ bool Runtime::worker_step() {
   if (!progress && seconds_since(s.last_check) > kIdleLivenessSeconds) {
     s.last_check = std::chrono::steady_clock::now();
     control_->check_alive(0);
+    s.heartbeats->check();
   }
   return progress;
 }

@@ -3,6 +3,8 @@
 // never deadlocks on full buffers whatever the message size.
 #include "transport/mesh.h"
 
+#include <chrono>
+
 #include <poll.h>
 
 #include <algorithm>
@@ -212,6 +214,7 @@ void Mesh::sendrecv_sink(int to, const void* sbuf, size_t slen, int from, size_t
   Backoff backoff;
   double last_liveness = 0.0;
   int peer = -1;  // the peer being served, for naming it in errors raised by a channel
+  unsigned rounds = 0;
   try {
     while (t.sending() || t.receiving()) {
       if (aborted()) throw_error(ErrorKind::PeerFailure, abort_reason());
@@ -220,11 +223,13 @@ void Mesh::sendrecv_sink(int to, const void* sbuf, size_t slen, int from, size_t
       peer = from;
       progress |= t.pump_recv();
       peer = -1;
+      if ((++rounds & 63) == 0) maybe_tick();
       if (progress) {
         backoff.reset();
         last_liveness = 0.0;
         continue;
       }
+      maybe_tick();
       wait_for_progress(t, to, from, backoff, last_liveness, peer);
     }
   } catch (const RingError& e) {
@@ -232,6 +237,21 @@ void Mesh::sendrecv_sink(int to, const void* sbuf, size_t slen, int from, size_t
       throw RingError(e.kind(), "lost " + peer_names_[peer] + ": " + e.what());
     throw;
   }
+}
+
+void Mesh::set_tick(std::function<void()> tick, double every_s) {
+  tick_ = std::move(tick);
+  tick_every_s_ = every_s;
+}
+
+void Mesh::maybe_tick() {
+  Mesh* root = this;
+  while (root->parent_) root = root->parent_;
+  if (!root->tick_) return;
+  double now = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  if (now < root->next_tick_s_) return;
+  root->next_tick_s_ = now + root->tick_every_s_;
+  root->tick_();
 }
 
 void Mesh::wait_for_progress(const Transfer& t, int to, int from, Backoff& backoff, double& last_liveness,

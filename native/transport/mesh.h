@@ -45,6 +45,13 @@ class Mesh {
   int rank() const { return rank_; }
   int size() const { return size_; }
   const std::string& peer_name(int r) const { return peer_names_[r]; }
+  // Whether the channel to rank r is a socket (TCP), not shared memory.
+  bool is_socket(int r) const { return r != rank_ && channels_[r] && channels_[r]->fd() >= 0; }
+
+  // `tick` runs about every `every_s` seconds while a sendrecv of this mesh
+  // (or of a subgroup) is in progress, on the calling thread: work that
+  // must go on during long transfers (heartbeats on another mesh).
+  void set_tick(std::function<void()> tick, double every_s);
 
   // Seconds without any progress before a blocked call throws Timeout.
   // Also the limit for a peer process seen stopped (Channel::stopped_peer_limit_s)
@@ -126,6 +133,11 @@ class Mesh {
   Mesh* parent_ = nullptr;
   std::vector<std::string> peer_names_;
   double timeout_s_ = 30.0;
+  std::function<void()> tick_;
+  double tick_every_s_ = 0.0;
+  double next_tick_s_ = 0.0;  // steady seconds
+  // Runs the root mesh's tick when it is due.
+  void maybe_tick();
   std::atomic<bool> aborted_{false};
   mutable std::mutex abort_mu_;
   std::string abort_reason_;

@@ -11,6 +11,8 @@ Marked ``netns``; skipped unless root with iproute2 and OpenSSH.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -114,9 +116,10 @@ _EVERY_OP = """
 """
 
 
-def _cut_mid_job(cluster: Cluster, script: str, marker: Path) -> float:
-    """Runs ``script`` on hosts 0 and 1, cuts host 1 off once ``marker`` exists;
-    returns the seconds ringrun took to end after the cut (it must fail, naming the host)."""
+def _cut_mid_job(cluster: Cluster, script: str, marker: Path, stop: bool = False) -> float:
+    """Runs ``script`` on hosts 0 and 1, cuts host 1 off (or, with ``stop``,
+    SIGSTOPs its rank, whose pid ``marker`` holds) once ``marker`` exists; returns
+    the seconds ringrun took to end after that (it must fail, naming the host)."""
     proc = start_ringrun_in(cluster, 0, ["--grace-period", "1", "-H", cluster.hosts([1, 1]), PY, "-c",
                                          textwrap.dedent(script), str(marker)], env={"RING_TIMEOUT_SECONDS": "3"})
     try:
@@ -125,7 +128,11 @@ def _cut_mid_job(cluster: Cluster, script: str, marker: Path) -> float:
             assert proc.poll() is None and time.monotonic() < deadline, "the job did not start training"
             time.sleep(0.05)
         cut = time.monotonic()
-        cluster.set_link(1, up=False)
+        if stop:
+            time.sleep(0.05)  # the pid is written
+            os.kill(int(marker.read_text()), signal.SIGSTOP)
+        else:
+            cluster.set_link(1, up=False)
         try:
             out, err = proc.communicate(timeout=30)
         except subprocess.TimeoutExpired:
@@ -157,6 +164,13 @@ def test_host_cut_off_while_its_peer_waits_ends_the_job(cluster: Cluster, tmp_pa
     (keepalive probes and TCP_USER_TIMEOUT at RING_TIMEOUT_SECONDS), not waited for."""
     took = _cut_mid_job(cluster, _IDLE, tmp_path / "waiting")
     print(f"[netns] host cut off while its peer waited: the job ended {took:.1f} s later")
+
+
+def test_rank_stopped_on_another_host_while_every_rank_waits_ends_the_job(cluster: Cluster, tmp_path: Path) -> None:
+    """The same wait with host 1's rank SIGSTOPped: its kernel still answers TCP,
+    so only the control mesh's heartbeats show that it is gone."""
+    took = _cut_mid_job(cluster, _IDLE, tmp_path / "waiting", stop=True)
+    print(f"[netns] a rank on another host stopped while every rank waited: the job ended {took:.1f} s later")
 
 
 # After the cut-off test: a host cut off mid-job is timed from a fresh cluster state.
@@ -192,11 +206,12 @@ def test_lossy_reordering_delayed_relay_link_keeps_the_grid_exact(cluster: Clust
 
 # Each rank waits for a tensor the other never submits: both wait, every link idle.
 _IDLE = """
-    import sys, numpy as np, ring_strategy as rs
+    import os, sys, numpy as np, ring_strategy as rs
     rs.init()
     rs.allreduce(np.ones(4, np.float32), name="warm")
     if rs.rank() == 1:
-        open(sys.argv[1], "w").close()
+        with open(sys.argv[1], "w") as f:
+            f.write(str(os.getpid()))
     rs.allreduce(np.ones(4, np.float32), name=f"only-rank-{rs.rank()}")
 """
 
