@@ -158,6 +158,9 @@ def test_host_cut_off_mid_job_ends_every_rank_naming_it(cluster: Cluster, tmp_pa
     print(f"[netns] host cut off: the job ended {took:.1f} s later")
 
 
+# Slow-marked to keep make test short: the heartbeats of the test below find a
+# cut-off host as well; this one checks the TCP keepalive on its own.
+@pytest.mark.slow
 def test_host_cut_off_while_its_peer_waits_ends_the_job(cluster: Cluster, tmp_path: Path) -> None:
     """Rank 0 waits in an allreduce that host 1's rank has not submitted yet (no
     transfer runs, the links are idle): cut off, host 1 is still found lost
