@@ -11,9 +11,12 @@ so that every rank has a core of its own. Printed, on rank 0:
   in the same run, round by round with the others, rather than in a
   separate ``ringrun -np 1`` job, so all numbers see the same machine and
   the same process state.
-- **ring**: samples/s of all N ranks training together with
-  ``ring_strategy.torch.DistributedOptimizer``; samples/s = N x batch x steps
-  / the slowest rank's time.
+- **ring (SCHEDULE, auto)**: samples/s of all N ranks training together with
+  ``ring_strategy.torch.DistributedOptimizer``, with the gradient schedule
+  ``auto`` picks on this machine (:mod:`ring_strategy._schedule`); samples/s
+  = N x batch x steps / the slowest rank's time.
+- **ring (OTHER)**: the same with the other schedule forced
+  (``RING_GRADIENT_SCHEDULE``), so both are shown.
 - **ddp** (``--compare ddp``): the same with
   ``torch.nn.parallel.DistributedDataParallel`` over gloo, in the same
   processes. ring and DDP take turns round by round, separated by barriers.
@@ -146,17 +149,37 @@ def _plain_step(template: Any, data: Any, target: Any) -> Step:
     return _sgd_step(model, torch.optim.SGD(model.parameters(), lr=0.01), data, target)
 
 
-def _ring_step(template: Any, data: Any, target: Any) -> Step:
+def _ring_step(template: Any, data: Any, target: Any, schedule: Optional[str] = None) -> Step:
+    """A DistributedOptimizer step, with ``schedule`` forced as a user would
+    (``RING_GRADIENT_SCHEDULE``) or, when None, the one ``auto`` picks."""
     import torch
 
     import ring_strategy.torch as hvd
+    from ring_strategy._schedule import VARIABLE
 
     model = copy.deepcopy(template)
-    optimizer = hvd.DistributedOptimizer(
-        torch.optim.SGD(model.parameters(), lr=0.01), named_parameters=model.named_parameters(),
-    )
+    before = os.environ.get(VARIABLE)
+    os.environ[VARIABLE] = schedule or "auto"
+    try:
+        optimizer = hvd.DistributedOptimizer(
+            torch.optim.SGD(model.parameters(), lr=0.01), named_parameters=model.named_parameters(),
+        )
+    finally:
+        if before is None:
+            del os.environ[VARIABLE]
+        else:
+            os.environ[VARIABLE] = before
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     return _sgd_step(model, optimizer, data, target)
+
+
+def _ring_steps(template: Any, data: Any, target: Any) -> Dict[str, Step]:
+    """``ring`` with the schedule auto picks, and ``ring (OTHER)`` with the other one."""
+    from ring_strategy._schedule import AFTER_BACKWARD, OVERLAP, gradient_schedule
+
+    picked = gradient_schedule("auto")
+    other = OVERLAP if picked == AFTER_BACKWARD else AFTER_BACKWARD
+    return {"ring": _ring_step(template, data, target), f"ring ({other})": _ring_step(template, data, target, other)}
 
 
 def _ddp_step(template: Any, data: Any, target: Any) -> Step:
@@ -181,6 +204,10 @@ def _report(args: argparse.Namespace, params: int, local: float, rates: Dict[str
     print(f"# np={n}: samples/s = {n} x {args.batch_size} x {args.steps} steps / the slowest rank's time; "
           f"median of {args.rounds} round(s) after {args.warmup} warmup steps; the libraries take turns")
     print(f"# efficiency = np={n} samples/s / ({n} x np=1 samples/s)")
+    from ring_strategy._schedule import cpus_per_rank, gradient_schedule
+
+    print(f"# ring: gradient schedule {gradient_schedule('auto')} (auto: {cpus_per_rank(rs.local_size()):g} CPUs "
+          "per rank here; RING_GRADIENT_SCHEDULE forces one)")
     print(f"#{'setup':>27}  {'samples/s':>10}  {'efficiency':>10}")
     print(f"{'np=1, no communication':>28}  {local:>10.1f}  {'-':>10}")
     results = []
@@ -238,7 +265,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     params = sum(p.numel() for p in template.parameters())
     data = torch.randn(args.batch_size, args.input)
     target = torch.randint(0, args.classes, (args.batch_size,))
-    steps = {"ring": _ring_step(template, data, target)}
+    steps = _ring_steps(template, data, target)
     if args.compare == "ddp":
         steps["ddp"] = _ddp_step(template, data, target)
     # One plain model serves np=1 (rank 0 alone) and every rank computing at once.

@@ -44,6 +44,13 @@ Groups
     Parameters may be reduced in groups (one grouped allreduce once every
     member is due); sparse gradients travel as allgathered (indices, values)
     unless ``sparse_as_dense``.
+
+Schedule
+    With the ``after_backward`` schedule (:mod:`ring_strategy._schedule`:
+    ``RING_GRADIENT_SCHEDULE``, or ``auto`` on a host without a spare core
+    per rank) the hooks only count passes; :meth:`GradientSync.synchronize`
+    submits every due gradient at once, as one grouped allreduce (or one per
+    group, when groups are given).
 """
 
 from __future__ import annotations
@@ -55,6 +62,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequ
 import torch
 
 from ring_strategy._rules import predivide_scales
+from ring_strategy._schedule import AFTER_BACKWARD, OVERLAP, gradient_schedule
 from ring_strategy.process_sets import averages_here
 from ring_strategy.torch.compression import Compression
 from ring_strategy.torch.mpi_ops import (
@@ -218,6 +226,9 @@ class GradientSync:
         reducer: Submits the reductions instead of the gradient averaging
             (``one(p, name)`` and ``group(params, names)``, each returning a
             finisher): the Adasum rule of ring_strategy/torch/adasum_step.py.
+        schedule: When reductions start: ``overlap``, ``after_backward`` or
+            ``auto``; None reads ``RING_GRADIENT_SCHEDULE`` (see "Schedule").
+            Ignored with a ``reducer``.
     """
 
     def __init__(
@@ -234,8 +245,12 @@ class GradientSync:
         process_set: Any = global_process_set,
         too_many_passes: str = TOO_MANY_PASSES,
         reducer: Any = None,
+        schedule: Optional[str] = None,
     ) -> None:
         check_passes(backward_passes_per_step)
+        #: ``overlap`` or ``after_backward``; a reducer of its own (Adasum,
+        #: which combines tensor by tensor) always overlaps.
+        self.schedule = gradient_schedule(schedule) if reducer is None else OVERLAP
         self.backward_passes_per_step = backward_passes_per_step
         self._process_set = process_set
         self.names: Dict[torch.Tensor, str] = dict(names or {})
@@ -308,8 +323,8 @@ class GradientSync:
         if self._paused or p not in self._passes_left:
             return
         self._passes_left[p] -= 1
-        if self._passes_left[p] > 0:
-            self.handles.setdefault(p, None)
+        if self._passes_left[p] > 0 or self.schedule == AFTER_BACKWARD:
+            self.handles.setdefault(p, None)  # due now, submitted by synchronize() after backward
             return
         group = self._group_of.get(p)
         if group is None:
@@ -343,8 +358,13 @@ class GradientSync:
                         if live:
                             self.handles[group] = self._submit_group(live)
             else:
-                for p in self.hooks:
-                    if self.handles.get(p) is None and p.requires_grad:
+                waiting = [p for p in self.hooks if self.handles.get(p) is None and p.requires_grad]
+                if self.schedule == AFTER_BACKWARD and len(waiting) > 1:
+                    for p in waiting:
+                        self.handles.pop(p, None)
+                    self.handles[tuple(waiting)] = self._submit_group(tuple(waiting))
+                else:
+                    for p in waiting:
                         self.handles[p] = self._reducer.one(p, self.names[p])
             _run_all([f for f in self.handles.values() if f is not None])
         finally:

@@ -6,6 +6,8 @@ Training scenarios compare the distributed run with a single-process run of
 the same model on the concatenated global batch, computed inside every rank.
 """
 
+import contextlib
+import os
 import warnings
 
 import torch
@@ -72,6 +74,24 @@ def train(passes=1, zero_grad=lambda opt: opt.zero_grad(), make_groups=None, **k
     return model, opt
 
 
+@contextlib.contextmanager
+def schedule(name):
+    """Optimizers made inside use gradient schedule ``name`` (as RING_GRADIENT_SCHEDULE sets it)."""
+    before = os.environ.get("RING_GRADIENT_SCHEDULE")
+    os.environ["RING_GRADIENT_SCHEDULE"] = name
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["RING_GRADIENT_SCHEDULE"]
+        else:
+            os.environ["RING_GRADIENT_SCHEDULE"] = before
+
+
+def flat_parameters(model):
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
 def check_close(model, ref, tol=TOL, what=""):
     d = max_diff(model, ref)
     assert d < tol, f"{what}: max parameter difference {d:g} >= {tol:g}"
@@ -89,10 +109,11 @@ def equivalence():
 
 
 def overlap():
-    """Allreduces start during backward: when the last layer's gradient is
-    submitted, the first layer's gradient has not been computed yet."""
+    """With the overlap schedule, allreduces start during backward: when the last
+    layer's gradient is submitted, the first layer's gradient has not been computed yet."""
     model = make_model()
-    opt = hvd.DistributedOptimizer(make_sgd(model), named_parameters=model.named_parameters())
+    with schedule("overlap"):
+        opt = hvd.DistributedOptimizer(make_sgd(model), named_parameters=model.named_parameters())
     first_weight = model[0].weight
     seen = []
     real = grad_sync.allreduce_async_
@@ -115,13 +136,45 @@ def overlap():
         grad_sync.allreduce_async_ = real
 
 
+def after_backward():
+    """With the after_backward schedule nothing is sent during backward; step()
+    submits one grouped allreduce; the result is bitwise the overlap schedule's."""
+    model = make_model()
+    with schedule("after_backward"):
+        opt = hvd.DistributedOptimizer(make_sgd(model), named_parameters=model.named_parameters())
+    real, seen = grad_sync.grouped_allreduce_async_, []
+
+    def spy(tensors, *args, **kwargs):
+        seen.append(len(tensors))
+        return real(tensors, *args, **kwargs)
+
+    grad_sync.grouped_allreduce_async_ = spy
+    try:
+        opt.zero_grad()
+        F.mse_loss(model(torch.randn(B, IN)), torch.randn(B, OUT)).backward()
+        if hvd.size() > 1:
+            assert len(opt._sync.handles) == 4 and all(f is None for f in opt._sync.handles.values()), opt._sync.handles
+            assert not seen
+        opt.step()
+        assert seen == ([4] if hvd.size() > 1 else []), seen
+    finally:
+        grad_sync.grouped_allreduce_async_ = real
+    runs = {}
+    for name in ("overlap", "after_backward"):
+        with schedule(name):
+            runs[name], _ = train(passes=2)
+    assert torch.equal(flat_parameters(runs["overlap"]), flat_parameters(runs["after_backward"]))
+    check_close(runs["after_backward"], reference(passes=2), what="after_backward")
+
+
 def passes2():
     """backward_passes_per_step=2 == 1 process on the global batch of 2 passes;
     nothing is sent before the last pass."""
     check_close(train(passes=2)[0], reference(passes=2), what="passes2")
     model = make_model()
-    opt = hvd.DistributedOptimizer(make_sgd(model), named_parameters=model.named_parameters(),
-                                   backward_passes_per_step=2)
+    with schedule("overlap"):  # the reductions then start with the last pass
+        opt = hvd.DistributedOptimizer(make_sgd(model), named_parameters=model.named_parameters(),
+                                       backward_passes_per_step=2)
     x, y = torch.randn(B, IN), torch.randn(B, OUT)
     opt.zero_grad()
     F.mse_loss(model(x), y).backward()
@@ -383,7 +436,7 @@ def validation():
 
 
 SCENARIOS = {f.__name__: f for f in [
-    equivalence, overlap, passes2, predivide, groups, zero_grad_variants, unused_parameters, sparse,
+    equivalence, overlap, after_backward, passes2, predivide, groups, zero_grad_variants, unused_parameters, sparse,
     compression, clipping_and_state, closure, late_parameters, validation,
 ]}
 

@@ -1,0 +1,72 @@
+"""When gradient reductions start: the rule the torch ``DistributedOptimizer``
+and Lightning's ``RingStrategy`` share (through
+:class:`ring_strategy.torch.grad_sync.GradientSync`).
+
+``overlap``
+    Each gradient's allreduce starts as soon as backward has produced it, so
+    the last layers communicate while the first ones still compute. It pays
+    only when the engine's background thread has a core of its own.
+``after_backward``
+    Nothing is sent during backward; one grouped allreduce of every gradient
+    starts in ``step()`` (or ``synchronize()``). On a host with no spare core
+    per rank this is faster: no thread competes with backward for the core,
+    and one fused operation costs less than one per parameter.
+
+``RING_GRADIENT_SCHEDULE`` chooses: ``auto`` (the default), ``overlap`` or
+``after_backward``. ``auto`` is ``overlap`` when this process may run on at
+least two CPUs per rank of its host (:func:`cpus_per_rank`), else
+``after_backward``. Results are the same either way (bitwise, since fusion
+never changes a sum); only the time differs.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Mapping, Optional
+
+from ring_strategy import _config_values as values
+
+__all__ = ["AFTER_BACKWARD", "OVERLAP", "VARIABLE", "cpus_per_rank", "gradient_schedule"]
+
+OVERLAP = "overlap"
+AFTER_BACKWARD = "after_backward"
+VARIABLE = "RING_GRADIENT_SCHEDULE"
+_CHOICES = ("auto", OVERLAP, AFTER_BACKWARD)
+_KIND = values.word("auto, overlap or after_backward", _CHOICES)
+# CPUs per rank from which overlapping pays (one for the rank's compute, one for its engine thread).
+_OVERLAP_CPUS = 2.0
+
+
+def cpus_per_rank(local_size: int) -> float:
+    """The CPUs this process may run on, divided by the ranks on its host."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return cpus / max(local_size, 1)
+
+
+def gradient_schedule(given: Optional[str] = None, local_size: Optional[int] = None,
+                      environ: Optional[Mapping[str, str]] = None) -> str:
+    """``overlap`` or ``after_backward`` (see the module's docstring).
+
+    Args:
+        given: The schedule asked for in code (``auto``, ``overlap`` or
+            ``after_backward``); None reads ``RING_GRADIENT_SCHEDULE``.
+        local_size: Ranks on this host; None asks the running job (1 outside one).
+        environ: The variables to read (``os.environ`` by default).
+
+    Raises:
+        ValueError: For any other value, naming where it was given.
+    """
+    if given is None:
+        choice = values.read(os.environ if environ is None else environ, _KIND, VARIABLE, default="auto")
+    else:
+        choice = _KIND.value("gradient_schedule", str(given))
+    if choice != "auto":
+        return choice
+    if local_size is None:
+        import ring_strategy as rs
+
+        local_size = rs.local_size() if rs.is_initialized() else 1
+    return OVERLAP if cpus_per_rank(local_size) >= _OVERLAP_CPUS else AFTER_BACKWARD
