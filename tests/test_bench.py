@@ -276,13 +276,15 @@ def test_train_compare_ddp_prints_samples_per_second_and_efficiency(run_output, 
     assert any("MLP 784-32-10" in line and "1 thread(s) per rank, 2 rank(s)" in line for line in lines)
     local = next(line for line in lines if line.strip().startswith("np=1, no communication"))
     assert float(local.split()[-2]) > 0
-    for name in ("ring", "ddp", "no communication"):
+    for name in ("ring", "ring (", "ddp", "no communication"):  # "ring (OTHER)": the other gradient schedule
         line = next(line for line in lines if line.strip().startswith(f"np=2, {name}"))
         rate, efficiency = line.split()[-2:]
         assert float(rate) > 0 and efficiency.endswith("%") and float(efficiency[:-1]) > 0
     assert any(line.startswith("# ring/ddp samples/s:") for line in lines)
     results = json.loads((tmp_path / "t.json").read_text())
-    assert [r["framework"] for r in results] == ["ring", "ddp", "none"]
+    assert [r["framework"] for r in results] in (["ring", "ring (overlap)", "ddp", "none"],
+                                                  ["ring", "ring (after_backward)", "ddp", "none"])
+    assert any(re.match(r"# ring: gradient schedule (overlap|after_backward) \(auto: ", line) for line in lines)
     assert not re.search(r"^\[1\] ", output, re.M)
 
 

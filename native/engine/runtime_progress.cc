@@ -8,6 +8,8 @@
 // wait() steps itself while progress comes quickly and hands back to the
 // background thread (waking it) when it stops, so no work is left waiting.
 #include <algorithm>
+#include <chrono>
+#include <thread>
 
 #include "common/error.h"
 #include "engine/runtime.h"
@@ -98,7 +100,17 @@ void Runtime::end(ErrorKind kind, const std::string& reason, bool from_peer, boo
   std::string why = reason;
   if (kind != ErrorKind::Shutdown) {
     std::optional<ResponseList> orderly;
-    if (!from_peer && peer_note(&kind, &why, &orderly) && orderly) {
+    bool noted = !from_peer && peer_note(&kind, &why, &orderly);
+    // A peer that failed first sends its note before it closes, but the note
+    // travels on the control connection and may come just after this rank
+    // saw the peer's data connection close: give it a moment to arrive.
+    constexpr double kNoteGraceSeconds = 0.1;
+    auto lost_at = std::chrono::steady_clock::now();
+    while (!from_peer && !noted && kind == ErrorKind::PeerFailure && seconds_since(lost_at) < kNoteGraceSeconds) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      noted = peer_note(&kind, &why, &orderly);
+    }
+    if (noted && orderly) {
       // Rank 0 had sent an orderly shutdown before it closed: end as if
       // that list had been read first (the closed connection won the race).
       end_by_list(*orderly);
