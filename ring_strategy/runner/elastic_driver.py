@@ -58,7 +58,7 @@ from ring_strategy.runner.elastic_workers import (
 )
 from ring_strategy.runner.hosts import HostSlots, is_this_host
 from ring_strategy.runner.job import Job, JobPlan, LocalWorkers, describe
-from ring_strategy.runner.membership import World, form_world
+from ring_strategy.runner.membership import World, form_world, publish_world
 from ring_strategy.runner.output import log
 from ring_strategy.runner.store import StoreClient
 from ring_strategy.runner.worker_env import elastic_worker_environment
@@ -251,8 +251,7 @@ class ElasticJob(Job):
                 w.stop_at = time.monotonic() + self.plan.start_timeout
         world = form_world(generation, [(w.number, w.host) for w in members], previous, [w.number for w in leaving])
         assert self._client is not None
-        self._client.set(names.elastic_key(self.job_id, "world", generation), world.encode())
-        self._client.set(names.elastic_key(self.job_id, "latest"), str(generation).encode())
+        publish_world(self._client, self.job_id, world)
         self.resets += counts
         self.world = world
         self._reset_asked_at = None

@@ -21,11 +21,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Dict, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, Optional, Sequence, Tuple
 
+from ring_strategy import _contracts as names
 from ring_strategy.environments.base import Layout
 
-__all__ = ["World", "form_world"]
+if TYPE_CHECKING:
+    from ring_strategy.runner.store import StoreClient
+
+__all__ = ["World", "form_world", "publish_world"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,3 +108,11 @@ def form_world(generation: int, members: Sequence[Tuple[int, str]], previous: Op
     ordered = tuple(sorted((int(w), h) for w, h in members))
     skip = previous is not None and set(w for w, _ in ordered) <= set(previous.workers)
     return World(generation, ordered, tuple(sorted(removed)), skip)
+
+
+def publish_world(client: "StoreClient", job_id: str, world: World) -> None:
+    """Makes ``world`` the job's latest: its JSON under ``elastic_key(job_id,
+    "world", g)``, then ``g`` under ``elastic_key(job_id, "latest")``, in
+    that order (a worker that reads the latest number finds its world)."""
+    client.set(names.elastic_key(job_id, "world", world.generation), world.encode())
+    client.set(names.elastic_key(job_id, "latest"), str(world.generation).encode())

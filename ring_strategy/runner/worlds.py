@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Dict, List, Mapping, Optional, Tuple
 
 from ring_strategy import _contracts as names
-from ring_strategy.runner.membership import World, form_world
+from ring_strategy.runner.membership import World, form_world, publish_world
 from ring_strategy.runner.store import StoreClient
 
 __all__ = ["Worlds"]
@@ -101,6 +101,5 @@ class Worlds:
         if self.reset_limit is not None and generation - 1 > self.reset_limit:
             raise RuntimeError(f"the elastic job would reset more than reset_limit={self.reset_limit} times")
         world = form_world(generation, [(w, self.hosts[w]) for w in self.members], self.world)
-        self._client.set(names.elastic_key(self.job_id, "world", generation), world.encode())
-        self._client.set(names.elastic_key(self.job_id, "latest"), str(generation).encode())
+        publish_world(self._client, self.job_id, world)
         self.world = world
