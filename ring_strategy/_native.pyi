@@ -45,6 +45,7 @@ def reducescatter_rows(rows: int, size: int, rank: int) -> int:
     ``rank < rows % size`` (the engine's rule, native/collectives/slices.h).
     Raises BadArgumentError unless rows >= 0 and 0 <= rank < size."""
 
+def cpus_per_rank(local_size: int) -> float: ...
 def shm_segment_names(job_id: str, rank: int) -> list[str]:
     """Every POSIX shared-memory name (as given to shm_open, with its leading
     '/') that rank ``rank`` of job ``job_id`` may create, data mesh first

@@ -25,6 +25,7 @@ import os
 from typing import Mapping, Optional
 
 from ring_strategy import _config_values as values
+from ring_strategy import _native
 
 __all__ = ["AFTER_BACKWARD", "OVERLAP", "VARIABLE", "cpus_per_rank", "gradient_schedule"]
 
@@ -38,12 +39,9 @@ _OVERLAP_CPUS = 2.0
 
 
 def cpus_per_rank(local_size: int) -> float:
-    """The CPUs this process may run on, divided by the ranks on its host."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
-    return cpus / max(local_size, 1)
+    """The CPUs this process may run on, divided by the ranks on its host
+    (the engine's count, which also decides whether its waits spin)."""
+    return _native.cpus_per_rank(int(local_size))
 
 
 def gradient_schedule(given: Optional[str] = None, local_size: Optional[int] = None,

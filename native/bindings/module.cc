@@ -221,6 +221,9 @@ void register_rules(nb::module_& m) {
       },
       "rows"_a, "size"_a, "rank"_a);
   m.def("shm_segment_names", &ring::shm_segment_names, "job_id"_a, "rank"_a);
+  m.def("cpus_per_rank", &ring::cpus_per_rank, "local_size"_a,
+        "The CPUs this process may run on, divided by the ranks of its host (what decides whether the "
+        "engine's waits spin).");
 }
 
 void new_runtime(ring::Runtime* self, int rank, int size, int local_rank, int local_size, int cross_rank,

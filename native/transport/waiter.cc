@@ -2,6 +2,10 @@
 
 #include <sched.h>
 #include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
 
 namespace ring {
 namespace {
@@ -14,7 +18,19 @@ inline void cpu_relax() {
 #endif
 }
 
+std::atomic<bool> g_spin{true};
+
 }  // namespace
+
+void Backoff::set_spin(bool on) { g_spin.store(on, std::memory_order_relaxed); }
+
+double cpus_per_rank(int local_size) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 0;
+  if (cpus <= 0) cpus = static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
+  return static_cast<double>(cpus) / std::max(local_size, 1);
+}
 
 void Backoff::wait() {
   if (!idle_since_valid_) {
@@ -24,7 +40,7 @@ void Backoff::wait() {
   }
   ++idle_iterations_;
   double idle_us = std::chrono::duration<double, std::micro>(Clock::now() - idle_since_).count();
-  if (idle_us < 20) {
+  if (idle_us < 20 && g_spin.load(std::memory_order_relaxed)) {
     for (int i = 0; i < 32; ++i) cpu_relax();
   } else if (idle_us < 500) {
     sched_yield();

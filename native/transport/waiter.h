@@ -1,6 +1,8 @@
 // Backoff: how a blocked Mesh call waits without burning a core. It spins
 // for a few microseconds (latency), then yields (another rank may need this
-// core), then sleeps with a growing interval capped at 1 ms.
+// core), then sleeps with a growing interval capped at 1 ms. On an
+// oversubscribed host (set_spin(false)) it skips the spin: a spinning waiter
+// only takes the core from the peer it waits for.
 #pragma once
 
 #include <chrono>
@@ -15,6 +17,8 @@ class Backoff {
   void wait();
   // Seconds since the last reset().
   double idle_seconds() const;
+  // Whether waits start with a spin (process-wide; on by default).
+  static void set_spin(bool on);
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -22,6 +26,10 @@ class Backoff {
   Clock::time_point idle_since_;
   long idle_iterations_ = 0;
 };
+
+// The CPUs this process may run on (its affinity), divided by the
+// `local_size` ranks of its host.
+double cpus_per_rank(int local_size);
 
 // Seconds from `t` until now.
 inline double seconds_since(std::chrono::steady_clock::time_point t) {
