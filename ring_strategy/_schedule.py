@@ -21,13 +21,14 @@ never changes a sum); only the time differs.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from typing import Mapping, Optional
+from typing import Iterator, Mapping, Optional
 
 from ring_strategy import _config_values as values
 from ring_strategy import _native
 
-__all__ = ["AFTER_BACKWARD", "OVERLAP", "VARIABLE", "cpus_per_rank", "gradient_schedule"]
+__all__ = ["AFTER_BACKWARD", "OVERLAP", "VARIABLE", "cpus_per_rank", "forced", "gradient_schedule"]
 
 OVERLAP = "overlap"
 AFTER_BACKWARD = "after_backward"
@@ -68,3 +69,18 @@ def gradient_schedule(given: Optional[str] = None, local_size: Optional[int] = N
 
         local_size = rs.local_size() if rs.is_initialized() else 1
     return OVERLAP if cpus_per_rank(local_size) >= _OVERLAP_CPUS else AFTER_BACKWARD
+
+
+@contextlib.contextmanager
+def forced(schedule: str) -> Iterator[None]:
+    """Sets ``RING_GRADIENT_SCHEDULE`` to ``schedule`` inside (as a user's
+    environment would: optimizers made there use it), and restores it after."""
+    before = os.environ.get(VARIABLE)
+    os.environ[VARIABLE] = schedule
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[VARIABLE]
+        else:
+            os.environ[VARIABLE] = before

@@ -3,11 +3,10 @@
 // never deadlocks on full buffers whatever the message size.
 #include "transport/mesh.h"
 
-#include <chrono>
-
 #include <poll.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <sstream>
 
@@ -223,13 +222,12 @@ void Mesh::sendrecv_sink(int to, const void* sbuf, size_t slen, int from, size_t
       peer = from;
       progress |= t.pump_recv();
       peer = -1;
-      if ((++rounds & 63) == 0) maybe_tick();
+      if ((++rounds & 63) == 0 || !progress) maybe_tick();  // the root mesh's tick, when due
       if (progress) {
         backoff.reset();
         last_liveness = 0.0;
         continue;
       }
-      maybe_tick();
       wait_for_progress(t, to, from, backoff, last_liveness, peer);
     }
   } catch (const RingError& e) {

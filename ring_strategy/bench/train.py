@@ -155,20 +155,13 @@ def _ring_step(template: Any, data: Any, target: Any, schedule: Optional[str] = 
     import torch
 
     import ring_strategy.torch as hvd
-    from ring_strategy._schedule import VARIABLE
+    from ring_strategy._schedule import forced
 
     model = copy.deepcopy(template)
-    before = os.environ.get(VARIABLE)
-    os.environ[VARIABLE] = schedule or "auto"
-    try:
+    with forced(schedule or "auto"):
         optimizer = hvd.DistributedOptimizer(
             torch.optim.SGD(model.parameters(), lr=0.01), named_parameters=model.named_parameters(),
         )
-    finally:
-        if before is None:
-            del os.environ[VARIABLE]
-        else:
-            os.environ[VARIABLE] = before
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     return _sgd_step(model, optimizer, data, target)
 

@@ -170,13 +170,18 @@ class ClusterEnvironment(abc.ABC):
         """The address peers connect to, published at the rendezvous.
 
         Loopback for a job on one host. On several hosts ``RING_ADVERTISE_HOST``
-        when set, else this host's address on the route to the rendezvous host.
+        when set, else :meth:`routed_address`.
         """
         if self.cross_size == 1:
             return "127.0.0.1"
         explicit = os.environ.get(names.ADVERTISE_HOST, "").strip()
         if explicit:
             return explicit
+        return self.routed_address()
+
+    def routed_address(self) -> str:
+        """This host's address as the job's other hosts reach it: here, its
+        address on the route to the rendezvous host."""
         return route_address(self.rendezvous_address)
 
     def __repr__(self) -> str:

@@ -20,7 +20,7 @@ from typing import Mapping, Optional, Tuple
 
 from ring_strategy import _config_values, _contracts as names
 from ring_strategy.environments.base import ClusterEnvironment, override
-from ring_strategy.environments.network import is_loopback, route_address, split_address
+from ring_strategy.environments.network import is_loopback, join_address, route_address, split_address
 from ring_strategy.environments.ringrun import _address, _int, _job_id, _secret
 
 __all__ = [
@@ -103,23 +103,17 @@ class ElasticEnvironment(ClusterEnvironment):
     def world_generation(self) -> Optional[int]:
         return self._generation
 
-    @property
     @override
-    def advertise_host(self) -> str:
-        """``RING_ADVERTISE_HOST`` when set, else this host's address on the
-        route to the first other host of the world that is not a loopback
-        name (workers may be placed on other machines at any world, so the
-        address is chosen per world); loopback when there is none."""
-        if self.cross_size == 1:
-            return "127.0.0.1"
-        explicit = os.environ.get(names.ADVERTISE_HOST, "").strip()
-        if explicit:
-            return explicit
+    def routed_address(self) -> str:
+        """This host's address on the route to the first other host of the
+        world that is not a loopback name (workers may be placed on other
+        machines at any world, so the address is chosen per world); loopback
+        when there is none."""
         far = next((h for h in self._peer_hosts if not is_loopback(h)), None)
         if far is None:
             return "127.0.0.1"
         port = split_address(self.rendezvous_address)[1] if self.rendezvous_address else 22
-        return route_address(f"[{far}]:{port}" if ":" in far else f"{far}:{port}")
+        return route_address(join_address(far, port))
 
     @property
     @override

@@ -30,7 +30,7 @@ from typing import ClassVar, Mapping, Optional
 
 from ring_strategy import _config_values, _contracts as names
 from ring_strategy.environments.base import ClusterEnvironment, Layout, override
-from ring_strategy.environments.network import is_local_address, is_loopback, split_address
+from ring_strategy.environments.network import is_local_address, is_loopback, join_address, split_address
 from ring_strategy.environments.ringrun import _secret
 
 __all__ = ["ExternalLauncherEnvironment", "Layout", "derived_port", "join_address", "read_int", "require_int"]
@@ -69,11 +69,6 @@ def derived_port(key: str) -> int:
     """A port in ``[PORT_BASE, PORT_BASE + PORT_SPAN)`` that depends only on ``key``."""
     digest = hashlib.sha256(b"ring-rendezvous-port\0" + key.encode()).digest()
     return PORT_BASE + int.from_bytes(digest[:4], "big") % PORT_SPAN
-
-
-def join_address(host: str, port: int) -> str:
-    """``"host:port"``, with brackets around an IPv6 host."""
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 class ExternalLauncherEnvironment(ClusterEnvironment):

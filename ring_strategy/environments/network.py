@@ -11,7 +11,7 @@ import ipaddress
 import socket
 from typing import Optional
 
-__all__ = ["is_local_address", "is_loopback", "route_address", "split_address"]
+__all__ = ["is_local_address", "is_loopback", "join_address", "route_address", "split_address"]
 
 # Any routable address will do: connecting a UDP socket sends nothing, it only
 # asks the kernel which local address the route to it would use.
@@ -35,6 +35,11 @@ def split_address(address: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ValueError(f"address should look like 'host:port'. Got: {address!r}")
     return host.strip("[]"), int(port)
+
+
+def join_address(host: str, port: int) -> str:
+    """``"host:port"``, with brackets around an IPv6 host (the inverse of :func:`split_address`)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def is_loopback(host: str) -> bool:

@@ -303,7 +303,7 @@ class ElasticJob(Job):
         here = is_this_host(host)
         env = elastic_worker_environment(
             os.environ if here else {}, worker=number, secret=self.secret, job_id=self.job_id,
-            rendezvous_address=store_address(self.plan, self._port, host),
+            rendezvous_address=store_address(self.plan, self._port, None if here else host),
             # A new worker waits in its world's rendezvous until the others
             # reach their next check of host updates.
             start_timeout=max(self.plan.start_timeout, self.settings.elastic_timeout),

@@ -29,7 +29,7 @@ import sys
 from typing import Dict, Optional, Tuple, Union
 
 from ring_strategy import _contracts as names
-from ring_strategy.environments.network import route_address
+from ring_strategy.environments.network import join_address, route_address
 from ring_strategy.runner.bootstrap import interface_address
 from ring_strategy.runner.discovery import FixedHosts, HostDiscovery
 from ring_strategy.runner.hosts import is_this_host
@@ -64,18 +64,14 @@ def store_bind_host(plan: JobPlan, spans: bool) -> str:
     return "0.0.0.0" if spans else "127.0.0.1"
 
 
-def _join(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
 def store_address(plan: JobPlan, port: int, host: Optional[str] = None) -> str:
-    """The store's address as a worker on ``host`` dials it (None or this
-    machine: the driver's own workers and client)."""
+    """The store's address as a worker on ``host`` dials it (None: this
+    machine, the driver's own workers and client)."""
     if plan.interface:
-        return _join(interface_address(plan.interface), port)
-    if host is None or is_this_host(host):
-        return _join("127.0.0.1", port)
-    return _join(route_address(_join(host, 22)), port)
+        return join_address(interface_address(plan.interface), port)
+    if host is None:
+        return join_address("127.0.0.1", port)
+    return join_address(route_address(join_address(host, 22)), port)
 
 
 def start_worker(plan: JobPlan, host: str, here: bool, number: int, env: Dict[str, str], job_id: str, output: Output,

@@ -23,7 +23,7 @@ import time
 from typing import Dict, List, Optional, Tuple, Union
 
 from ring_strategy import _contracts as names
-from ring_strategy.environments.network import route_address
+from ring_strategy.environments.network import join_address, route_address
 from ring_strategy.runner.bootstrap import interface_address
 from ring_strategy.runner.hosts import HostRanks
 from ring_strategy.runner.output import Output, log
@@ -251,8 +251,8 @@ class Job:
             host = interface_address(self.plan.interface)
         else:
             first = next(h for h, here in zip(self.plan.hosts, self.plan.local) if not here)
-            host = route_address(f"[{first.hostname}]:22" if ":" in first.hostname else f"{first.hostname}:22")
-        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            host = route_address(join_address(first.hostname, 22))
+        return join_address(host, int(port))
 
     def _on_signal(self, signum: int, frame: object) -> None:
         self.events.put(("signal", signum, 0))

@@ -194,6 +194,11 @@ def _check_interface(parser: argparse.ArgumentParser, name: Optional[str], remot
         parser.error(f"--network-interface: {e.strerror or e}")
 
 
+def _output_dir(args: argparse.Namespace) -> Optional[str]:
+    """``--output-filename`` as an absolute path, or None."""
+    return None if args.output_filename is None else os.path.abspath(args.output_filename)
+
+
 def _plan(parser: argparse.ArgumentParser, args: argparse.Namespace, command: List[str]) -> JobPlan:
     """Checks the options and places the ranks on the hosts."""
     hosts = _hosts(parser, args)
@@ -215,12 +220,9 @@ def _plan(parser: argparse.ArgumentParser, args: argparse.Namespace, command: Li
     grace = _grace_period(parser, args.grace_period)
     local = [is_this_host(h.hostname) for h in placed]
     _check_interface(parser, args.network_interface, remote=not all(local))
-    output_dir = args.output_filename
-    if output_dir is not None:
-        output_dir = os.path.abspath(output_dir)
     return JobPlan(
         command=command, hosts=placed, local=local, size=np_, start_timeout=start_timeout,
-        grace=grace, verbose=args.verbose, output_dir=output_dir,
+        grace=grace, verbose=args.verbose, output_dir=_output_dir(args),
         ssh=_ssh_settings(parser, args, start_timeout), interface=args.network_interface,
     )
 
@@ -230,9 +232,8 @@ def _elastic_plan(parser: argparse.ArgumentParser, args: argparse.Namespace, com
     """The plan of an elastic job: its driver places the workers as hosts come and go."""
     start_timeout = _start_timeout(parser, args.start_timeout)
     _check_interface(parser, args.network_interface, remote=True)
-    output_dir = None if args.output_filename is None else os.path.abspath(args.output_filename)
     return JobPlan(command=command, hosts=[], local=[], size=elastic.np, start_timeout=start_timeout,
-                   grace=_grace_period(parser, args.grace_period), verbose=args.verbose, output_dir=output_dir,
+                   grace=_grace_period(parser, args.grace_period), verbose=args.verbose, output_dir=_output_dir(args),
                    ssh=_ssh_settings(parser, args, start_timeout), interface=args.network_interface)
 
 

@@ -42,6 +42,8 @@ import threading
 import time
 from typing import Dict, Optional, Set
 
+from ring_strategy.environments.network import join_address
+
 __all__ = [
     "MAX_FRAME_BYTES",
     "StoreAuthenticationError",
@@ -165,7 +167,7 @@ class StoreServer:
         if self._listener is None:
             raise RuntimeError("StoreServer.address is known only after start()")
         host, port = self._listener.getsockname()[:2]
-        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        return join_address(host, port)
 
     def start(self) -> None:
         """Binds the socket and starts serving in background threads."""

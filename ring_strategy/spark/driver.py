@@ -17,6 +17,7 @@ import time
 from typing import IO, Any, Callable, Dict, Iterable, Iterator, Mapping, Optional, Sequence, Tuple
 
 from ring_strategy._contracts import remove_job_shm
+from ring_strategy.environments.network import join_address
 from ring_strategy.runner.run_fn import raise_first_error
 from ring_strategy.runner.store import StoreClient, StoreServer
 from ring_strategy.spark.cluster import driver_addresses
@@ -77,7 +78,7 @@ def job_store(context: Any, secret: bytes, job_id: str) -> Iterator[str]:
     store.start()
     try:
         port = store.address.rpartition(":")[2]
-        yield f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        yield join_address(host, int(port))
     finally:
         store.stop()
         remove_job_shm(job_id)

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import os
 import random
-import re
-import signal
 import sys
 import time
 from collections import Counter
@@ -25,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.reliability.chaos_jobs import LIMIT_S, judge, print_counts, rank_pids, signal_rank
 from tests.reliability.reliability_jobs import WORKERS, finish, processes_with
 
 from .jobs import start_ringrun_in
@@ -36,20 +35,6 @@ pytestmark = pytest.mark.netns
 FAULTS = ["sigkill", "sigkill_rank0", "sigstop", "link_down", "loss10", "timeline_disk_full"]
 NP = 3
 STEPS = 150
-LIMIT_S = 15.0
-
-
-def _pids(proc, deadline: float) -> dict:
-    """rank -> pid, read from the job's first lines (``[r] pid r P``)."""
-    pids: dict = {}
-    while len(pids) < NP and time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        m = re.search(r"pid (\d+) (\d+)$", line.strip())
-        if m:
-            pids[int(m[1])] = int(m[2])
-    return pids
 
 
 def _one_job(cluster: Cluster, rng: random.Random, fault: str, number: int) -> str:
@@ -63,31 +48,21 @@ def _one_job(cluster: Cluster, rng: random.Random, fault: str, number: int) -> s
         proc = start_ringrun_in(cluster, 0, ["-v", "--grace-period", "2", "--network-interface", link.name,
                                              "-H", cluster.hosts([2, 1]), sys.executable,
                                              WORKERS / "chaos.py", STEPS, tag], env=env)
-        pids = _pids(proc, time.monotonic() + 60)
+        pids = rank_pids(proc, NP, time.monotonic() + 60)
         assert len(pids) == NP, "the job did not start"
         time.sleep(rng.uniform(0.0, 1.5))
         fault_at = time.monotonic()
         if fault in ("link_down", "loss10"):
             link.fault(down=fault == "link_down")
         elif fault != "timeline_disk_full":
-            victim = 0 if fault == "sigkill_rank0" else rng.randrange(NP)
-            try:
-                os.kill(pids[victim], signal.SIGSTOP if fault == "sigstop" else signal.SIGKILL)
-            except ProcessLookupError:
-                pass  # it had finished already
+            signal_rank(fault, pids, rng)
         rest = proc.stdout.read() if proc.poll() is not None else ""
         job = finish(proc, tag, timeout=LIMIT_S + 30)
         took = time.monotonic() - fault_at
-    out = rest + job.output
-    assert "wrong result" not in out, out[-3000:]
+    outcome = judge(job, rest + job.output, took, fault, NP)
     bootstraps = processes_with(f"ringrun-bootstrap {job.job_id}") if job.job_id else []
-    assert job.leftover_processes == [] and job.leftover_segments == [] and bootstraps == [], (
-        job.leftover_processes, job.leftover_segments, bootstraps)
-    if job.returncode == 0:
-        assert out.count(": chaos ok") == NP, out[-3000:]
-        return "completed"
-    assert took < LIMIT_S + 5, f"{fault}: ended {took:.1f} s after the fault\n{out[-3000:]}"
-    return "ended with an error"
+    assert bootstraps == [], bootstraps
+    return outcome
 
 
 @pytest.mark.slow
@@ -101,6 +76,5 @@ def test_netns_chaos_run(cluster: Cluster) -> None:
     for number in range(jobs):
         fault = rng.choice(FAULTS)
         counts[(fault, _one_job(cluster, rng, fault, number))] += 1
-    print(f"\nnetns chaos run: {jobs} jobs of {NP} ranks on 2 hosts in {time.monotonic() - started:.0f} s")
-    for (fault, outcome), count in sorted(counts.items()):
-        print(f"  {fault:20s} {outcome:22s} {count}")
+    print_counts(f"netns chaos run: {jobs} jobs of {NP} ranks on 2 hosts in {time.monotonic() - started:.0f} s",
+                 counts)

@@ -11,31 +11,16 @@ from __future__ import annotations
 
 import os
 import random
-import re
-import signal
 import time
 from collections import Counter
 
 import pytest
+from chaos_jobs import LIMIT_S, judge, print_counts, rank_pids, signal_rank
 from reliability_jobs import WORKERS, finish, start_job_tagged
 
 FAULTS = ["sigkill", "sigkill_rank0", "sigstop", "timeline_disk_full"]
 NP = 3
 STEPS = 400
-LIMIT_S = 15.0
-
-
-def _pids(proc, deadline: float) -> dict:
-    """rank -> pid, read from the job's first lines (``[r] pid r P``)."""
-    pids: dict = {}
-    while len(pids) < NP and time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        m = re.search(r"pid (\d+) (\d+)$", line.strip())
-        if m:
-            pids[int(m[1])] = int(m[2])
-    return pids
 
 
 def _one_job(rng: random.Random, fault: str) -> str:
@@ -43,28 +28,15 @@ def _one_job(rng: random.Random, fault: str) -> str:
     if fault == "timeline_disk_full":
         env["RING_TIMELINE"] = "/dev/full"
     proc, tag = start_job_tagged(NP, [WORKERS / "chaos.py", str(STEPS)], env, grace=2.0)
-    pids = _pids(proc, time.monotonic() + 60)
+    pids = rank_pids(proc, NP, time.monotonic() + 60)
     assert len(pids) == NP, "the job did not start"
     time.sleep(rng.uniform(0.0, 1.5))
     fault_at = time.monotonic()
     if fault != "timeline_disk_full":
-        victim = 0 if fault == "sigkill_rank0" else rng.randrange(NP)
-        try:
-            os.kill(pids[victim], signal.SIGSTOP if fault == "sigstop" else signal.SIGKILL)
-        except ProcessLookupError:
-            pass  # it had finished already
+        signal_rank(fault, pids, rng)
     rest = proc.stdout.read() if proc.poll() is not None else ""
     job = finish(proc, tag, timeout=LIMIT_S + 30)
-    took = time.monotonic() - fault_at
-    out = rest + job.output
-    assert "wrong result" not in out, out[-3000:]
-    assert job.leftover_processes == [] and job.leftover_segments == [], (job.leftover_processes,
-                                                                         job.leftover_segments)
-    if job.returncode == 0:
-        assert out.count(": chaos ok") == NP, out[-3000:]
-        return "completed"
-    assert took < LIMIT_S + 5, f"{fault}: ended {took:.1f} s after the fault\n{out[-3000:]}"
-    return "ended with an error"
+    return judge(job, rest + job.output, time.monotonic() - fault_at, fault, NP)
 
 
 @pytest.mark.slow
@@ -75,7 +47,5 @@ def test_chaos_run() -> None:
     for _ in range(jobs):
         fault = rng.choice(FAULTS)
         counts[(fault, _one_job(rng, fault))] += 1
-    print(f"\nchaos run: {jobs} jobs of {NP} ranks")
-    for (fault, outcome), count in sorted(counts.items()):
-        print(f"  {fault:20s} {outcome:22s} {count}")
+    print_counts(f"chaos run: {jobs} jobs of {NP} ranks", counts)
     assert sum(counts.values()) == jobs

@@ -6,8 +6,6 @@ Training scenarios compare the distributed run with a single-process run of
 the same model on the concatenated global batch, computed inside every rank.
 """
 
-import contextlib
-import os
 import warnings
 
 import torch
@@ -16,6 +14,7 @@ import torch.nn.functional as F
 
 import ring_strategy.torch as hvd
 import ring_strategy.torch.grad_sync as grad_sync
+from ring_strategy._schedule import forced
 from scenario_main import run_all
 from tests.workers.checks import identical_rows, raises
 
@@ -74,20 +73,6 @@ def train(passes=1, zero_grad=lambda opt: opt.zero_grad(), make_groups=None, **k
     return model, opt
 
 
-@contextlib.contextmanager
-def schedule(name):
-    """Optimizers made inside use gradient schedule ``name`` (as RING_GRADIENT_SCHEDULE sets it)."""
-    before = os.environ.get("RING_GRADIENT_SCHEDULE")
-    os.environ["RING_GRADIENT_SCHEDULE"] = name
-    try:
-        yield
-    finally:
-        if before is None:
-            del os.environ["RING_GRADIENT_SCHEDULE"]
-        else:
-            os.environ["RING_GRADIENT_SCHEDULE"] = before
-
-
 def flat_parameters(model):
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
 
@@ -112,7 +97,7 @@ def overlap():
     """With the overlap schedule, allreduces start during backward: when the last
     layer's gradient is submitted, the first layer's gradient has not been computed yet."""
     model = make_model()
-    with schedule("overlap"):
+    with forced("overlap"):
         opt = hvd.DistributedOptimizer(make_sgd(model), named_parameters=model.named_parameters())
     first_weight = model[0].weight
     seen = []
@@ -140,7 +125,7 @@ def after_backward():
     """With the after_backward schedule nothing is sent during backward; step()
     submits one grouped allreduce; the result is bitwise the overlap schedule's."""
     model = make_model()
-    with schedule("after_backward"):
+    with forced("after_backward"):
         opt = hvd.DistributedOptimizer(make_sgd(model), named_parameters=model.named_parameters())
     real, seen = grad_sync.grouped_allreduce_async_, []
 
@@ -161,7 +146,7 @@ def after_backward():
         grad_sync.grouped_allreduce_async_ = real
     runs = {}
     for name in ("overlap", "after_backward"):
-        with schedule(name):
+        with forced(name):
             runs[name], _ = train(passes=2)
     assert torch.equal(flat_parameters(runs["overlap"]), flat_parameters(runs["after_backward"]))
     check_close(runs["after_backward"], reference(passes=2), what="after_backward")
@@ -172,7 +157,7 @@ def passes2():
     nothing is sent before the last pass."""
     check_close(train(passes=2)[0], reference(passes=2), what="passes2")
     model = make_model()
-    with schedule("overlap"):  # the reductions then start with the last pass
+    with forced("overlap"):  # the reductions then start with the last pass
         opt = hvd.DistributedOptimizer(make_sgd(model), named_parameters=model.named_parameters(),
                                        backward_passes_per_step=2)
     x, y = torch.randn(B, IN), torch.randn(B, OUT)
