@@ -51,7 +51,9 @@ def test_report_of_this_installation() -> None:
     assert _row(out, "TCP").startswith("    [X]")
     assert _row(out, "CPU ring").startswith("    [X]")
     nccl = _row(out, "NCCL")
-    assert nccl.startswith("    [ ]") and "not built (CPU engine only)" in nccl and "libnccl" in nccl
+    assert nccl.startswith("    [ ]") and "no NCCL library found" in nccl and "libnccl.so.2" in nccl, nccl
+    cuda = _row(out, "CUDA")
+    assert cuda.startswith("    [ ]") and "libcuda.so.1" in cuda, cuda
     assert "Native engine: " in out and "_native" in out
 
 

@@ -26,6 +26,7 @@ namespace nb = nanobind;
 using namespace nb::literals;
 
 void register_parsers(nb::module_& m);  // parsers.cc
+void register_gpu(nb::module_& m);      // gpu.cc
 
 namespace {
 
@@ -301,4 +302,5 @@ NB_MODULE(_native, m) {
   register_constants(m);
   register_rules(m);
   register_runtime(m);
+  register_gpu(m);
 }

@@ -11,7 +11,6 @@ in a subprocess too.
 
 from __future__ import annotations
 
-import ctypes.util
 import dataclasses
 import importlib.metadata
 import importlib.util
@@ -68,8 +67,9 @@ for name in sys.argv[1:]:
 _ENGINE_PROBE = """\
 import json
 from ring_strategy import _native
+from ring_strategy.build_queries import gpu_info
 print(json.dumps({"path": _native.__file__, "config": _native.config_table(),
-                  "dtypes": sorted(_native.DTYPES), "ops": list(_native.REDUCE_OPS)}))
+                  "dtypes": sorted(_native.DTYPES), "ops": list(_native.REDUCE_OPS), "gpu": gpu_info()}))
 """
 
 
@@ -215,14 +215,29 @@ def _launcher_rows() -> List[Row]:
     return rows
 
 
+def _gpu_rows(gpu: Optional[Dict]) -> List[Row]:
+    """The CUDA driver and NCCL, as the engine found them (build_queries.gpu_info)."""
+    if gpu is None:
+        return [Row(False, "CUDA", "the native engine is not loaded"), Row(False, "NCCL", "not searched for")]
+    if not gpu["cuda_loaded"] or gpu["device_count"] == 0:
+        cuda = Row(False, "CUDA", gpu["cuda_error"] or "no GPU")
+    else:
+        version = gpu["cuda_driver_version"]
+        cuda = Row(True, "CUDA", f"driver {version // 1000}.{version % 1000 // 10}, {gpu['device_count']} GPU(s) "
+                   f"({gpu['cuda_path']}); host-staged collectives on CUDA tensors")
+    if gpu["nccl_loaded"]:
+        nccl = Row(True, "NCCL", f"{gpu['nccl_version_text']} ({gpu['nccl_path']}, found: {gpu['nccl_source']})")
+    else:
+        nccl = Row(False, "NCCL", gpu["nccl_error"])
+    return [cuda, nccl]
+
+
 def _operation_rows(engine: Optional[Dict]) -> List[Row]:
     if engine is None:
         cpu = Row(False, "CPU ring", "the native engine is not loaded")
     else:
         cpu = Row(True, "CPU ring", f"{', '.join(engine['ops'])} on {len(engine['dtypes'])} dtypes")
-    nccl_lib = ctypes.util.find_library("nccl")
-    found = f"libnccl is present ({nccl_lib}) but unused" if nccl_lib else "libnccl not found on this machine"
-    return [cpu, Row(False, "NCCL", f"not built (CPU engine only); {found}")]
+    return [cpu, *_gpu_rows(engine.get("gpu") if engine else None)]
 
 
 def check_build_report(timeout: float = PROBE_TIMEOUT_SECONDS) -> Tuple[List[str], bool]:

@@ -61,6 +61,7 @@ from ring_strategy.torch.mpi_ops import (
     global_process_set,
     gloo_built,
     gloo_enabled,
+    gpu_available,
     grouped_allgather,
     grouped_allgather_async,
     grouped_allreduce,

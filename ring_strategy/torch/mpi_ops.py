@@ -39,6 +39,7 @@ from ring_strategy.build_queries import (  # noqa: F401  (re-exported)
     cuda_built,
     ddl_built,
     gloo_built,
+    gpu_available,
     gloo_enabled,
     mpi_built,
     mpi_enabled,
@@ -99,5 +100,5 @@ __all__ = [
     "handle_average_backwards_compatibility",
     "init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank", "cross_size", "cross_rank",
     "mpi_built", "mpi_enabled", "mpi_threads_supported", "gloo_built", "gloo_enabled", "nccl_built",
-    "ddl_built", "ccl_built", "cuda_built", "rocm_built",
+    "ddl_built", "ccl_built", "cuda_built", "rocm_built", "gpu_available",
 ]

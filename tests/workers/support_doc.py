@@ -9,7 +9,8 @@ not true, as readable lines. Markers:
 - ``no``: each name is absent;
 - ``NotImplementedError`` / ``BadArgumentError``: the call in ``CALLS`` for
   the name raises that exception;
-- ``returns False``: the name is a function returning False.
+- ``returns False``: the name is a function returning False (or 0, as
+  ``nccl_built`` does when no NCCL was found) on this machine.
 
 The front end of the Lightning column is the ``RingStrategy`` class.
 """
@@ -108,7 +109,7 @@ def check(front_end: str, owner: Any, marker: str, name: str) -> str:
     if marker == "no":
         return "" if value is _MISSING else "it exists"
     if marker == "returns False":
-        return "it does not exist" if value is _MISSING else ("" if value() is False else f"it returned {value()!r}")
+        return "it does not exist" if value is _MISSING else ("" if value() in (False, 0) else f"it returned {value()!r}")
     return _raises(front_end, owner, name, ERRORS[marker])
 
 

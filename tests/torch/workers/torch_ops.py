@@ -411,9 +411,10 @@ def misc():
     assert (hvd.size(), hvd.rank()) == (N, ME)
     assert hvd.local_size() == N and hvd.local_rank() == ME and hvd.cross_size() == 1 and hvd.cross_rank() == 0
     assert hvd.is_initialized()
-    for query in ("mpi_built", "gloo_built", "nccl_built", "ddl_built", "ccl_built", "cuda_built", "rocm_built",
-                  "mpi_enabled", "gloo_enabled", "mpi_threads_supported"):
-        assert getattr(hvd, query)() is False, query
+    for query in ("mpi_built", "gloo_built", "ddl_built", "ccl_built", "cuda_built", "rocm_built",
+                  "mpi_enabled", "gloo_enabled", "mpi_threads_supported", "gpu_available"):
+        assert getattr(hvd, query)() is False, query  # this machine: no CUDA driver
+    assert hvd.nccl_built() == 0  # no NCCL found (else its version code)
     gps = hvd.global_process_set
     assert gps.size() == N and gps.rank() == ME and gps.included() and gps.ranks == list(range(N))
     ps = hvd.ProcessSet(range(N))

@@ -1,0 +1,122 @@
+#include "gpu/cuda_driver.h"
+
+#include <cstdlib>
+#include <map>
+#include <mutex>
+
+#include "common/error.h"
+#include "gpu/shared_library.h"
+
+namespace ring::gpu {
+namespace {
+
+void resolve_all(SharedLibrary& lib, CudaDriver& d) {
+  lib.resolve(d.cuInit, "cuInit");
+  lib.resolve(d.cuDriverGetVersion, "cuDriverGetVersion");
+  lib.resolve(d.cuGetErrorString, "cuGetErrorString");
+  lib.resolve(d.cuDeviceGetCount, "cuDeviceGetCount");
+  lib.resolve(d.cuDeviceGet, "cuDeviceGet");
+  lib.resolve(d.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
+  lib.resolve(d.cuCtxPushCurrent, "cuCtxPushCurrent_v2");
+  lib.resolve(d.cuCtxPopCurrent, "cuCtxPopCurrent_v2");
+  lib.resolve(d.cuStreamCreate, "cuStreamCreate");
+  lib.resolve(d.cuStreamSynchronize, "cuStreamSynchronize");
+  lib.resolve(d.cuStreamWaitEvent, "cuStreamWaitEvent");
+  lib.resolve(d.cuEventCreate, "cuEventCreate");
+  lib.resolve(d.cuEventRecord, "cuEventRecord");
+  lib.resolve(d.cuEventQuery, "cuEventQuery");
+  lib.resolve(d.cuEventSynchronize, "cuEventSynchronize");
+  lib.resolve(d.cuEventDestroy, "cuEventDestroy_v2");
+  lib.resolve(d.cuMemAlloc, "cuMemAlloc_v2");
+  lib.resolve(d.cuMemFree, "cuMemFree_v2");
+  lib.resolve(d.cuMemHostAlloc, "cuMemHostAlloc");
+  lib.resolve(d.cuMemFreeHost, "cuMemFreeHost");
+  lib.resolve(d.cuMemcpyAsync, "cuMemcpyAsync");
+  lib.resolve(d.cuMemsetD8Async, "cuMemsetD8Async");
+}
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string s;
+  for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
+CudaDriver load() {
+  CudaDriver d;
+  const char* override_path = std::getenv("RING_CUDA_DRIVER_LIBRARY");
+  const std::string path = override_path && *override_path ? override_path : "libcuda.so.1";
+  const std::string origin = override_path && *override_path ? "RING_CUDA_DRIVER_LIBRARY=" + path : path;
+  SharedLibrary lib(path);
+  if (!lib.ok()) {
+    d.error = "the CUDA driver (" + origin + ") cannot be loaded: " + lib.error();
+    return d;
+  }
+  d.path = lib.file();
+  resolve_all(lib, d);
+  if (!lib.missing().empty()) {
+    d = CudaDriver{};
+    d.error = "the CUDA driver " + lib.file() + " lacks " + joined(lib.missing());
+    return d;
+  }
+  CUresult rc = d.cuInit(0);
+  if (rc == CUDA_SUCCESS) rc = d.cuDriverGetVersion(&d.version);
+  if (rc == CUDA_SUCCESS) rc = d.cuDeviceGetCount(&d.device_count);
+  if (rc != CUDA_SUCCESS) {
+    const char* text = nullptr;
+    d.cuGetErrorString(rc, &text);
+    d.error = "the CUDA driver " + d.path + " found no usable GPU: error " + std::to_string(rc) +
+              (text ? std::string(" (") + text + ")" : std::string());
+    d.device_count = 0;
+  }
+  d.loaded = true;
+  lib.release();
+  return d;
+}
+
+}  // namespace
+
+const CudaDriver& cuda_driver() {
+  static const CudaDriver driver = load();
+  return driver;
+}
+
+void cuda_check(CUresult rc, const char* what) {
+  if (rc == CUDA_SUCCESS) return;
+  const char* text = nullptr;
+  const CudaDriver& d = cuda_driver();
+  if (d.cuGetErrorString) d.cuGetErrorString(rc, &text);
+  throw_error(ErrorKind::Internal, std::string(what) + ": CUDA error " + std::to_string(rc) +
+                                       (text ? std::string(" (") + text + ")" : std::string()));
+}
+
+// Device `index`'s primary context, retained once for the process.
+CUcontext primary_context(int index) {
+  static std::mutex mu;
+  static std::map<int, CUcontext> contexts;
+  const CudaDriver& d = cuda_driver();
+  if (!d.loaded || d.device_count == 0) throw_error(ErrorKind::BadArgument, d.error);
+  if (index < 0 || index >= d.device_count)
+    throw_error(ErrorKind::BadArgument, "cuda:" + std::to_string(index) + " does not exist: this process sees " +
+                                            std::to_string(d.device_count) + " GPU(s)");
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = contexts.find(index);
+  if (it != contexts.end()) return it->second;
+  CUdevice dev = 0;
+  CUcontext ctx = nullptr;
+  cuda_check(d.cuDeviceGet(&dev, index), "cuDeviceGet");
+  cuda_check(d.cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+  contexts[index] = ctx;
+  return ctx;
+}
+
+ScopedDevice::ScopedDevice(int index) {
+  cuda_check(cuda_driver().cuCtxPushCurrent(primary_context(index)), "cuCtxPushCurrent");
+  pushed_ = true;
+}
+
+ScopedDevice::~ScopedDevice() {
+  CUcontext ctx = nullptr;
+  if (pushed_) cuda_driver().cuCtxPopCurrent(&ctx);
+}
+
+}  // namespace ring::gpu

@@ -1,0 +1,77 @@
+/* A stand-in for the CUDA driver (libcuda.so.1) for the CPU tests of the
+ * engine's GPU code: "device" memory is host memory, streams run their
+ * work at once, events are always complete. It lets the loader, the build
+ * queries and the host-staged backend run for real on a machine without a
+ * GPU; it proves nothing about a real GPU (tests/gpu/device_check.sh does).
+ *
+ * Build: cc -shared -fPIC -o libcuda_stub.so stub_cuda.c [-DSTUB_NO_DEVICE]
+ * [-DSTUB_OMIT_MEMCPY]. STUB_CUDA_DEVICES (environment) sets the device
+ * count (default 1). STUB_CUDA_LOG, a path: every call that moves memory
+ * appends a line there ("memcpy <bytes>", "wait", "record", "sync"), so a
+ * test can see what the engine asked of the driver. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+
+static void note(const char* what, unsigned long long n) {
+  const char* path = getenv("STUB_CUDA_LOG");
+  if (!path || !*path) return;
+  FILE* f = fopen(path, "a");
+  if (!f) return;
+  fprintf(f, "%s %llu\n", what, n);
+  fclose(f);
+}
+
+static int stub_context[16];
+static int stub_object;
+
+CUresult cuInit(unsigned flags) {
+  (void)flags;
+#ifdef STUB_NO_DEVICE
+  return 100; /* CUDA_ERROR_NO_DEVICE */
+#else
+  return 0;
+#endif
+}
+CUresult cuDriverGetVersion(int* v) { *v = 12040; return 0; }
+CUresult cuGetErrorString(CUresult rc, const char** text) {
+  *text = rc == 100 ? "no CUDA-capable device is detected" : "stub error";
+  return 0;
+}
+CUresult cuDeviceGetCount(int* n) {
+  const char* env = getenv("STUB_CUDA_DEVICES");
+  *n = env ? atoi(env) : 1;
+  return 0;
+}
+CUresult cuDeviceGet(int* dev, int ordinal) { *dev = ordinal; return 0; }
+CUresult cuDevicePrimaryCtxRetain(void** ctx, int dev) { *ctx = &stub_context[dev & 15]; return 0; }
+CUresult cuCtxPushCurrent_v2(void* ctx) { (void)ctx; return 0; }
+CUresult cuCtxPopCurrent_v2(void** ctx) { if (ctx) *ctx = 0; return 0; }
+CUresult cuStreamCreate(void** s, unsigned flags) { (void)flags; *s = &stub_object; return 0; }
+CUresult cuStreamSynchronize(void* s) { (void)s; note("sync", 0); return 0; }
+CUresult cuStreamWaitEvent(void* s, void* e, unsigned f) { (void)s; (void)e; (void)f; note("wait", 0); return 0; }
+CUresult cuEventCreate(void** e, unsigned flags) { (void)flags; *e = malloc(1); return 0; }
+CUresult cuEventRecord(void* e, void* s) { (void)e; (void)s; note("record", 0); return 0; }
+CUresult cuEventQuery(void* e) { (void)e; return 0; }
+CUresult cuEventSynchronize(void* e) { (void)e; return 0; }
+CUresult cuEventDestroy_v2(void* e) { free(e); return 0; }
+CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t n) { *p = (CUdeviceptr)malloc(n ? n : 1); return 0; }
+CUresult cuMemFree_v2(CUdeviceptr p) { free((void*)p); return 0; }
+CUresult cuMemHostAlloc(void** p, size_t n, unsigned flags) { (void)flags; *p = malloc(n ? n : 1); return 0; }
+CUresult cuMemFreeHost(void* p) { free(p); return 0; }
+#ifndef STUB_OMIT_MEMCPY
+CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, void* s) {
+  (void)s;
+  note("memcpy", n);
+  memmove((void*)dst, (const void*)src, n);
+  return 0;
+}
+#endif
+CUresult cuMemsetD8Async(CUdeviceptr p, unsigned char v, size_t n, void* s) {
+  (void)s;
+  memset((void*)p, v, n);
+  return 0;
+}
