@@ -1,7 +1,8 @@
 """The engine as every front end (numpy, torch, TensorFlow, Keras) sees it:
 operation kinds, dtype and reduction codes, and the calls that queue an
 operation and wait for it by engine handle id. Arrays go in through DLPack,
-so any contiguous CPU array works: numpy, torch, TensorFlow, JAX.
+so any contiguous array works: numpy, torch, TensorFlow, JAX, in host
+memory or on a CUDA GPU (the engine finds the device from the array).
 
 Engine handle ids are only meaningful in the world (``init()`` to
 ``shutdown()``) that issued them; front ends hold them through the handle
@@ -43,6 +44,7 @@ def enqueue(
     splits: Sequence[int] = (),
     wake: bool = True,
     process_set: int = 0,
+    stream: int = 0,
 ) -> int:
     """Queues one operation; returns its handle id. `input` and `output`
     (None: the engine allocates) must stay alive until the handle is released.
@@ -51,11 +53,14 @@ def enqueue(
     waiting thread then makes the progress itself, without waking the
     engine's background thread (lower latency for synchronous calls).
     ``process_set`` is the engine id of a set this rank is in (0: every
-    rank; see :func:`ring_strategy.process_sets._check_process_set`)."""
+    rank; see :func:`ring_strategy.process_sets._check_process_set`).
+    Arrays on a CUDA GPU go to the engine's GPU path: ``stream`` is the
+    CUstream (an integer; 0: the legacy default stream) their producer ran
+    on, which the engine waits for before reading them."""
     return _runtime().enqueue(
         kind, name, input, output, dtype_code, check_op(op), check_root(root), float(prescale), float(postscale),
         shape if shape.__class__ is tuple else [int(d) for d in shape],
-        splits if splits == () else [int(s) for s in splits], wake, "cpu", process_set,
+        splits if splits == () else [int(s) for s in splits], wake, "", process_set, stream,
     )
 
 

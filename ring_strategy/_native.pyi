@@ -1,6 +1,6 @@
 """Typed stub of the native engine module (native/bindings/module.cc)."""
 
-from typing import Mapping, Optional, Sequence
+from typing import Any, Dict, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -46,6 +46,9 @@ def reducescatter_rows(rows: int, size: int, rank: int) -> int:
     Raises BadArgumentError unless rows >= 0 and 0 <= rank < size."""
 
 def cpus_per_rank(local_size: int) -> float: ...
+def gpu_info(nccl_wheel_paths: Sequence[str]) -> Dict[str, Any]: ...
+
+MIN_NCCL_VERSION: int
 def shm_segment_names(job_id: str, rank: int) -> list[str]:
     """Every POSIX shared-memory name (as given to shm_open, with its leading
     '/') that rank ``rank`` of job ``job_id`` may create, data mesh first
@@ -74,8 +77,8 @@ class Runtime:
         self,
         op: int,
         name: str,
-        input: np.ndarray,
-        output: Optional[np.ndarray],
+        input: Any,
+        output: Optional[Any],
         dtype: int,
         reduce_op: int,
         root: int,
@@ -84,12 +87,18 @@ class Runtime:
         shape: Sequence[int],
         splits: Sequence[int],
         wake: bool = True,
-        device: str = "cpu",
+        device: str = "",
         process_set: int = 0,
+        stream: int = 0,
     ) -> int:
-        """Queues one operation; returns its handle. ``device`` names where
-        the tensors live ("cpu", "cuda:<index>"); a device no backend serves
-        raises BadArgumentError ("no backend for device ..."). ``process_set``
+        """Queues one operation; returns its handle. ``input`` and ``output``
+        are DLPack arrays (or capsules) in host memory or on a CUDA GPU, both
+        on one device; ``device`` ("" or e.g. "cuda:1") must name it when
+        given. A device no backend serves raises BadArgumentError ("no
+        backend for device ...", and why). ``stream``: for GPU tensors, the
+        CUstream (an integer) the input was produced on; the engine reads the
+        input only after the work queued on it so far (0: the legacy default
+        stream). ``process_set``
         is the id of a set this rank belongs to (0: every rank); a broadcast's
         root is a global rank of that set."""
     def add_process_set(self, id: int, ranks: Sequence[int]) -> None:

@@ -96,8 +96,45 @@ void register_errors(nb::module_& m) {
   nb::register_exception_translator(translate_error);
 }
 
-using AnyArray = nb::ndarray<nb::device::cpu, nb::c_contig>;
-using ReadOnlyArray = nb::ndarray<nb::ro, nb::device::cpu, nb::c_contig>;
+// Arrays from any device; enqueue() checks that the engine serves it.
+using AnyArray = nb::ndarray<nb::c_contig>;
+using ReadOnlyArray = nb::ndarray<nb::ro, nb::c_contig>;
+
+// The engine's Device for an array's DLPack device: host memory (pinned
+// host memory included) or a CUDA GPU. BadArgument for any other.
+template <class Array>
+ring::Device device_of(const Array& a, const std::string& name) {
+  ring::Device d;
+  switch (a.device_type()) {
+    case nb::device::cpu::value:
+    case nb::device::cuda_host::value:
+      return d;
+    case nb::device::cuda::value:
+    case nb::device::cuda_managed::value:
+      d.type = ring::DeviceType::CUDA;
+      d.index = a.device_id();
+      return d;
+    default:
+      throw ring::RingError(ring::ErrorKind::BadArgument,
+                            "tensor '" + name + "' is on DLPack device type " + std::to_string(a.device_type()) +
+                                ": ring runs on host memory and CUDA GPUs");
+  }
+}
+
+// The device of `input` (and `output`, which must be on the same one);
+// `device` ("" or e.g. "cuda:0", what the front end says) must agree.
+ring::Device check_devices(const ReadOnlyArray& input, const std::optional<AnyArray>& output,
+                           const std::string& device, const std::string& name) {
+  const ring::Device d = device_of(input, name);
+  if (!device.empty() && ring::parse_device(device) != d)
+    throw ring::RingError(ring::ErrorKind::BadArgument, "tensor '" + name + "' is on " + ring::device_name(d) +
+                                                            ", not on " + device + " as the call says");
+  if (output && device_of(*output, name) != d)
+    throw ring::RingError(ring::ErrorKind::BadArgument, "the output of '" + name + "' is on " +
+                                                            ring::device_name(device_of(*output, name)) +
+                                                            "; its input is on " + ring::device_name(d));
+  return d;
+}
 
 // Checks that `a` holds exactly the bytes `req` describes.
 template <class Array>
@@ -112,7 +149,7 @@ void check_array(const Array& a, const ring::Request& req, const char* which) {
 int64_t enqueue(ring::Runtime& rt, int op, const std::string& name, ReadOnlyArray input, std::optional<AnyArray> output,
                 int dtype, int reduce_op, int root, double prescale, double postscale,
                 const std::vector<int64_t>& shape, const std::vector<int64_t>& splits, bool wake,
-                const std::string& device, int32_t process_set) {
+                const std::string& device, int32_t process_set, uint64_t stream) {
   if (op < 0 || op >= ring::kNumOpTypes) throw ring::RingError(ring::ErrorKind::BadArgument, "unknown operation");
   if (!ring::is_valid_dtype(dtype)) throw ring::RingError(ring::ErrorKind::BadArgument, "unsupported dtype code");
   if (!ring::is_valid_reduce_op(reduce_op)) throw ring::RingError(ring::ErrorKind::BadArgument, "unknown reduce op");
@@ -126,7 +163,8 @@ int64_t enqueue(ring::Runtime& rt, int op, const std::string& name, ReadOnlyArra
   args.req.postscale = postscale;
   args.req.shape = shape;
   args.req.splits = splits;
-  args.req.device = ring::parse_device(device);
+  args.req.device = check_devices(input, output, device, name);
+  args.stream = stream;
   args.req.process_set = process_set;
   check_array(input, args.req, "input");
   args.input = input.data();
@@ -277,7 +315,7 @@ void register_runtime(nb::module_& m) {
       .def("start", &ring::Runtime::start)
       .def("enqueue", &enqueue, "op"_a, "name"_a, "input"_a.noconvert(), "output"_a.noconvert().none(), "dtype"_a,
            "reduce_op"_a, "root"_a, "prescale"_a, "postscale"_a, "shape"_a, "splits"_a, "wake"_a = true,
-           "device"_a = "cpu", "process_set"_a = 0)
+           "device"_a = "", "process_set"_a = 0, "stream"_a = 0)
       .def("add_process_set", &ring::Runtime::add_process_set, "id"_a, "ranks"_a)
       .def("remove_process_set", &ring::Runtime::remove_process_set, "id"_a)
       .def("poll", &ring::Runtime::poll, "handle"_a)

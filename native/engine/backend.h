@@ -29,6 +29,14 @@ class Backend {
   // time as execute() runs on the background thread.
   virtual bool serves(const Device& device) const = 0;
 
+  // Called at enqueue, on the caller's thread, by the first backend that
+  // serves e.req.device: a GPU backend records in e.ready when the input,
+  // produced on the caller's `stream`, will be ready. Throws RingError.
+  virtual void prepare(Entry& e, uint64_t stream) {
+    (void)e;
+    (void)stream;
+  }
+
   // True when this backend runs `r`, an Execute response (decided from
   // r.device, r.op and what else `r` says; every rank must decide alike).
   // Non-blocking, no side effects; called on the background thread.

@@ -8,6 +8,11 @@ bool Executor::serves(const Device& device) const {
   return false;
 }
 
+void Executor::prepare(Entry& e, uint64_t stream) {
+  for (const auto& b : backends_)
+    if (b->serves(e.req.device)) return b->prepare(e, stream);
+}
+
 Backend& Executor::backend_for(const Response& r) {
   for (const auto& b : backends_)
     if (b->enabled(r)) return *b;

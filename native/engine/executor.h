@@ -32,6 +32,8 @@ class Executor {
   void add_backend(std::unique_ptr<Backend> backend) { backends_.push_back(std::move(backend)); }
   // True when some backend serves `device` (thread-safe).
   bool serves(const Device& device) const;
+  // Backend::prepare of the first backend serving e.req.device (caller's thread).
+  void prepare(Entry& e, uint64_t stream);
 
   // Executes `r` for the entries named in it (taken out of `pending`) and
   // finishes their handles. Throws RingError for transport failures, and

@@ -63,6 +63,10 @@ bool same_value(const T& a, const T& b) {
   return a == b;
 }
 inline bool same_value(double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)); }
+// Ranks agree on the kind of device, not its index: with one process per
+// GPU, rank r's tensors are on its own GPU (cuda:<local rank>, or cuda:0
+// when each process sees only its own). Each rank runs on its own device.
+inline bool same_value(const Device& a, const Device& b) { return a.type == b.type; }
 
 // The text of a value in error messages: "float32", "[3, 4]", "0.5", "cuda:1".
 std::string describe_value(const std::string& v);

@@ -101,7 +101,7 @@ inline constexpr auto kRequestFields = std::make_tuple(
         .agree(kReducingOps | op_bit(OpType::Broadcast))
         .agree_rows(kConcatenatingOps, "rank (number of dimensions)", "shape after the first dimension"),
     field("splits", &Request::splits).limit(kMaxSplits),  // alltoall: each rank's own
-    field("device", &Request::device).agree(kEveryOp).fuse(),
+    field("device", &Request::device).agree(kEveryOp).fuse(),  // its type (field_value.h: same_value)
     field("process set", &Request::process_set).agree(kEveryOp).fuse());
 
 // Calls fn(entry) for every entry of kRequestFields, in order.

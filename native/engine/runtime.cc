@@ -7,6 +7,8 @@
 #include "common/error.h"
 #include "engine/backends/cpu_ring.h"
 #include "engine/mesh_names.h"
+#include "gpu/cuda_driver.h"
+#include "gpu/host_staged.h"
 
 namespace ring {
 namespace {
@@ -98,7 +100,9 @@ void Runtime::start() {
     cpu->set_timeline(&timeline_);
     if (!config_.timeline_path.empty()) timeline_.start(config_.timeline_path, config_.timeline_mark_cycles);
   }
+  CpuRingBackend* host = cpu.get();
   executor_->add_backend(std::move(cpu));
+  executor_->add_backend(std::make_unique<gpu::HostStagedBackend>(host));
   state_ = State::Running;
   thread_ = std::thread([this] { loop(); });
   if (log_enabled(LogLevel::Info))
@@ -255,13 +259,17 @@ int64_t Runtime::enqueue(EnqueueArgs args) {
   if (state_ == State::Stopped)
     throw RingError(stop_kind_, stop_reason_ + " (" + op_type_name(args.req.op) + " of tensor '" + args.req.name +
                                     "' not started)");
-  if (!executor_->serves(args.req.device))
+  if (!executor_->serves(args.req.device)) {
+    const std::string why = args.req.device.type == DeviceType::CUDA ? gpu::cuda_refusal(args.req.device.index) : "";
     throw_error(ErrorKind::BadArgument, std::string(op_type_name(args.req.op)) + " of tensor '" + args.req.name +
-                                            "': no backend for device " + device_name(args.req.device));
+                                            "': no backend for device " + device_name(args.req.device) +
+                                            (why.empty() ? "" : ": " + why));
+  }
   Entry e;
   e.req = std::move(args.req);
   e.input = args.input;
   e.output = args.output;
+  executor_->prepare(e, args.stream);
   e.handle = handles_.create(e.req.name);
   int64_t h = e.handle;
   try {

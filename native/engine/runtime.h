@@ -66,6 +66,9 @@ struct EnqueueArgs {
   const void* input = nullptr;
   void* output = nullptr;  // null: the engine allocates the result
   size_t output_bytes = 0;  // checked against what the operation writes
+  // Tensors in GPU memory: the stream (a CUstream) the caller's framework
+  // produced the input on; 0: the legacy default stream.
+  uint64_t stream = 0;
   // false: the caller waits for it right away and makes the progress
   // itself, so the background thread is not woken (saves a thread hand-off).
   bool wake = true;

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -19,6 +20,10 @@ struct Entry {
   const void* input = nullptr;  // caller-owned, alive until the handle finishes
   void* output = nullptr;       // caller-owned, or null: the engine allocates
   int64_t handle = 0;
+  // Tensors in GPU memory: an event recorded on the caller's stream at
+  // enqueue (a CUevent, returned to its pool with the last copy of the
+  // entry); the operation reads the input only after it. Null otherwise.
+  std::shared_ptr<void> ready;
 };
 
 class TensorQueue {

@@ -89,15 +89,22 @@ void cuda_check(CUresult rc, const char* what) {
                                        (text ? std::string(" (") + text + ")" : std::string()));
 }
 
+std::string cuda_refusal(int index) {
+  const CudaDriver& d = cuda_driver();
+  if (!d.loaded || d.device_count == 0) return d.error.empty() ? "no GPU" : d.error;
+  if (index < 0 || index >= d.device_count)
+    return "cuda:" + std::to_string(index) + " does not exist: this process sees " + std::to_string(d.device_count) +
+           " GPU(s)";
+  return "";
+}
+
 // Device `index`'s primary context, retained once for the process.
 CUcontext primary_context(int index) {
   static std::mutex mu;
   static std::map<int, CUcontext> contexts;
   const CudaDriver& d = cuda_driver();
-  if (!d.loaded || d.device_count == 0) throw_error(ErrorKind::BadArgument, d.error);
-  if (index < 0 || index >= d.device_count)
-    throw_error(ErrorKind::BadArgument, "cuda:" + std::to_string(index) + " does not exist: this process sees " +
-                                            std::to_string(d.device_count) + " GPU(s)");
+  const std::string why = cuda_refusal(index);
+  if (!why.empty()) throw_error(ErrorKind::BadArgument, why);
   std::lock_guard<std::mutex> lock(mu);
   auto it = contexts.find(index);
   if (it != contexts.end()) return it->second;

@@ -74,6 +74,10 @@ const CudaDriver& cuda_driver();
 // unless `rc` is CUDA_SUCCESS.
 void cuda_check(CUresult rc, const char* what);
 
+// Why GPU `index` cannot be used in this process ("" when it can): no
+// driver, no GPU, or no such index.
+std::string cuda_refusal(int index);
+
 // Device `index`'s primary context (the one torch, cupy and the CUDA
 // runtime use), retained once. Throws BadArgument when there is no such GPU.
 CUcontext primary_context(int index);

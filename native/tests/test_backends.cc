@@ -117,6 +117,7 @@ TEST(runtime_refuses_a_device_no_backend_serves) {
   args.req.name = "t";
   args.req.shape = {4};
   args.req.device = kGpu;
+  args.req.device.index = 4095;  // no machine has this GPU
   args.input = x;
   std::string what;
   try {
@@ -125,7 +126,10 @@ TEST(runtime_refuses_a_device_no_backend_serves) {
     CHECK(e.kind() == ErrorKind::BadArgument);
     what = e.what();
   }
-  CHECK_EQ(what, std::string("allreduce of tensor 't': no backend for device cuda:0"));
+  // Why follows: here, no CUDA driver (or, on a GPU machine, no such GPU).
+  const std::string head = "allreduce of tensor 't': no backend for device cuda:4095: ";
+  CHECK_EQ(what.substr(0, head.size()), head);
+  CHECK(what.size() > head.size());
   args.req.device = Device{};  // the same name is free again: nothing was queued
   int64_t h = rt.enqueue(args);
   CHECK(rt.wait(h, 30.0));

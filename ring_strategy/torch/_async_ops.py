@@ -7,8 +7,11 @@ these; :mod:`ring_strategy.torch.mpi_ops` gives both under Horovod's names.
 Tensors cross into the engine through DLPack: a contiguous CPU tensor is read
 (and, for the in-place ``*_`` forms, written) where it lies, without a copy.
 Non-contiguous tensors are copied to a contiguous buffer first and, for the
-in-place forms, the result is copied back. Only CPU tensors are accepted:
-this build has no GPU path.
+in-place forms, the result is copied back. CUDA tensors go the same way
+(with torch's current stream, which the engine waits for before reading
+them) to the engine's GPU path: today the host-staged one (docs/gpu.md);
+results the engine allocates (allgather, alltoall) are moved to the input's
+device.
 """
 
 from __future__ import annotations
@@ -45,10 +48,10 @@ def _checked(tensor: Any, what: str = "tensor") -> torch.Tensor:
     """``tensor`` detached from autograd, after checking it can be sent."""
     if not isinstance(tensor, torch.Tensor):
         raise BadArgumentError(f"{what} should be a torch.Tensor. Got: {type(tensor).__name__}")
-    if tensor.device.type != "cpu":
+    if tensor.device.type not in ("cpu", "cuda"):
         raise BadArgumentError(
-            f"{what} is on device '{tensor.device}': ring_strategy.torch handles CPU tensors only "
-            "(this build has no GPU path); move it with .cpu()"
+            f"{what} is on device '{tensor.device}': ring_strategy.torch handles CPU and CUDA tensors; "
+            "move it with .cpu()"
         )
     if tensor.layout != torch.strided:
         raise BadArgumentError(f"{what} should be a dense (strided) tensor. Got layout: {tensor.layout}")
@@ -64,6 +67,9 @@ def _contiguous(tensor: torch.Tensor) -> torch.Tensor:
 
 def _enqueue(kind: int, name: str, inp: torch.Tensor, out: Optional[torch.Tensor], **kw: Any) -> int:
     # inp and out are contiguous; the caller keeps them alive until the handle is released.
+    # A CUDA tensor is read after the work queued so far on torch's current stream of its device.
+    if inp.is_cuda:
+        kw["stream"] = torch.cuda.current_stream(inp.device).cuda_stream
     return _frontend.enqueue(kind, name, inp, out, _DTYPE_CODES[inp.dtype], inp.shape, **kw)
 
 
@@ -72,12 +78,14 @@ def _same_memory(tensor: torch.Tensor, buf: torch.Tensor) -> bool:
     return buf.data_ptr() == tensor.data_ptr() and tensor.is_contiguous()
 
 
-def _from_engine(result: tuple, dtype: torch.dtype) -> torch.Tensor:
-    """The engine-allocated output as a tensor (zero-copy)."""
+def _from_engine(result: tuple, like: torch.Tensor) -> torch.Tensor:
+    """The engine-allocated output (host memory) as a tensor of ``like``'s
+    dtype on ``like``'s device (zero-copy on the CPU)."""
     data, shape, _ = result
     if data is None or data.size == 0:
-        return torch.empty(shape, dtype=dtype)
-    return torch.from_numpy(data).view(dtype).reshape(shape)
+        return torch.empty(shape, dtype=like.dtype, device=like.device)
+    out = torch.from_numpy(data).view(like.dtype).reshape(shape)
+    return out.to(like.device) if like.is_cuda else out
 
 
 # ---------------------------------------------------------------- handles
@@ -228,10 +236,8 @@ def _allgather_group(tensors: Sequence[Any], label: str, name: Optional[str], pr
     ids = _handles.enqueue_all([
         partial(_enqueue, _frontend.ALLGATHER, nm, b, None, process_set=ps) for b, nm in zip(bufs, names)
     ])
-    dtypes = [b.dtype for b in bufs]
-
     def finish(results: list) -> Any:
-        outs = [_from_engine(r, d) for r, d in zip(results, dtypes)]
+        outs = [_from_engine(r, b) for r, b in zip(results, bufs)]
         return outs if grouped else outs[0]
 
     return _handles.register(ids, tuple(bufs), finish)
@@ -311,7 +317,7 @@ def alltoall_async(tensor: torch.Tensor, splits: Any = None, name: Optional[str]
     hid = _enqueue(_frontend.ALLTOALL, name, buf, None, splits=split_list, process_set=place.id)
 
     def finish(results: list) -> tuple:
-        return _from_engine(results[0], buf.dtype), torch.tensor(results[0][2], dtype=splits_dtype)
+        return _from_engine(results[0], buf), torch.tensor(results[0][2], dtype=splits_dtype)
 
     return _handles.register([hid], (buf,), finish)
 
@@ -326,7 +332,8 @@ def _reducescatter_group(tensors: Sequence[Any], label: str, name: Optional[str]
     for b in bufs:
         require_rows("reducescatter", b.dim())
     names = group_names(_handles.auto_name(label, name, place.id), len(bufs), grouped)
-    outs = [torch.empty((reducescatter_rows(b.shape[0], place.size, place.rank),) + tuple(b.shape[1:]), dtype=b.dtype)
+    outs = [torch.empty((reducescatter_rows(b.shape[0], place.size, place.rank),) + tuple(b.shape[1:]), dtype=b.dtype,
+                        device=b.device)
             for b in bufs]
     ids = _handles.enqueue_all([
         partial(_enqueue, _frontend.REDUCESCATTER, nm, b, o, op=op, prescale=prescale_factor,

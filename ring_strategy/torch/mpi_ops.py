@@ -9,7 +9,7 @@ module gathers them with the process API and the build queries.
 
 Tensors cross into the engine through DLPack: a contiguous CPU tensor is read
 (and, for the in-place ``*_`` forms, written) where it lies, without a copy.
-Only CPU tensors are accepted: this build has no GPU path.
+CUDA tensors go to the engine's GPU path (docs/gpu.md).
 """
 
 from __future__ import annotations

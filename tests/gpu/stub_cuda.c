@@ -8,7 +8,8 @@
  * [-DSTUB_OMIT_MEMCPY]. STUB_CUDA_DEVICES (environment) sets the device
  * count (default 1). STUB_CUDA_LOG, a path: every call that moves memory
  * appends a line there ("memcpy <bytes>", "wait", "record", "sync"), so a
- * test can see what the engine asked of the driver. */
+ * test can see what the engine asked of the driver; "record" gives the
+ * stream the event was recorded on. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,7 +55,7 @@ CUresult cuStreamCreate(void** s, unsigned flags) { (void)flags; *s = &stub_obje
 CUresult cuStreamSynchronize(void* s) { (void)s; note("sync", 0); return 0; }
 CUresult cuStreamWaitEvent(void* s, void* e, unsigned f) { (void)s; (void)e; (void)f; note("wait", 0); return 0; }
 CUresult cuEventCreate(void** e, unsigned flags) { (void)flags; *e = malloc(1); return 0; }
-CUresult cuEventRecord(void* e, void* s) { (void)e; (void)s; note("record", 0); return 0; }
+CUresult cuEventRecord(void* e, void* s) { (void)e; note("record", (unsigned long long)s); return 0; }
 CUresult cuEventQuery(void* e) { (void)e; return 0; }
 CUresult cuEventSynchronize(void* e) { (void)e; return 0; }
 CUresult cuEventDestroy_v2(void* e) { free(e); return 0; }

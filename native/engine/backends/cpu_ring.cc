@@ -40,7 +40,7 @@ void CpuRingBackend::fill_stand_ins(std::vector<Entry>& entries) {
   }
 }
 
-void CpuRingBackend::finish_all(std::vector<Entry>& entries, std::vector<OpResult>& results) {
+void CpuRingBackend::finish(std::vector<Entry>& entries, std::vector<OpResult>& results) {
   timeline_.close(entries);
   for (size_t i = 0; i < entries.size(); ++i) {
     if (entries[i].handle == 0) continue;  // a joined rank's stand-in
@@ -60,6 +60,11 @@ void CpuRingBackend::select_mesh(const Response& r) {
 }
 
 void CpuRingBackend::execute(const Response& r, std::vector<Entry>& entries) {
+  std::vector<OpResult> results = run(r, entries);
+  finish(entries, results);
+}
+
+std::vector<OpResult> CpuRingBackend::run(const Response& r, std::vector<Entry>& entries) {
   select_mesh(r);
   timeline_.open(entries, r);
   switch (r.op) {
@@ -76,13 +81,13 @@ void CpuRingBackend::execute(const Response& r, std::vector<Entry>& entries) {
     case OpType::Join: {
       std::vector<OpResult> results(1);
       results[0].received_splits = {r.sizes.empty() ? -1 : r.sizes[0]};
-      finish_all(entries, results);
-      return;
+      return results;
     }
   }
+  throw_error(ErrorKind::Internal, "unknown operation in a response");
 }
 
-void CpuRingBackend::run_allreduce(std::vector<Entry>& entries) {
+std::vector<OpResult> CpuRingBackend::run_allreduce(std::vector<Entry>& entries) {
   fill_stand_ins(entries);
   std::vector<OpResult> results(entries.size());
   for (size_t i = 0; i < entries.size(); ++i) {
@@ -92,16 +97,16 @@ void CpuRingBackend::run_allreduce(std::vector<Entry>& entries) {
     results[i].shape = e.req.shape;
   }
   allreduce(entries);
-  finish_all(entries, results);
+  return results;
 }
 
 template <class Run>
-void CpuRingBackend::collective(std::vector<Entry>& entries, Run run) {
+std::vector<OpResult> CpuRingBackend::collective(std::vector<Entry>& entries, Run run) {
   timeline_.phase_begin(collective_phase(entries[0].req.op));
   std::vector<OpResult> results(1);
   results[0] = run();
   timeline_.phase_end();
-  finish_all(entries, results);
+  return results;
 }
 
 void CpuRingBackend::reduce(const Request& q, const void* src, void* dst, const std::vector<size_t>& chunks,
@@ -129,7 +134,7 @@ void CpuRingBackend::allreduce(std::vector<Entry>& entries) {
   const size_t total = static_cast<size_t>(q.num_elements());
   const void* src = e.input;
   if (q.prescale != 1.0 && total) {
-    std::memcpy(e.output, e.input, total * dtype_size(q.dtype));
+    if (e.output != e.input) std::memcpy(e.output, e.input, total * dtype_size(q.dtype));
     scale_buffer(e.output, total, q.dtype, q.prescale);
     src = e.output;
   }

@@ -50,6 +50,14 @@ class CpuRingBackend : public Backend {
   bool enabled(const Response& r) const override { return serves(r.device); }
   void execute(const Response& r, std::vector<Entry>& entries) override;
 
+  // execute() in two steps, for a backend that stages other memory through
+  // this one (gpu/host_staged.h). run(): the operation on host memory,
+  // without completing a handle; results[i] is entries[i]'s (engine-owned
+  // output, shape, splits). An entry's output may be its input (in place).
+  // finish(): closes the entries in the timeline and completes their handles.
+  std::vector<OpResult> run(const Response& r, std::vector<Entry>& entries);
+  void finish(std::vector<Entry>& entries, std::vector<OpResult>& results);
+
  private:
   // Points mesh_ (and set_) at the mesh of r's process set.
   void select_mesh(const Response& r);
@@ -63,10 +71,10 @@ class CpuRingBackend : public Backend {
   // The allreduce of `src` into `dst` (chunk layout `chunks` for the flat
   // ring), flat or hierarchical, inside its timeline phase.
   void reduce(const Request& q, const void* src, void* dst, const std::vector<size_t>& chunks, double post);
-  void run_allreduce(std::vector<Entry>& entries);
-  // Runs a one-entry collective inside its timeline phase and finishes it.
+  std::vector<OpResult> run_allreduce(std::vector<Entry>& entries);
+  // Runs a one-entry collective inside its timeline phase.
   template <class Run>
-  void collective(std::vector<Entry>& entries, Run run);
+  std::vector<OpResult> collective(std::vector<Entry>& entries, Run run);
   OpResult allgather(Entry& e, const std::vector<int64_t>& first_dims);
   OpResult broadcast(Entry& e);
   OpResult alltoall(Entry& e, const std::vector<int64_t>& splits);
@@ -76,9 +84,6 @@ class CpuRingBackend : public Backend {
   uint8_t* fusion(size_t bytes);
   // Zero input and output buffers for the stand-ins (handle 0) in entries.
   void fill_stand_ins(std::vector<Entry>& entries);
-  // Closes the entries' operations in the timeline and completes their
-  // handles with results[i] (stand-ins have none).
-  void finish_all(std::vector<Entry>& entries, std::vector<OpResult>& results);
 
   Mesh* world_;
   Mesh* mesh_;  // of the response running now: world_ or its set's subgroup

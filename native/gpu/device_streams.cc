@@ -1,0 +1,49 @@
+#include "gpu/device_streams.h"
+
+#include <map>
+#include <mutex>
+#include <vector>
+
+namespace ring::gpu {
+namespace {
+
+struct DeviceState {
+  CUstream stream = nullptr;
+  std::vector<CUevent> free_events;
+};
+
+std::mutex g_mu;
+std::map<int, DeviceState> g_devices;  // guarded by g_mu
+
+}  // namespace
+
+CUstream engine_stream(int device) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  DeviceState& d = g_devices[device];
+  if (!d.stream) cuda_check(cuda_driver().cuStreamCreate(&d.stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  return d.stream;
+}
+
+std::shared_ptr<void> record_ready(int device, uint64_t caller_stream) {
+  const CudaDriver& cu = cuda_driver();
+  ScopedDevice current(device);
+  CUevent event = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    auto& pool = g_devices[device].free_events;
+    if (!pool.empty()) {
+      event = pool.back();
+      pool.pop_back();
+    }
+  }
+  if (!event) cuda_check(cu.cuEventCreate(&event, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+  auto give_back = [device](void* e) {
+    std::lock_guard<std::mutex> lock(g_mu);
+    g_devices[device].free_events.push_back(static_cast<CUevent>(e));
+  };
+  std::shared_ptr<void> ready(event, give_back);
+  cuda_check(cu.cuEventRecord(event, reinterpret_cast<CUstream>(caller_stream)), "cuEventRecord on the caller's stream");
+  return ready;
+}
+
+}  // namespace ring::gpu

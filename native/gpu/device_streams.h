@@ -1,0 +1,23 @@
+// Per GPU, what every GPU backend shares: the engine's own stream and a
+// pool of events. Thread-safe; streams and events live for the process.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "gpu/cuda_driver.h"
+
+namespace ring::gpu {
+
+// The engine's stream on GPU `device` (non-blocking: it does not wait for
+// the legacy default stream), created on first use. The caller has the
+// device current (ScopedDevice).
+CUstream engine_stream(int device);
+
+// Records an event on `caller_stream` (a CUstream; 0: the legacy default
+// stream) of GPU `device`, from the pool. The returned pointer is the
+// CUevent; its last copy returns the event to the pool. Makes the device
+// current itself.
+std::shared_ptr<void> record_ready(int device, uint64_t caller_stream);
+
+}  // namespace ring::gpu
