@@ -32,6 +32,17 @@ nb::dict gpu_info(const std::vector<std::string>& nccl_wheel_paths) {
 
 }  // namespace
 
+// Searches for NCCL once, with the nvidia-nccl wheel paths Python knows
+// (build_queries.nccl_wheel_paths), before the engine's first GPU
+// operation asks for it. Called with the GIL held.
+void search_nccl_once() {
+  static bool searched = false;
+  if (searched) return;
+  searched = true;
+  nb::object paths = nb::module_::import_("ring_strategy.build_queries").attr("nccl_wheel_paths")();
+  ring::gpu::nccl_library(nb::cast<std::vector<std::string>>(paths));
+}
+
 void register_gpu(nb::module_& m) {
   m.def("gpu_info", &gpu_info, "nccl_wheel_paths"_a,
         "What this process found of the CUDA driver and NCCL, as a dict. NCCL is searched for on the first "

@@ -27,6 +27,7 @@ using namespace nb::literals;
 
 void register_parsers(nb::module_& m);  // parsers.cc
 void register_gpu(nb::module_& m);      // gpu.cc
+void search_nccl_once();                // gpu.cc
 
 namespace {
 
@@ -164,6 +165,7 @@ int64_t enqueue(ring::Runtime& rt, int op, const std::string& name, ReadOnlyArra
   args.req.shape = shape;
   args.req.splits = splits;
   args.req.device = check_devices(input, output, device, name);
+  if (args.req.device.type == ring::DeviceType::CUDA) search_nccl_once();
   args.stream = stream;
   args.req.process_set = process_set;
   check_array(input, args.req, "input");
@@ -176,10 +178,47 @@ int64_t enqueue(ring::Runtime& rt, int op, const std::string& name, ReadOnlyArra
   return rt.enqueue(std::move(args));
 }
 
+// A result in GPU memory, as Python sees it: an object of the DLPack
+// protocol (torch.from_dlpack, cupy.from_dlpack take it) whose one capsule
+// owns the memory. The result is complete when its handle is: any stream
+// may read it.
+struct DeviceArray {
+  nb::object capsule;  // None once taken
+  int device = 0;
+  size_t nbytes = 0;
+};
+
+nb::object device_result(ring::OpResult& res) {
+  auto* owner = new std::shared_ptr<void>(std::move(res.device_data));
+  nb::capsule deleter(owner, [](void* p) noexcept { delete static_cast<std::shared_ptr<void>*>(p); });
+  size_t shape[1] = {res.device_bytes};
+  nb::ndarray<uint8_t, nb::ndim<1>> array(owner->get(), 1, shape, deleter, nullptr, nb::dtype<uint8_t>(),
+                                          nb::device::cuda::value, res.device.index);
+  return nb::cast(DeviceArray{nb::cast(array), res.device.index, res.device_bytes});
+}
+
+void register_device_array(nb::module_& m) {
+  nb::class_<DeviceArray>(m, "DeviceArray")
+      .def(
+          "__dlpack__",
+          [](DeviceArray& a, nb::kwargs) {
+            if (a.capsule.is_none())
+              throw ring::RingError(ring::ErrorKind::BadArgument, "this GPU result was already taken through DLPack");
+            nb::object c = a.capsule;
+            a.capsule = nb::none();
+            return c;
+          },
+          "A DLPack capsule of the result (flat uint8), once.")
+      .def("__dlpack_device__", [](const DeviceArray& a) { return nb::make_tuple(nb::device::cuda::value, a.device); })
+      .def_ro("nbytes", &DeviceArray::nbytes);
+}
+
 nb::tuple release(ring::Runtime& rt, int64_t handle) {
   ring::OpResult res = rt.release(handle);
   nb::object data = nb::none();
-  if (res.data) {
+  if (res.device_data) {
+    data = device_result(res);
+  } else if (res.data) {
     auto* owner = new std::shared_ptr<std::vector<uint8_t>>(std::move(res.data));
     nb::capsule deleter(owner, [](void* p) noexcept { delete static_cast<std::shared_ptr<std::vector<uint8_t>>*>(p); });
     size_t n = (*owner)->size();
@@ -208,6 +247,8 @@ nb::dict config_dict(const ring::Config& c) {
   d["autotune_log"] = c.autotune_log;
   d["autotune_sample_seconds"] = c.autotune_sample_seconds;
   d["autotune_warmup_samples"] = c.autotune_warmup_samples;
+  d["gpu_operations"] = c.gpu_host_staged ? "host" : "nccl";
+  d["nccl_streams"] = c.nccl_streams;
   return d;
 }
 
@@ -340,5 +381,6 @@ NB_MODULE(_native, m) {
   register_constants(m);
   register_rules(m);
   register_runtime(m);
+  register_device_array(m);
   register_gpu(m);
 }

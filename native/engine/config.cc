@@ -40,6 +40,12 @@ const std::vector<ConfigEntry> kTable = {
     {"RING_ENCRYPT", "", "0",
      "1: encrypt and authenticate TCP traffic between ranks (AES-256-GCM, keys from the job secret; needs "
      "libcrypto); shared memory within a host is not encrypted"},
+    {"RING_GPU_OPERATIONS", "HOROVOD_GPU_OPERATIONS", "nccl",
+     "how collectives on GPU tensors run: nccl (NCCL on the engine's streams, when every rank of the process "
+     "set has NCCL; host-staged otherwise) or host (copied to host memory, reduced by the CPU ring, copied back)"},
+    {"RING_NUM_NCCL_STREAMS", "HOROVOD_NUM_NCCL_STREAMS", "1",
+     "CUDA streams (each with its own NCCL communicator and fusion buffer) per GPU that the engine's NCCL "
+     "operations take turns on, 1 to 16"},
     {"RING_DYNAMIC_PROCESS_SETS", "HOROVOD_DYNAMIC_PROCESS_SETS", "0",
      "1: process sets may be added and removed after init() (collectively, by every rank)"},
 };
@@ -173,6 +179,12 @@ Config Config::from(const Getter& get) {
     if (!t) bad(s, "'shm' or 'tcp'");
     c.force_tcp = *t == 2;
   }
+  if (const Setting s = r.find("RING_GPU_OPERATIONS")) {
+    const auto g = parse_word(s.value, {"nccl", "host"});
+    if (!g) bad(s, "'nccl' or 'host'");
+    c.gpu_host_staged = *g == 1;
+  }
+  c.nccl_streams = static_cast<int>(r.integer("RING_NUM_NCCL_STREAMS", "an integer from 1 to 16", 1, c.nccl_streams, 16));
   c.log_level = read_log_level(r, c.log_level);
   return c;
 }

@@ -38,6 +38,10 @@ struct Config {
   bool timeline_mark_cycles = false;
   bool dynamic_process_sets = false;  // read by the front end's process-set registry
   bool encrypt = false;  // RING_ENCRYPT: TCP links are encrypted (transport/aead_channel.h)
+  // RING_GPU_OPERATIONS=host: GPU tensors always take the host-staged path
+  // (gpu/host_staged.h), never NCCL (gpu/nccl_backend.h).
+  bool gpu_host_staged = false;
+  int nccl_streams = 1;  // RING_NUM_NCCL_STREAMS: engine streams per GPU for NCCL
 
   // Returns the value of a variable, or null when it is not set.
   using Getter = std::function<const char*(const char*)>;

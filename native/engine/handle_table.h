@@ -16,6 +16,8 @@
 #include <unordered_set>
 #include <vector>
 
+#include "common/device.h"
+
 #include "common/error.h"
 
 namespace ring {
@@ -26,6 +28,12 @@ struct OpResult {
   std::shared_ptr<std::vector<uint8_t>> data;
   std::vector<int64_t> shape;
   std::vector<int64_t> received_splits;  // alltoall: rows received from each rank
+  // A result the engine allocated in GPU memory instead of `data` (the
+  // NCCL backend's allgather and alltoall): the CUdeviceptr, freed with the
+  // last copy; its bytes; its GPU.
+  std::shared_ptr<void> device_data;
+  size_t device_bytes = 0;
+  Device device;
 };
 
 class HandleTable {

@@ -9,6 +9,7 @@
 #include "engine/mesh_names.h"
 #include "gpu/cuda_driver.h"
 #include "gpu/host_staged.h"
+#include "gpu/nccl_backend.h"
 
 namespace ring {
 namespace {
@@ -100,9 +101,13 @@ void Runtime::start() {
     cpu->set_timeline(&timeline_);
     if (!config_.timeline_path.empty()) timeline_.start(config_.timeline_path, config_.timeline_mark_cycles);
   }
-  CpuRingBackend* host = cpu.get();
+  // GPU tensors: NCCL where it runs the response, else host-staged (gpu/).
+  CpuRingBackend* ring = cpu.get();
+  auto staged = std::make_unique<gpu::HostStagedBackend>(ring);
+  auto nccl = std::make_unique<gpu::NcclBackend>(ring, staged.get(), &handles_, config_);
   executor_->add_backend(std::move(cpu));
-  executor_->add_backend(std::make_unique<gpu::HostStagedBackend>(host));
+  executor_->add_backend(std::move(nccl));
+  executor_->add_backend(std::move(staged));
   state_ = State::Running;
   thread_ = std::thread([this] { loop(); });
   if (log_enabled(LogLevel::Info))

@@ -1,5 +1,8 @@
 #include "gpu/device_streams.h"
 
+#include "common/error.h"
+
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -12,6 +15,7 @@ struct DeviceState {
   std::vector<CUevent> free_events;
 };
 
+std::atomic<int> g_claimed{-1};
 std::mutex g_mu;
 std::map<int, DeviceState> g_devices;  // guarded by g_mu
 
@@ -24,7 +28,7 @@ CUstream engine_stream(int device) {
   return d.stream;
 }
 
-std::shared_ptr<void> record_ready(int device, uint64_t caller_stream) {
+std::shared_ptr<void> record_event(int device, uint64_t stream) {
   const CudaDriver& cu = cuda_driver();
   ScopedDevice current(device);
   CUevent event = nullptr;
@@ -42,8 +46,18 @@ std::shared_ptr<void> record_ready(int device, uint64_t caller_stream) {
     g_devices[device].free_events.push_back(static_cast<CUevent>(e));
   };
   std::shared_ptr<void> ready(event, give_back);
-  cuda_check(cu.cuEventRecord(event, reinterpret_cast<CUstream>(caller_stream)), "cuEventRecord on the caller's stream");
+  cuda_check(cu.cuEventRecord(event, reinterpret_cast<CUstream>(stream)), "cuEventRecord");
   return ready;
 }
+
+void claim_device(int device) {
+  int expected = -1;
+  if (g_claimed.compare_exchange_strong(expected, device) || expected == device) return;
+  throw_error(ErrorKind::BadArgument, "a tensor on cuda:" + std::to_string(device) + ", but this process's tensors are on cuda:" +
+                                          std::to_string(expected) +
+                                          ": ring runs one GPU per process (torch.cuda.set_device(local_rank) first)");
+}
+
+int claimed_device() { return g_claimed.load(); }
 
 }  // namespace ring::gpu

@@ -14,10 +14,15 @@ namespace ring::gpu {
 // device current (ScopedDevice).
 CUstream engine_stream(int device);
 
-// Records an event on `caller_stream` (a CUstream; 0: the legacy default
-// stream) of GPU `device`, from the pool. The returned pointer is the
-// CUevent; its last copy returns the event to the pool. Makes the device
-// current itself.
-std::shared_ptr<void> record_ready(int device, uint64_t caller_stream);
+// Records an event on `stream` (a CUstream; 0: the legacy default stream)
+// of GPU `device`, from the pool. The returned pointer is the CUevent; its
+// last copy returns the event to the pool. Makes the device current itself.
+std::shared_ptr<void> record_event(int device, uint64_t stream);
+
+// The one GPU this process's tensors are on: the first CUDA device a
+// tensor came from. Throws RingError(BadArgument) for a tensor on another.
+void claim_device(int device);
+// That GPU, or -1 before the first CUDA tensor.
+int claimed_device();
 
 }  // namespace ring::gpu

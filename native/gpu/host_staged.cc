@@ -34,7 +34,10 @@ bool HostStagedBackend::serves(const Device& device) const {
   return device.type == DeviceType::CUDA && cuda_refusal(device.index).empty();
 }
 
-void HostStagedBackend::prepare(Entry& e, uint64_t stream) { e.ready = record_ready(e.req.device.index, stream); }
+void HostStagedBackend::prepare(Entry& e, uint64_t stream) {
+  claim_device(e.req.device.index);
+  e.ready = record_event(e.req.device.index, stream);
+}
 
 uint8_t* HostStagedBackend::staging(size_t bytes) {
   if (bytes <= pinned_bytes_) return static_cast<uint8_t*>(pinned_);

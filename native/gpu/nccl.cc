@@ -21,6 +21,7 @@ void resolve_all(SharedLibrary& lib, NcclLibrary& n) {
   lib.resolve(n.ncclAllReduce, "ncclAllReduce");
   lib.resolve(n.ncclBroadcast, "ncclBroadcast");
   lib.resolve(n.ncclAllGather, "ncclAllGather");
+  lib.resolve(n.ncclReduce, "ncclReduce");
   lib.resolve(n.ncclReduceScatter, "ncclReduceScatter");
   lib.resolve(n.ncclSend, "ncclSend");
   lib.resolve(n.ncclRecv, "ncclRecv");

@@ -58,6 +58,8 @@ struct NcclLibrary {
                                 CUstream) = nullptr;
   ncclResult_t (*ncclBroadcast)(const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, CUstream) = nullptr;
   ncclResult_t (*ncclAllGather)(const void*, void*, size_t, ncclDataType_t, ncclComm_t, CUstream) = nullptr;
+  ncclResult_t (*ncclReduce)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, int, ncclComm_t,
+                             CUstream) = nullptr;
   ncclResult_t (*ncclReduceScatter)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
                                     CUstream) = nullptr;
   ncclResult_t (*ncclSend)(const void*, size_t, ncclDataType_t, int, ncclComm_t, CUstream) = nullptr;

@@ -19,6 +19,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any, Callable, List, Optional, Sequence
 
+import numpy as np
 import torch
 
 from ring_strategy import _frontend, _handles
@@ -79,10 +80,16 @@ def _same_memory(tensor: torch.Tensor, buf: torch.Tensor) -> bool:
 
 
 def _from_engine(result: tuple, like: torch.Tensor) -> torch.Tensor:
-    """The engine-allocated output (host memory) as a tensor of ``like``'s
-    dtype on ``like``'s device (zero-copy on the CPU)."""
+    """The engine-allocated output as a tensor of ``like``'s dtype on
+    ``like``'s device: zero-copy from host memory to a CPU tensor and from
+    the engine's GPU memory (NCCL) to a CUDA tensor; host memory to a CUDA
+    tensor (host-staged) is copied."""
     data, shape, _ = result
-    if data is None or data.size == 0:
+    if data is None:
+        return torch.empty(shape, dtype=like.dtype, device=like.device)
+    if not isinstance(data, np.ndarray):  # the engine's GPU memory (a DLPack array on the GPU)
+        return torch.from_dlpack(data).view(like.dtype).reshape(shape)
+    if data.size == 0:
         return torch.empty(shape, dtype=like.dtype, device=like.device)
     out = torch.from_numpy(data).view(like.dtype).reshape(shape)
     return out.to(like.device) if like.is_cuda else out

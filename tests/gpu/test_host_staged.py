@@ -25,10 +25,14 @@ def stub_driver(tmp_path_factory) -> Path:
     return build_stub("stub_cuda.c", tmp_path_factory.mktemp("cuda_stub"), "libcuda_stub.so")
 
 
-def test_host_staged_ops_match_the_cpu_path(stub_driver, tmp_path) -> None:
-    log = tmp_path / "cuda.log"
-    env = {"RING_CUDA_DRIVER_LIBRARY": str(stub_driver), "STUB_CUDA_LOG": str(log)}
-    result = run_ringrun(2, [sys.executable, WORKER], env=env, timeout=240, merge_output=True)
+@pytest.mark.parametrize("nccl_on_rank0", [False, True], ids=["no-nccl", "nccl-on-rank0-only"])
+def test_host_staged_ops_match_the_cpu_path(stub_driver, stub_nccl, tmp_path, nccl_on_rank0: bool) -> None:
+    """With NCCL on rank 0 only, the ranks agree to stage through the host (the stand-in NCCL
+    would refuse a communicator of two ranks)."""
+    log, nccl_log = tmp_path / "cuda.log", tmp_path / "nccl.log"
+    env = {"RING_CUDA_DRIVER_LIBRARY": str(stub_driver), "STUB_CUDA_LOG": str(log), "STUB_NCCL_LOG": str(nccl_log)}
+    args = [sys.executable, WORKER] + ([stub_nccl] if nccl_on_rank0 else [])
+    result = run_ringrun(2, args, env=env, timeout=240, merge_output=True)
     assert result.returncode == 0, result.stdout
     assert "OK 0" in result.stdout and "OK 1" in result.stdout
     calls = log.read_text().splitlines()
@@ -38,6 +42,7 @@ def test_host_staged_ops_match_the_cpu_path(stub_driver, tmp_path) -> None:
     assert records and set(records) == {f"record {0xABC0}"}, set(records)
     assert sum(c == "wait 0" for c in calls) >= len(records) - 2  # bad-input calls record nothing
     assert any(c.startswith("memcpy ") for c in calls)
+    assert not nccl_log.exists()  # no communicator was asked for
 
 
 def test_gpu_tensor_without_a_gpu_path_is_refused_clearly(tmp_path) -> None:
@@ -62,3 +67,35 @@ def test_gpu_tensor_without_a_gpu_path_is_refused_clearly(tmp_path) -> None:
     for line in lines:
         assert "allreduce of tensor 'g': no backend for device cuda:0: the CUDA driver " \
                f"(RING_CUDA_DRIVER_LIBRARY={tmp_path / 'no-such-libcuda.so'}) cannot be loaded" in line, line
+
+
+@pytest.fixture(scope="module")
+def stub_nccl(tmp_path_factory) -> Path:
+    return build_stub("stub_nccl.c", tmp_path_factory.mktemp("nccl_stub"), "libnccl_stub.so")
+
+
+def _nccl_job(stub_driver: Path, stub_nccl: Path, tmp_path: Path, **extra: str):
+    log = tmp_path / "nccl.log"
+    env = {"RING_CUDA_DRIVER_LIBRARY": str(stub_driver), "RING_NCCL_LIBRARY": str(stub_nccl),
+           "STUB_NCCL_LOG": str(log), **extra}
+    worker = HERE / "workers" / "nccl_one_rank_worker.py"
+    result = run_ringrun(1, [sys.executable, worker], env=env, timeout=240, merge_output=True)
+    assert result.returncode == 0 and "OK" in result.stdout, result.stdout
+    return [line.split()[0] for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def test_nccl_backend_at_one_rank_matches_the_cpu_path(stub_driver, stub_nccl, tmp_path) -> None:
+    calls = _nccl_job(stub_driver, stub_nccl, tmp_path)
+    assert calls.count("ncclCommInitRank") == 1  # one lane, one communicator for the global set
+    # One call per reduction NCCL has: the float sums, averages, maxima and scaled averages
+    # (3 x 4), the int32 and uint8 sums and maxima (2 x 2); the int16 ones, the integer
+    # averages, the empty tensor and Adasum made none. The three tensors in flight together
+    # make one to three (as they were fused).
+    assert 16 + 1 <= calls.count("ncclAllReduce") <= 16 + 3
+    assert calls.count("ncclReduceScatter") == 5 and calls.count("ncclSend") == 6 == calls.count("ncclRecv")
+    assert calls.count("ncclBroadcast") == 6 * 2  # broadcast, and allgather's one broadcast per rank
+
+
+def test_gpu_operations_host_keeps_nccl_out(stub_driver, stub_nccl, tmp_path) -> None:
+    calls = _nccl_job(stub_driver, stub_nccl, tmp_path, RING_GPU_OPERATIONS="host")
+    assert calls == []

@@ -58,6 +58,15 @@ class CpuRingBackend : public Backend {
   std::vector<OpResult> run(const Response& r, std::vector<Entry>& entries);
   void finish(std::vector<Entry>& entries, std::vector<OpResult>& results);
 
+  // The mesh of r's process set (this rank's subgroup for a set, the whole
+  // mesh for the global one), for another backend that runs r over it.
+  Mesh& mesh_for(const Response& r) {
+    select_mesh(r);
+    return *mesh_;
+  }
+  // The index within the mesh of mesh_for()'s last response of a global rank.
+  int index_in_mesh(int global_rank) const { return set_ ? set_->index_of(global_rank) : global_rank; }
+
  private:
   // Points mesh_ (and set_) at the mesh of r's process set.
   void select_mesh(const Response& r);

@@ -4,13 +4,16 @@ arrays whose DLPack capsules say cuda:0, handed to the engine as a front
 end hands it a GPU tensor (_frontend.enqueue with the producer's stream).
 
 Every result is checked against numpy and, bitwise, against the same
-operation on the CPU path. Prints "OK <rank>" at the end.
+operation on the CPU path. Prints "OK <rank>" at the end. With an argument
+(a stand-in libnccl.so.2), rank 0 alone has NCCL: the ranks must agree to
+run host-staged.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+import sys
 
 import numpy as np
 
@@ -54,6 +57,8 @@ def both(kind, name, arr, with_out: bool, out_shape=None, **kw):
 def main() -> None:
     ring.init()
     me, n = ring.rank(), ring.size()
+    if len(sys.argv) > 1 and me == 0:
+        os.environ["RING_NCCL_LIBRARY"] = sys.argv[1]  # read at the first GPU operation
     rng = np.random.default_rng(1234 + me)
     ops = _frontend.REDUCE_OPS
     for i, dtype in enumerate(("float32", "float64", "float16", "int32")):

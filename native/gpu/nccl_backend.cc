@@ -1,0 +1,256 @@
+#include "gpu/nccl_backend.h"
+
+#include "collectives/slices.h"
+#include "common/types.h"
+#include "gpu/device_streams.h"
+#include "reduce/half.h"
+
+namespace ring::gpu {
+namespace {
+
+CUdeviceptr ptr(const void* p) { return reinterpret_cast<CUdeviceptr>(p); }
+void* at(CUdeviceptr base, size_t offset) { return reinterpret_cast<void*>(base + offset); }
+size_t bytes_of(const Request& q) { return static_cast<size_t>(q.num_elements()) * dtype_size(q.dtype); }
+
+// The reduction NCCL applies for `q`: a built-in operator, or a PreMulSum
+// created on `comm` for this call and destroyed after it was queued.
+class Reduction {
+ public:
+  Reduction(const Request& q, int n, ncclComm_t comm) : comm_(comm) {
+    const NcclReduction red = *nccl_reduction(q, n);
+    op_ = red.op;
+    if (!red.premul) return;
+    union {
+      double f64;
+      float f32;
+      uint16_t f16;
+    } scalar;
+    if (q.dtype == DataType::Float64) scalar.f64 = red.factor;
+    if (q.dtype == DataType::Float32) scalar.f32 = static_cast<float>(red.factor);
+    if (q.dtype == DataType::Float16) scalar.f16 = float_to_half_inline(static_cast<float>(red.factor));
+    if (q.dtype == DataType::BFloat16) scalar.f16 = float_to_bfloat16_inline(static_cast<float>(red.factor));
+    nccl_check(nccl_library().ncclRedOpCreatePreMulSum(&op_, &scalar, *nccl_type(q.dtype), ncclScalarHostImmediate,
+                                                       comm),
+               "ncclRedOpCreatePreMulSum");
+    created_ = true;
+  }
+  ~Reduction() {
+    if (created_) nccl_library().ncclRedOpDestroy(op_, comm_);
+  }
+  ncclRedOp_t op() const { return op_; }
+
+ private:
+  ncclComm_t comm_;
+  ncclRedOp_t op_ = ncclSum;
+  bool created_ = false;
+};
+
+// ncclGroupStart / ncclGroupEnd around the calls of one operation.
+class Group {
+ public:
+  Group() { nccl_check(nccl_library().ncclGroupStart(), "ncclGroupStart"); }
+  void end() {
+    ended_ = true;
+    nccl_check(nccl_library().ncclGroupEnd(), "ncclGroupEnd");
+  }
+  ~Group() {
+    if (!ended_) nccl_library().ncclGroupEnd();
+  }
+
+ private:
+  bool ended_ = false;
+};
+
+}  // namespace
+
+NcclBackend::Lane& NcclBackend::lane(int device, int index) {
+  auto& slot = lanes_[{device, index}];
+  if (!slot) {
+    CUstream s = nullptr;
+    cuda_check(cuda_driver().cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    slot = std::make_unique<Lane>(device, s);
+  }
+  return *slot;
+}
+
+CUdeviceptr NcclBackend::output_for(const Call& c, Entry& e, size_t bytes, OpResult& res) {
+  if (e.output) return ptr(e.output);
+  res.device_data = device_alloc(c.device, bytes);
+  res.device_bytes = bytes;
+  res.device = Device{DeviceType::CUDA, c.device};
+  return ptr(res.device_data.get());
+}
+
+void NcclBackend::execute(const Response& r, std::vector<Entry>& entries) {
+  const Request& q = entries[0].req;
+  Mesh& mesh = cpu_->mesh_for(r);
+  if (!runs_on_nccl(r, q, mesh.size()) || !comms_.usable(r.process_set, mesh)) return host_->execute(r, entries);
+  Call c;
+  c.device = claimed_device() < 0 ? 0 : claimed_device();  // a rank that never sent a GPU tensor: GPU 0
+  c.n = mesh.size();
+  c.me = mesh.rank();
+  ScopedDevice current(c.device);
+  const int index = next_lane_;
+  next_lane_ = (next_lane_ + 1) % streams_;
+  c.lane = &lane(c.device, index);
+  c.comm = comms_.get(r.process_set, mesh, c.device, index);
+  GpuWork work;
+  work.device = c.device;
+  work.comm = c.comm;
+  for (const Entry& e : entries) {
+    if (e.ready)
+      cuda_check(cuda_driver().cuStreamWaitEvent(c.lane->stream, static_cast<CUevent>(e.ready.get()), 0),
+                 "cuStreamWaitEvent (an input's producer)");
+    work.handles.push_back(e.handle);
+  }
+  work.results.resize(entries.size());
+  run(c, r, entries, work.results);
+  work.done = record_event(c.device, reinterpret_cast<uint64_t>(c.lane->stream));
+  finalizer_.add(std::move(work));
+}
+
+void NcclBackend::run(const Call& c, const Response& r, std::vector<Entry>& entries, std::vector<OpResult>& results) {
+  switch (r.op) {
+    case OpType::Allreduce: return allreduce(c, entries, results);
+    case OpType::Allgather: return allgather(c, entries[0], r.sizes, results[0]);
+    case OpType::Broadcast: return broadcast(c, entries[0], results[0]);
+    case OpType::Alltoall: return alltoall(c, entries[0], r.sizes, results[0]);
+    case OpType::Reducescatter: return reducescatter(c, entries[0], results[0]);
+    case OpType::Barrier:
+    case OpType::Join: break;
+  }
+  throw_error(ErrorKind::Internal, std::string("the NCCL backend got ") + op_type_name(r.op));
+}
+
+void NcclBackend::allreduce(const Call& c, std::vector<Entry>& entries, std::vector<OpResult>& results) {
+  const CudaDriver& cu = cuda_driver();
+  const Request& q = entries[0].req;
+  const ncclDataType_t dt = *nccl_type(q.dtype);
+  const size_t esize = dtype_size(q.dtype);
+  CUstream s = c.lane->stream;
+  std::vector<CUdeviceptr> outs(entries.size());
+  size_t total = 0;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    Entry& e = entries[i];
+    results[i].shape = e.req.shape;
+    if (e.handle != 0) outs[i] = output_for(c, e, bytes_of(e.req), results[i]);
+    total += bytes_of(e.req);
+  }
+  if (total == 0) return;
+  Reduction red(q, c.n, c.comm);
+  const NcclLibrary& nccl = nccl_library();
+  if (entries.size() == 1 && entries[0].handle != 0) {
+    nccl_check(nccl.ncclAllReduce(entries[0].input, at(outs[0], 0), total / esize, dt, red.op(), c.comm, s),
+               "ncclAllReduce");
+    return;
+  }
+  const CUdeviceptr fused = c.lane->fusion.at(total);
+  size_t offset = 0;
+  for (const Entry& e : entries) {  // a joined rank's stand-ins (handle 0) contribute zeros
+    const size_t n = bytes_of(e.req);
+    if (n && e.handle != 0) cuda_check(cu.cuMemcpyAsync(fused + offset, ptr(e.input), n, s), "copy into the fusion buffer");
+    if (n && e.handle == 0) cuda_check(cu.cuMemsetD8Async(fused + offset, 0, n, s), "zeros of a joined rank");
+    offset += n;
+  }
+  nccl_check(nccl.ncclAllReduce(at(fused, 0), at(fused, 0), total / esize, dt, red.op(), c.comm, s), "ncclAllReduce");
+  offset = 0;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const size_t n = bytes_of(entries[i].req);
+    if (n && entries[i].handle != 0)
+      cuda_check(cu.cuMemcpyAsync(outs[i], fused + offset, n, s), "copy out of the fusion buffer");
+    offset += n;
+  }
+}
+
+void NcclBackend::allgather(const Call& c, Entry& e, const std::vector<int64_t>& first_dims, OpResult& res) {
+  const Request& q = e.req;
+  const size_t row_bytes = static_cast<size_t>(q.row_elements()) * dtype_size(q.dtype);
+  std::vector<size_t> offsets(c.n + 1, 0);
+  for (int r = 0; r < c.n; ++r) offsets[r + 1] = offsets[r] + static_cast<size_t>(first_dims[r]) * row_bytes;
+  e.output = nullptr;
+  const CUdeviceptr out = output_for(c, e, offsets[c.n], res);
+  int64_t rows = 0;
+  for (int64_t d : first_dims) rows += d;
+  res.shape = q.shape.empty() ? std::vector<int64_t>{rows} : q.shape;
+  res.shape[0] = rows;
+  Group group;
+  for (int r = 0; r < c.n; ++r) {
+    const size_t n = offsets[r + 1] - offsets[r];
+    const void* send = r == c.me ? e.input : at(out, offsets[r]);
+    if (n) nccl_check(nccl_library().ncclBroadcast(send, at(out, offsets[r]), n, ncclUint8, r, c.comm, c.lane->stream),
+                      "ncclBroadcast (allgather)");
+  }
+  group.end();
+}
+
+void NcclBackend::broadcast(const Call& c, Entry& e, OpResult& res) {
+  const size_t n = bytes_of(e.req);
+  const CUdeviceptr out = output_for(c, e, n, res);
+  res.shape = e.req.shape;
+  if (!n) return;
+  const int root = cpu_->index_in_mesh(e.req.root);
+  nccl_check(nccl_library().ncclBroadcast(e.input, at(out, 0), n, ncclUint8, root, c.comm, c.lane->stream),
+             "ncclBroadcast");
+}
+
+void NcclBackend::alltoall(const Call& c, Entry& e, const std::vector<int64_t>& splits, OpResult& res) {
+  const Request& q = e.req;
+  const size_t row_bytes = static_cast<size_t>(q.row_elements()) * dtype_size(q.dtype);
+  std::vector<size_t> send(c.n), recv(c.n);
+  size_t total = 0;
+  int64_t rows = 0;
+  for (int r = 0; r < c.n; ++r) {
+    send[r] = static_cast<size_t>(splits[c.me * c.n + r]) * row_bytes;
+    recv[r] = static_cast<size_t>(splits[r * c.n + c.me]) * row_bytes;
+    total += recv[r];
+    rows += splits[r * c.n + c.me];
+    res.received_splits.push_back(splits[r * c.n + c.me]);
+  }
+  e.output = nullptr;
+  const CUdeviceptr out = output_for(c, e, total, res);
+  res.shape = q.shape;
+  res.shape[0] = rows;
+  const NcclLibrary& nccl = nccl_library();
+  Group group;
+  size_t soff = 0, roff = 0;
+  for (int r = 0; r < c.n; ++r) {
+    if (send[r])
+      nccl_check(nccl.ncclSend(static_cast<const uint8_t*>(e.input) + soff, send[r], ncclUint8, r, c.comm,
+                               c.lane->stream), "ncclSend (alltoall)");
+    if (recv[r]) nccl_check(nccl.ncclRecv(at(out, roff), recv[r], ncclUint8, r, c.comm, c.lane->stream), "ncclRecv (alltoall)");
+    soff += send[r];
+    roff += recv[r];
+  }
+  group.end();
+}
+
+void NcclBackend::reducescatter(const Call& c, Entry& e, OpResult& res) {
+  const Request& q = e.req;
+  const size_t esize = dtype_size(q.dtype), row = static_cast<size_t>(q.row_elements());
+  const size_t rows = static_cast<size_t>(q.shape[0]);
+  std::vector<size_t> counts = slice_counts(rows, c.n);
+  for (auto& n : counts) n *= row;
+  const CUdeviceptr out = output_for(c, e, counts[c.me] * esize, res);
+  res.shape = q.shape;
+  res.shape[0] = static_cast<int64_t>(slice_count(rows, c.n, c.me));
+  if (rows * row == 0) return;
+  const ncclDataType_t dt = *nccl_type(q.dtype);
+  Reduction red(q, c.n, c.comm);
+  const NcclLibrary& nccl = nccl_library();
+  if (rows % static_cast<size_t>(c.n) == 0) {
+    nccl_check(nccl.ncclReduceScatter(e.input, at(out, 0), counts[0], dt, red.op(), c.comm, c.lane->stream),
+               "ncclReduceScatter");
+    return;
+  }
+  Group group;  // uneven rows: one reduce per rank, rooted at the rank that keeps the rows
+  size_t offset = 0;
+  for (int r = 0; r < c.n; ++r) {
+    if (counts[r])
+      nccl_check(nccl.ncclReduce(static_cast<const uint8_t*>(e.input) + offset * esize, at(out, 0), counts[r], dt,
+                                 red.op(), r, c.comm, c.lane->stream), "ncclReduce (reducescatter)");
+    offset += counts[r];
+  }
+  group.end();
+}
+
+}  // namespace ring::gpu

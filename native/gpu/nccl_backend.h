@@ -1,0 +1,91 @@
+// NcclBackend: collectives on GPU tensors with NCCL, on the engine's own
+// streams, completing asynchronously.
+//
+// Per GPU the backend has RING_NUM_NCCL_STREAMS lanes (a non-blocking
+// stream, its fusion buffer and, per process set, its communicator:
+// nccl_comms.h); responses take the lanes in turn. For a response the lane's
+// stream first waits for every entry's ready event (recorded on the
+// caller's stream at enqueue), then runs the copies and NCCL calls; an event
+// recorded after them goes to the finalizer (finalizer.h), which completes
+// the handles once it fires. No host-side wait on the engine's thread, and
+// no device-wide synchronisation.
+//
+// Allreduce fuses its entries into the lane's fusion buffer (async copies
+// in and out; one entry reduces straight from input to output); scale
+// factors fold into the reduction (nccl_reduction.h). Allgather (first
+// dimensions may differ) is one broadcast per rank in a group, alltoall a
+// group of sends and receives, reducescatter NCCL's own when the rows split
+// evenly and a group of reduces otherwise; results the engine allocates
+// stay on the GPU (OpResult::device_data).
+//
+// What NCCL does not run (Adasum, int16 or bool reductions, scaled integer
+// reductions), and every GPU operation of a process set where some rank
+// has no NCCL, runs host-staged (host_staged.h); every rank decides alike.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "engine/backend.h"
+#include "engine/backends/cpu_ring.h"
+#include "engine/config.h"
+#include "engine/handle_table.h"
+#include "gpu/device_memory.h"
+#include "gpu/finalizer.h"
+#include "gpu/host_staged.h"
+#include "gpu/nccl_comms.h"
+#include "gpu/nccl_reduction.h"
+
+namespace ring::gpu {
+
+class NcclBackend : public Backend {
+ public:
+  // `cpu` (for process sets' meshes), `host` (what NCCL does not run) and
+  // `handles` must outlive the backend.
+  NcclBackend(CpuRingBackend* cpu, HostStagedBackend* host, HandleTable* handles, const Config& config)
+      : cpu_(cpu), host_(host), host_only_(config.gpu_host_staged), streams_(config.nccl_streams),
+        finalizer_(handles) {}
+
+  const char* name() const override { return "nccl"; }
+  bool serves(const Device& device) const override { return host_->serves(device); }
+  void prepare(Entry& e, uint64_t stream) override { host_->prepare(e, stream); }
+  bool enabled(const Response& r) const override { return r.device.type == DeviceType::CUDA && !host_only_; }
+  void execute(const Response& r, std::vector<Entry>& entries) override;
+
+ private:
+  struct Lane {
+    Lane(int device, CUstream s) : stream(s), fusion(device, s) {}
+    CUstream stream;
+    DeviceBuffer fusion;
+  };
+  // What one response's calls run on.
+  struct Call {
+    int device = 0;
+    Lane* lane = nullptr;
+    ncclComm_t comm = nullptr;
+    int n = 1, me = 0;
+  };
+
+  Lane& lane(int device, int index);
+  void run(const Call& c, const Response& r, std::vector<Entry>& entries, std::vector<OpResult>& results);
+  void allreduce(const Call& c, std::vector<Entry>& entries, std::vector<OpResult>& results);
+  void allgather(const Call& c, Entry& e, const std::vector<int64_t>& first_dims, OpResult& res);
+  void broadcast(const Call& c, Entry& e, OpResult& res);
+  void alltoall(const Call& c, Entry& e, const std::vector<int64_t>& splits, OpResult& res);
+  void reducescatter(const Call& c, Entry& e, OpResult& res);
+  // e's output, or new GPU memory of `bytes` handed over in `res`.
+  static CUdeviceptr output_for(const Call& c, Entry& e, size_t bytes, OpResult& res);
+
+  CpuRingBackend* cpu_;
+  HostStagedBackend* host_;
+  bool host_only_;
+  int streams_;
+  int next_lane_ = 0;
+  std::map<std::pair<int, int>, std::unique_ptr<Lane>> lanes_;  // (device, index)
+  NcclCommunicators comms_;
+  Finalizer finalizer_;  // last: destroyed first, after the work in flight is done
+};
+
+}  // namespace ring::gpu

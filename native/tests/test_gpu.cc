@@ -1,0 +1,64 @@
+// What the GPU backends decide from a request alone (gpu/nccl_reduction.h),
+// and the NCCL version text: no GPU, driver or NCCL needed.
+#include <cmath>
+
+#include "engine/field_value.h"
+#include "gpu/nccl.h"
+#include "gpu/nccl_reduction.h"
+#include "tests/harness.h"
+
+using namespace ring;
+using namespace ring::gpu;
+
+namespace {
+
+Request reduction(DataType dtype, ReduceOp op, double pre = 1.0, double post = 1.0) {
+  Request q;
+  q.dtype = dtype;
+  q.reduce_op = op;
+  q.prescale = pre;
+  q.postscale = post;
+  q.shape = {4};
+  return q;
+}
+
+}  // namespace
+
+TEST(nccl_reduction_folds_scaling_into_one_reduction) {
+  auto sum = nccl_reduction(reduction(DataType::Float32, ReduceOp::Sum), 4);
+  CHECK(sum && sum->op == ncclSum && !sum->premul);
+  auto avg = nccl_reduction(reduction(DataType::BFloat16, ReduceOp::Average), 4);
+  CHECK(avg && avg->op == ncclAvg && !avg->premul);
+  auto scaled = nccl_reduction(reduction(DataType::Float16, ReduceOp::Average, 0.5, 3.0), 4);
+  CHECK(scaled && scaled->premul);
+  CHECK(std::fabs(scaled->factor - 0.375) < 1e-15);
+  auto pre = nccl_reduction(reduction(DataType::Float64, ReduceOp::Sum, 2.0), 8);
+  CHECK(pre && pre->premul && pre->factor == 2.0);
+  auto mx = nccl_reduction(reduction(DataType::Int32, ReduceOp::Max), 2);
+  CHECK(mx && mx->op == ncclMax);
+}
+
+TEST(nccl_reduction_leaves_what_it_cannot_do_to_the_host_path) {
+  CHECK(!nccl_reduction(reduction(DataType::Int32, ReduceOp::Average), 2));   // integer average
+  CHECK(!nccl_reduction(reduction(DataType::Int64, ReduceOp::Sum, 2.0), 2));  // scaled integers
+  CHECK(!nccl_reduction(reduction(DataType::Float32, ReduceOp::Max, 2.0), 2));  // scaled max
+  CHECK(!nccl_reduction(reduction(DataType::Int16, ReduceOp::Sum), 2));       // no NCCL type
+  CHECK(!nccl_reduction(reduction(DataType::Bool, ReduceOp::Max), 2));
+  CHECK(!nccl_reduction(reduction(DataType::Float32, ReduceOp::Adasum), 2));
+  Response r;
+  r.op = OpType::Allgather;
+  CHECK(runs_on_nccl(r, reduction(DataType::Bool, ReduceOp::Sum), 2));  // data movement: any dtype
+  r.op = OpType::Reducescatter;
+  CHECK(!runs_on_nccl(r, reduction(DataType::Int16, ReduceOp::Sum), 2));
+}
+
+TEST(nccl_version_text_reads_both_encodings) {
+  CHECK_EQ(nccl_version_text(22703), std::string("2.27.3"));
+  CHECK_EQ(nccl_version_text(21200), std::string("2.12.0"));
+  CHECK_EQ(nccl_version_text(2708), std::string("2.7.8"));
+}
+
+TEST(ranks_agree_on_the_device_type_not_its_index) {
+  CHECK(same_value(Device{DeviceType::CUDA, 0}, Device{DeviceType::CUDA, 3}));
+  CHECK(!same_value(Device{DeviceType::CUDA, 0}, Device{DeviceType::CPU, 0}));
+}
