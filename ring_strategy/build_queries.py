@@ -17,8 +17,8 @@ from typing import Any, Dict, List
 
 __all__ = [
     "mpi_built", "mpi_enabled", "mpi_threads_supported", "gloo_built", "gloo_enabled", "nccl_built",
-    "ddl_built", "ccl_built", "cuda_built", "rocm_built", "gpu_available", "gpu_info",
-]
+    "ddl_built", "ccl_built", "cuda_built", "rocm_built", "gpu_available",
+]  # and gpu_info(), ring's own (every front end exports the names above)
 
 
 def nccl_wheel_paths() -> List[str]:

@@ -57,6 +57,12 @@ class Backend {
   // backend's own. Throws RingError when the transport fails; the runtime
   // then fails every handle not yet completed.
   virtual void execute(const Response& r, std::vector<Entry>& entries) = 0;
+
+  // The job failed (a lost peer, a timeout) and its handles were failed:
+  // stop waiting for work in flight (e.g. abort NCCL communicators, whose
+  // kernels would wait for the lost peer forever). Called once, on any
+  // thread, possibly while execute() runs.
+  virtual void abort() {}
 };
 
 }  // namespace ring

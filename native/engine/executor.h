@@ -32,6 +32,10 @@ class Executor {
   void add_backend(std::unique_ptr<Backend> backend) { backends_.push_back(std::move(backend)); }
   // True when some backend serves `device` (thread-safe).
   bool serves(const Device& device) const;
+  // Backend::abort of every backend.
+  void abort() {
+    for (const auto& b : backends_) b->abort();
+  }
   // Backend::prepare of the first backend serving e.req.device (caller's thread).
   void prepare(Entry& e, uint64_t stream);
 

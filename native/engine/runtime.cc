@@ -298,6 +298,9 @@ void Runtime::stop(ErrorKind kind, const std::string& reason, bool quiet) {
   pending_.clear();
   queue_.take_all();
   handles_.fail_all(kind, reason);
+  // A failed job: GPU work waiting for a lost peer must not hold the
+  // engine (a normal shutdown lets work in flight finish instead).
+  if (kind != ErrorKind::Shutdown && executor_) executor_->abort();
   state_cv_.notify_all();
 }
 

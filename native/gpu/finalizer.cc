@@ -24,6 +24,11 @@ void Finalizer::add(GpuWork work) {
   cv_.notify_all();
 }
 
+void Finalizer::abort() {
+  aborted_.store(true);
+  cv_.notify_all();
+}
+
 void Finalizer::drain() {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return queue_.empty() && busy_ == 0; });
@@ -35,6 +40,7 @@ std::string Finalizer::wait(const GpuWork& w) {
   ScopedDevice current(w.device);
   CUevent event = static_cast<CUevent>(w.done.get());
   while (true) {
+    if (aborted_.load()) return "the job failed while this GPU operation was in flight";
     const CUresult rc = cu.cuEventQuery(event);
     if (rc == CUDA_SUCCESS) return "";
     if (rc != CUDA_ERROR_NOT_READY) {

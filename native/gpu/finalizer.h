@@ -5,6 +5,7 @@
 // operation failed, and fails the operation's handles with NCCL's reason.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -35,6 +36,9 @@ class Finalizer {
   void add(GpuWork work);
   // Blocks until every work added so far is done or failed.
   void drain();
+  // Stops waiting for GPU work: what is queued or waited for fails (the
+  // job failed; its handles already have their error). Any thread.
+  void abort();
 
  private:
   void loop();
@@ -47,6 +51,7 @@ class Finalizer {
   std::deque<GpuWork> queue_;  // guarded by mu_
   size_t busy_ = 0;            // works taken but not finished; guarded by mu_
   bool stop_ = false;          // guarded by mu_
+  std::atomic<bool> aborted_{false};
   std::thread thread_;
 };
 

@@ -53,6 +53,10 @@ class NcclBackend : public Backend {
   void prepare(Entry& e, uint64_t stream) override { host_->prepare(e, stream); }
   bool enabled(const Response& r) const override { return r.device.type == DeviceType::CUDA && !host_only_; }
   void execute(const Response& r, std::vector<Entry>& entries) override;
+  void abort() override {
+    comms_.abort_all();
+    finalizer_.abort();
+  }
 
  private:
   struct Lane {

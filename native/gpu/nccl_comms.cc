@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "common/error.h"
+
 #include "collectives/collectives.h"
 #include "collectives/slices.h"
 
@@ -9,12 +11,9 @@ namespace ring::gpu {
 
 NcclCommunicators::~NcclCommunicators() {
   const NcclLibrary& n = nccl_library();
-  for (auto& [key, comm] : comms_) {
+  for (auto& [key, comm] : comms_) {  // none left after abort_all()
     ScopedDevice current(std::get<1>(key));
-    if (aborted_)
-      n.ncclCommAbort(comm);
-    else
-      n.ncclCommDestroy(comm);
+    n.ncclCommDestroy(comm);
   }
 }
 
@@ -28,8 +27,12 @@ bool NcclCommunicators::usable(int32_t set_id, Mesh& mesh) {
 
 ncclComm_t NcclCommunicators::get(int32_t set_id, Mesh& mesh, int device, int stream_index) {
   const auto key = std::make_tuple(set_id, device, stream_index);
-  auto it = comms_.find(key);
-  if (it != comms_.end()) return it->second;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (aborted_) throw_error(ErrorKind::Internal, "the job's NCCL communicators were aborted after a failure");
+    auto it = comms_.find(key);
+    if (it != comms_.end()) return it->second;
+  }
   const NcclLibrary& n = nccl_library();
   ncclUniqueId id;
   std::memset(&id, 0, sizeof(id));
@@ -38,10 +41,24 @@ ncclComm_t NcclCommunicators::get(int32_t set_id, Mesh& mesh, int device, int st
   ncclComm_t comm = nullptr;
   ScopedDevice current(device);
   nccl_check(n.ncclCommInitRank(&comm, mesh.size(), id, mesh.rank()), "ncclCommInitRank");
+  std::lock_guard<std::mutex> lock(mu_);
+  if (aborted_) {
+    n.ncclCommAbort(comm);
+    throw_error(ErrorKind::Internal, "the job's NCCL communicators were aborted after a failure");
+  }
   comms_[key] = comm;
   return comm;
 }
 
-void NcclCommunicators::abort_all() { aborted_ = true; }
+void NcclCommunicators::abort_all() {
+  std::lock_guard<std::mutex> lock(mu_);
+  aborted_ = true;
+  if (!nccl_library().loaded) return;
+  for (auto& [key, comm] : comms_) {
+    ScopedDevice current(std::get<1>(key));
+    nccl_library().ncclCommAbort(comm);
+  }
+  comms_.clear();
+}
 
 }  // namespace ring::gpu

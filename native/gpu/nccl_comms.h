@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <map>
+#include <mutex>
 #include <tuple>
 
 #include "gpu/nccl.h"
@@ -34,11 +35,12 @@ class NcclCommunicators {
   // The communicator of (set, device, stream index); collective the first time.
   ncclComm_t get(int32_t set_id, Mesh& mesh, int device, int stream_index);
   // Aborts every communicator (a peer was lost): NCCL kernels waiting for
-  // it return, and the destructor does not wait for them.
+  // it return. Any thread; later get() calls throw.
   void abort_all();
 
  private:
-  std::map<int32_t, bool> usable_;
+  std::map<int32_t, bool> usable_;  // engine thread only
+  std::mutex mu_;                   // guards comms_ and aborted_ (never held across an NCCL call that waits)
   std::map<std::tuple<int32_t, int, int>, ncclComm_t> comms_;
   bool aborted_ = false;
 };

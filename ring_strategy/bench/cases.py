@@ -33,6 +33,8 @@ VARIANTS: Dict[str, str] = {
     "gloo-coalesced": "tensors copied into one flat buffer, one all_reduce, copied back",
     "mpi": "Iallreduce of every tensor, then Waitall",
     "mpi-coalesced": "one Allreduce of the tensors concatenated",
+    "nccl-grouped": "ncclAllReduce of every tensor inside one ncclGroupStart / ncclGroupEnd (--device cuda)",
+    "torch-nccl": "torch.distributed all_reduce(async_op=True) of every tensor on NCCL, then wait (--device cuda)",
 }
 
 

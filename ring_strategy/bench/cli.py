@@ -40,6 +40,8 @@ def _run_sizes(opts: Options, backends: Sequence[Backend]) -> None:
     layout = Layout([b.name for b in backends[1:]], membw)
     for line in header_lines(layout, rs.size(), opts.dtype, opts.iters, opts.warmup, opts.rounds):
         say(line)
+    if opts.device == "cuda":
+        say("# tensors: torch CUDA tensors, one GPU per rank")
     rows: List[Row] = []
     dtype = numpy_dtype(opts.dtype)
     started, total = time.monotonic(), len(opts.ops) * len(opts.sizes)
@@ -98,7 +100,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """
     opts = parse_options(argv)
     rs.init()
-    backends: List[Backend] = [RingBackend(), *open_peers(opts.compare, say)]
+    if opts.device == "cuda":
+        from ring_strategy.bench.gpu import RingCudaBackend
+
+        ours: Backend = RingCudaBackend()
+    else:
+        ours = RingBackend()
+    backends: List[Backend] = [ours, *open_peers(opts.compare, say)]
     try:
         if opts.case is None:
             _run_sizes(opts, backends)

@@ -24,7 +24,7 @@ compared with ``==``.
 
 from __future__ import annotations
 
-from typing import Dict
+from typing import Any, Dict
 
 import numpy as np
 
@@ -112,9 +112,16 @@ def expected_output(op: str, count: int, dtype: np.dtype, rank: int, n: int) -> 
     raise ValueError(f"op should be one of {', '.join(OPS)}. Got: {op!r}")
 
 
-def count_wrong(output: np.ndarray, expected: np.ndarray) -> int:
-    """Elements of ``output`` that differ from ``expected`` (all of them when
-    the shapes differ)."""
+def count_wrong(output: Any, expected: np.ndarray) -> int:
+    """Elements of ``output`` (numpy, or a torch or cupy GPU array: copied to
+    the host) that differ from ``expected`` (all of them when the shapes
+    differ)."""
+    if hasattr(output, "get") and not isinstance(output, np.ndarray):  # cupy
+        output = output.get()
+    elif hasattr(output, "cpu"):  # torch
+        from ring_strategy.bench.gloo import to_numpy
+
+        output = to_numpy(output.cpu(), expected.dtype)
     output = np.asarray(output).reshape(-1)
     if output.shape != expected.shape:
         return int(max(output.size, expected.size))

@@ -20,7 +20,7 @@ import numpy as np
 import ring_strategy as rs
 from ring_strategy.bench.backend import Backend, Call, StepCall
 
-__all__ = ["GlooBackend", "init_gloo", "to_torch", "to_numpy"]
+__all__ = ["GlooBackend", "init_gloo", "init_torch_group", "to_torch", "to_numpy"]
 
 RENDEZVOUS_TIMEOUT_SECONDS = 120.0
 
@@ -31,6 +31,14 @@ def init_gloo(timeout_s: float = RENDEZVOUS_TIMEOUT_SECONDS) -> None:
     ``ring_strategy.init()`` must have run; every rank must call this. Does
     nothing when the default group exists already.
     """
+    init_torch_group("gloo", timeout_s)
+
+
+def init_torch_group(backend: str, timeout_s: float = RENDEZVOUS_TIMEOUT_SECONDS) -> None:
+    """Starts torch.distributed's default group with ``backend`` ("gloo",
+    "nccl") over every ring rank, meeting through a store on loopback whose
+    port ring's broadcast hands out. Every rank must call this; nothing
+    happens when the default group exists already."""
     import torch.distributed as dist
 
     if dist.is_initialized():
@@ -42,10 +50,10 @@ def init_gloo(timeout_s: float = RENDEZVOUS_TIMEOUT_SECONDS) -> None:
     if rank == 0:
         store = dist.TCPStore("127.0.0.1", 0, n, is_master=True, wait_for_workers=False, timeout=timeout)
         port = store.port
-    port = int(rs.broadcast(np.array([port], np.int64), 0, name="bench.gloo.port")[0])
+    port = int(rs.broadcast(np.array([port], np.int64), 0, name=f"bench.{backend}.port")[0])
     if store is None:
         store = dist.TCPStore("127.0.0.1", port, n, is_master=False, timeout=timeout)
-    dist.init_process_group("gloo", store=store, rank=rank, world_size=n, timeout=timeout)
+    dist.init_process_group(backend, store=store, rank=rank, world_size=n, timeout=timeout)
 
 
 def to_torch(arr: np.ndarray) -> Any:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable, List, Optional, Sequence, Tuple
 
 from ring_strategy.bench.collectives import DTYPES, OPS
-from ring_strategy.bench.peers import PEERS
+from ring_strategy.bench.peers import CPU_PEERS, PEERS
 from ring_strategy.bench.sizes import parse_size, parse_size_list, size_range
 
 __all__ = ["Options", "CASES", "DEFAULT_SIZES", "build_parser", "parse_options"]
@@ -43,6 +43,7 @@ class Options:
     tensor_bytes: int
     json: Optional[Path]
     plot: Optional[Path]
+    device: str = "cpu"
 
 
 def _names(kind: str, allowed: Sequence[str]) -> Callable[[str], Tuple[str, ...]]:
@@ -124,8 +125,13 @@ def build_parser() -> argparse.ArgumentParser:
     how.add_argument("--rounds", type=_positive, default=4,
                      help="turns ring and each peer take per size, barrier-separated (default: 4)")
     how.add_argument("--check", action="store_true", help="check every result (fills #wrong)")
+    how.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                     help="where the tensors live: cpu (numpy arrays) or cuda (torch CUDA tensors, one GPU per "
+                     "rank: local rank modulo the GPUs visible) (default: cpu)")
     how.add_argument("--compare", type=_names("peers", PEERS), default=(),
-                     help="also time these libraries in the same processes: gloo (torch.distributed) or mpi (mpi4py)")
+                     help="also time these libraries in the same processes: gloo (torch.distributed) or mpi "
+                     "(mpi4py) on the CPU; nccl (raw NCCL through cupy.cuda.nccl) or torch-nccl "
+                     "(torch.distributed) with --device cuda")
     how.add_argument("--membw", action="store_true",
                      help="measure the host's copy bandwidth and print allreduce busbw as a percentage of "
                      "the memory limit (total copy GB/s / 3)")
@@ -151,6 +157,17 @@ def _sizes(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Tuple[i
         parser.error(str(e))
 
 
+def _no_cuda() -> str:
+    """Why torch CUDA tensors cannot be made here, or ""."""
+    if importlib.util.find_spec("torch") is None:
+        return "needs torch (pip install 'ring-strategy[torch]')"
+    import torch
+
+    if not torch.cuda.is_available():
+        return f"torch {torch.__version__} sees no CUDA GPU here"
+    return ""
+
+
 def _output_path(parser: argparse.ArgumentParser, option: str, path: Optional[Path]) -> None:
     if path is not None and not path.resolve().parent.is_dir():
         parser.error(f"{option}: the folder of {str(path)!r} does not exist")
@@ -168,6 +185,15 @@ def parse_options(argv: Optional[Sequence[str]] = None) -> Options:
         parser.error(f"--case {args.case} has its own sizes (--num-tensors, --tensor-bytes): drop --sizes, "
                      "--min-bytes and --max-bytes")
     sizes = _sizes(parser, args)
+    wrong_side = [p for p in args.compare if (p in CPU_PEERS) != (args.device == "cpu")]
+    if wrong_side:
+        parser.error(f"--compare {','.join(wrong_side)} does not run with --device {args.device}")
+    if args.device == "cuda":
+        if args.membw:
+            parser.error("--membw measures host memory: not with --device cuda")
+        why = _no_cuda()
+        if why:
+            parser.error(f"--device cuda: {why}")
     _output_path(parser, "--json", args.json)
     _output_path(parser, "--plot", args.plot)
     if args.plot is not None and importlib.util.find_spec("matplotlib") is None:
@@ -176,4 +202,5 @@ def parse_options(argv: Optional[Sequence[str]] = None) -> Options:
         ops=args.ops, sizes=sizes, dtype=args.dtype, iters=args.iters, warmup=args.warmup, rounds=args.rounds,
         check=args.check, compare=args.compare, membw=args.membw, case=args.case,
         num_tensors=args.num_tensors, tensor_bytes=args.tensor_bytes, json=args.json, plot=args.plot,
+        device=args.device,
     )

@@ -8,9 +8,11 @@ from typing import Callable, List, Sequence
 import ring_strategy as rs
 from ring_strategy.bench.backend import Backend
 
-__all__ = ["PEERS", "open_peers"]
+__all__ = ["CPU_PEERS", "PEERS", "open_peers"]
 
-PEERS = ("gloo", "mpi")
+CPU_PEERS = ("gloo", "mpi")
+#: Every peer; ``nccl`` and ``torch-nccl`` run with ``--device cuda`` only (bench/gpu.py).
+PEERS = CPU_PEERS + ("nccl", "torch-nccl")
 
 
 def _gloo_unavailable() -> str:
@@ -57,6 +59,10 @@ def open_peers(names: Sequence[str], log: Callable[[str], None]) -> List[Backend
                 log(f"# --compare mpi: {reason}")
             else:
                 peers.append(peer)
+        elif name in ("nccl", "torch-nccl"):
+            from ring_strategy.bench.gpu import open_gpu_peer
+
+            peers.append(open_gpu_peer(name))
         else:
             raise ValueError(f"--compare should name peers among {', '.join(PEERS)}. Got: {name!r}")
     return peers

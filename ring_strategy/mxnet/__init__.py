@@ -47,6 +47,7 @@ from ring_strategy.mxnet.mpi_ops import (  # noqa: F401
     gloo_enabled,
     grouped_allreduce,
     grouped_allreduce_,
+    gpu_available,
     init,
     is_initialized,
     local_rank,

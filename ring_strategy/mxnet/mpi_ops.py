@@ -38,6 +38,7 @@ from ring_strategy.build_queries import (  # noqa: F401  (re-exported: Horovod's
     ddl_built,
     gloo_built,
     gloo_enabled,
+    gpu_available,
     mpi_built,
     mpi_enabled,
     mpi_threads_supported,

@@ -34,6 +34,7 @@ from ring_strategy.build_queries import (
     ddl_built,
     gloo_built,
     gloo_enabled,
+    gpu_available,
     mpi_built,
     mpi_enabled,
     mpi_threads_supported,

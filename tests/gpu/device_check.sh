@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# The GPU path on a real GPU, in one run of under 7 minutes: build the
+# engine against the machine's own Python, then
+#   1. np=1 over NCCL: ops x dtypes, fusion over the threshold, stream races;
+#   2. np=2 on one GPU, host-staged (RING_GPU_OPERATIONS=host): the same
+#      checks, and timings against torch.distributed gloo on CUDA tensors;
+#   3. np=2 on one GPU over NCCL (NCCL refuses two ranks on one GPU before
+#      2.30: each rank gets its own NCCL_HOSTID, an unsupported setting, for
+#      correctness only; 2.30 and later: NCCL_MULTI_RANK_GPU_ENABLE=1);
+#   4. the benchmark at np=1 against raw NCCL (cupy.cuda.nccl) and
+#      torch.distributed NCCL: 4 B to 256 MiB, and 200 x 16 KiB.
+# Output goes to $OUT (or ./gpu-check-out): check.log (every step's whole
+# output), summary.txt and the benchmark's JSON rows; the console gets each
+# step's tail. Exit status: 0 when every step passed.
+#
+# Usage (repo root, on the GPU machine): bash tests/gpu/device_check.sh
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+OUT="${OUT:-$PWD/gpu-check-out}"
+mkdir -p "$OUT"
+PY="${PYTHON:-python3}"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+failed=0
+
+LOG="$OUT/check.log"
+: >"$LOG"
+step() {  # step NAME TIMEOUT COMMAND...: runs it, appends its output to check.log, records the result
+  local name=$1 limit=$2
+  shift 2
+  echo "=== $name: $*" | tee -a "$LOG"
+  local start=$SECONDS part="$OUT/.step.log"
+  timeout "$limit" "$@" >"$part" 2>&1
+  local rc=$?
+  cat "$part" >>"$LOG"
+  tail -n 25 "$part"
+  rm -f "$part"
+  echo "=== $name: exit $rc after $((SECONDS - start)) s" | tee -a "$LOG"
+  [ $rc -eq 0 ] || failed=1
+  return $rc
+}
+
+{
+  date -u
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+  "$PY" -c "import sys, torch, numpy; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, 'numpy', numpy.__version__)"
+  "$PY" -c "import cupy; print('cupy', cupy.__version__)" || true
+  nvcc --version | tail -n 2 || true
+} 2>&1 | tee -a "$LOG"
+
+step build 300 bash -c "cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DRING_BUILD_PYTHON=ON \
+  -DPython_EXECUTABLE=$(command -v "$PY") -Dnanobind_DIR=\"\$($PY -m nanobind --cmake_dir)\" \
+  -DCMAKE_LIBRARY_OUTPUT_DIRECTORY=$PWD/ring_strategy && cmake --build build/gpu" || exit 1
+
+"$PY" -c "from ring_strategy.build_queries import gpu_info; import json; print(json.dumps(gpu_info(), indent=1))" \
+  | tee -a "$LOG"
+NCCL=$("$PY" -c "from ring_strategy.build_queries import nccl_built; print(nccl_built())")
+RUN=("$PY" -m ring_strategy.runner.launch)
+WORKER=tests/gpu/workers/device_worker.py
+
+step np1-nccl 120 env RING_FUSION_THRESHOLD=1048576 "${RUN[@]}" -np 1 "$PY" $WORKER ops
+step np2-host 150 env RING_GPU_OPERATIONS=host RING_FUSION_THRESHOLD=1048576 "${RUN[@]}" -np 2 "$PY" $WORKER ops
+step np2-host-time 90 env RING_GPU_OPERATIONS=host RING_DEVICE_PEER=gloo "${RUN[@]}" -np 2 "$PY" $WORKER time
+if [ "$NCCL" -ge 23000 ]; then
+  SHARE=(NCCL_MULTI_RANK_GPU_ENABLE=1)
+else
+  SHARE=(RING_DEVICE_NCCL_HOSTID=1)
+fi
+step np2-nccl 150 env "${SHARE[@]}" RING_FUSION_THRESHOLD=1048576 "${RUN[@]}" -np 2 "$PY" $WORKER ops
+
+BENCH=("$PY" -m ring_strategy.bench --device cuda --compare nccl,torch-nccl --check)
+step bench-sizes 150 "${RUN[@]}" -np 1 "${BENCH[@]}" --sizes 4,4K,1M,64M,256M --json "$OUT/bench_sizes.json"
+step bench-small 90 "${RUN[@]}" -np 1 "${BENCH[@]}" --case small-tensors --json "$OUT/bench_small.json"
+
+echo "device check: $([ $failed -eq 0 ] && echo PASSED || echo FAILED) (NCCL $NCCL)" | tee "$OUT/summary.txt"
+exit $failed
