@@ -1,6 +1,8 @@
-"""Collective operations on numpy arrays and other CPU arrays that speak
-DLPack. Inputs are read in place (zero-copy when C-contiguous); results are
-new numpy arrays.
+"""Collective operations on numpy arrays and other arrays that speak DLPack.
+Inputs are read in place (zero-copy when C-contiguous); results are new
+numpy arrays. Arrays on a CUDA GPU (cupy's, or any whose DLPack device is
+CUDA) go to the engine's GPU path and give cupy results
+(:mod:`ring_strategy._gpu_arrays`).
 
 Every operation has an ``*_async`` form that returns a :class:`Handle`
 immediately; :func:`synchronize` waits for it and returns the result,
@@ -14,6 +16,7 @@ from typing import Any, Callable, List, Optional, Sequence
 import numpy as np
 
 from ring_strategy import _frontend, _handles, _native
+from ring_strategy import _gpu_arrays as _gpu
 from ring_strategy._rules import (  # noqa: F401  (the reduction ops are part of this API)
     Adasum,
     Average,
@@ -57,9 +60,12 @@ _abandon = _handles.abandon
 
 
 def _as_array(x: Any) -> np.ndarray:
-    """A C-contiguous numpy view of x (a copy only when x is strided)."""
+    """A C-contiguous numpy view of x (a copy only when x is strided); for an
+    array on a CUDA GPU, a cupy view."""
     if isinstance(x, np.ndarray):
         arr = x
+    elif _gpu.is_gpu(x):
+        return _gpu.as_gpu(x)
     elif hasattr(x, "__dlpack__") and not isinstance(x, np.generic):
         try:
             arr = np.from_dlpack(x)
@@ -105,20 +111,33 @@ def _submit(
     allocates) on the set with engine id ``process_set``; ``finish`` turns
     its results into what synchronize() returns."""
     code = _dtype_code(arr)
+    stream = 0 if arr.__class__ is np.ndarray else _gpu.stream_of(arr)
     h = _frontend.enqueue(
         kind, _handles.auto_name(label, name, process_set), _raw(arr, code), None if out is None else _raw(out, code), code,
         arr.shape, op=op, root=root, prescale=prescale, postscale=postscale, splits=splits, wake=wake,
-        process_set=process_set,
+        process_set=process_set, stream=stream,
     )
     return Handle([h], (arr, out), finish)
 
 
-def _from_engine(dtype: np.dtype) -> Callable[[List[tuple]], np.ndarray]:
-    def finish(results):
-        data, shape, _ = results[0]
-        return data.view(dtype).reshape(shape)
+def _from_engine(like: Any) -> Callable[[List[tuple]], np.ndarray]:
+    """Turns an engine-allocated result into an array of ``like``'s dtype
+    and kind (numpy, or cupy for a GPU input)."""
+    dtype = like.dtype
+    if isinstance(like, np.ndarray):
+        def finish(results):
+            data, shape, _ = results[0]
+            return data.view(dtype).reshape(shape)
+    else:
+        def finish(results):
+            data, shape, _ = results[0]
+            return _gpu.result(data, like, shape)
 
     return finish
+
+
+def _empty_like(arr: Any) -> Any:
+    return np.empty_like(arr) if isinstance(arr, np.ndarray) else _gpu.empty_like(arr)
 
 
 def synchronize(handle: Handle) -> Any:
@@ -156,6 +175,11 @@ def allreduce_async(
 
 def _check_out(out: Any, arr: np.ndarray) -> np.ndarray:
     """``out`` if it can receive a result shaped like ``arr``, else BadArgumentError."""
+    if not isinstance(arr, np.ndarray):  # a GPU input: out is an array of the same kind
+        if type(out) is not type(arr) or out.shape != arr.shape or out.dtype != arr.dtype:
+            raise BadArgumentError(f"out should be a {type(arr).__name__} of shape {arr.shape} and dtype "
+                                   f"{arr.dtype} on the input's GPU. Got: {type(out).__name__}")
+        return out
     if not isinstance(out, np.ndarray) or out.shape != arr.shape or out.dtype != arr.dtype:
         got = f"{type(out).__name__} {getattr(out, 'shape', '')} {getattr(out, 'dtype', '')}".rstrip()
         raise BadArgumentError(f"out should be a numpy array of shape {arr.shape} and dtype {arr.dtype}. Got: {got}")
@@ -170,7 +194,7 @@ def _allreduce(
 ) -> Handle:
     place = _check_process_set(process_set)
     arr = _as_array(tensor)
-    out = np.empty_like(arr) if out is None else _check_out(out, arr)
+    out = _empty_like(arr) if out is None else _check_out(out, arr)
     return _submit(
         _native.OP_ALLREDUCE, "allreduce", arr, out, name, lambda _: out,
         op=op, prescale=prescale, postscale=postscale, wake=wake, process_set=place.id,
@@ -220,7 +244,7 @@ def _allgather(tensor: Any, name: Optional[str], wake: bool, process_set: Proces
     if arr.ndim == 0:
         arr = arr.reshape(1)
     return _submit(
-        _native.OP_ALLGATHER, "allgather", arr, None, name, _from_engine(arr.dtype), wake=wake, process_set=place.id
+        _native.OP_ALLGATHER, "allgather", arr, None, name, _from_engine(arr), wake=wake, process_set=place.id
     )
 
 
@@ -241,7 +265,7 @@ def broadcast_async(
 def _broadcast(tensor: Any, root_rank: int, name: Optional[str], wake: bool, process_set: ProcessSet) -> Handle:
     place = _check_process_set(process_set)
     arr = _as_array(tensor)
-    out = np.empty_like(arr)
+    out = _empty_like(arr)
     return _submit(
         _native.OP_BROADCAST, "broadcast", arr, out, name, lambda _: out, root=root_rank, wake=wake,
         process_set=place.id,
@@ -266,7 +290,7 @@ def alltoall_async(
     require_rows("alltoall", arr.ndim, "array")
     want_splits = splits is not None
     splits = alltoall_splits(splits, arr.shape[0], place.size)
-    engine = _from_engine(arr.dtype)
+    engine = _from_engine(arr)
 
     def finish(results):
         out = engine(results)
@@ -304,7 +328,8 @@ def reducescatter_async(
     arr = _as_array(tensor)
     require_rows("reducescatter", arr.ndim, "array")
     rows = reducescatter_rows(arr.shape[0], place.size, place.rank)
-    out = np.empty((rows,) + arr.shape[1:], dtype=arr.dtype)
+    shape = (rows,) + arr.shape[1:]
+    out = np.empty(shape, dtype=arr.dtype) if isinstance(arr, np.ndarray) else _gpu.empty(shape, arr)
     return _submit(
         _native.OP_REDUCESCATTER, "reducescatter", arr, out, name, lambda _: out, op=op, process_set=place.id
     )

@@ -125,7 +125,8 @@ class RingStrategyMixin(_StrategyBase):
     ``ringrun -np N`` the launcher's processes are used instead.
 
     Args:
-        accelerator: The accelerator; only the CPU is supported.
+        accelerator: The accelerator: the CPU, or CUDA GPUs (one process per
+            GPU; docs/gpu.md).
         parallel_devices: The devices of this host's processes.
         cluster_environment: Where this process sits in the job; a
             ``RingEnvironment`` by default.
@@ -150,6 +151,7 @@ class RingStrategyMixin(_StrategyBase):
     _environment_class: ClassVar[Callable[[], Any]]
     _launcher_class: ClassVar[Callable[[Any], Any]]
     _cpu_accelerator: ClassVar[type]
+    _cuda_accelerator: ClassVar[type]
     _optimizers_to_device: ClassVar[Callable[[Any, torch.device], None]]
     # And, for elastic fits, its Callback with the commit hooks on it and
     # its _update_dataloader(dataloader, sampler).
@@ -197,8 +199,14 @@ class RingStrategyMixin(_StrategyBase):
     @property
     @override
     def root_device(self) -> torch.device:
+        """This process's device: its local rank's among the host's devices.
+        With one device listed (``devices=1`` under ``ringrun -np N``, as with
+        Horovod) a GPU process takes GPU ``local_rank`` modulo the GPUs it sees."""
         assert self.parallel_devices is not None
-        return self.parallel_devices[min(self.local_rank, len(self.parallel_devices) - 1)]
+        devices = self.parallel_devices
+        if len(devices) == 1 and devices[0].type == "cuda" and self.local_rank > 0:
+            return torch.device("cuda", self.local_rank % max(1, torch.cuda.device_count()))
+        return devices[min(self.local_rank, len(devices) - 1)]
 
     @property
     def num_nodes(self) -> int:
@@ -237,12 +245,13 @@ class RingStrategyMixin(_StrategyBase):
     def _check_accelerator(self) -> None:
         device_types = {d.type for d in (self.parallel_devices or [])}
         accelerator = type(self.accelerator).__name__ if self.accelerator is not None else ""
-        if device_types - {"cpu"} or (accelerator and not isinstance(self.accelerator, self._cpu_accelerator)):
+        known = (self._cpu_accelerator, self._cuda_accelerator)
+        if device_types - {"cpu", "cuda"} or (accelerator and not isinstance(self.accelerator, known)):
             found = ", ".join(sorted(device_types)) or accelerator
             raise ValueError(
-                f"RingStrategy runs on the CPU only: this build of ring has no GPU path. "
+                f"RingStrategy runs on CPUs and CUDA GPUs. "
                 f"Got: accelerator={accelerator or None!r} with devices of type {found}; "
-                "use Trainer(accelerator='cpu')"
+                "use Trainer(accelerator='cpu') or Trainer(accelerator='gpu')"
             )
 
     # ------------------------------------------------------------ set-up

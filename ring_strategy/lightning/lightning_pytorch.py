@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from lightning.fabric.plugins.environments.cluster_environment import ClusterEnvironment
 from lightning.fabric.utilities.optimizer import _optimizers_to_device
-from lightning.pytorch.accelerators import CPUAccelerator
+from lightning.pytorch.accelerators import CPUAccelerator, CUDAAccelerator
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.strategies.launchers.launcher import _Launcher
 from lightning.pytorch.strategies.parallel import ParallelStrategy
@@ -43,6 +43,7 @@ class RingStrategy(RingStrategyMixin, ParallelStrategy):
     _environment_class = RingEnvironment
     _launcher_class = _RingLauncher
     _cpu_accelerator = CPUAccelerator
+    _cuda_accelerator = CUDAAccelerator
     _optimizers_to_device = staticmethod(_optimizers_to_device)
     _elastic_callback_class = _ElasticCommit
     _update_dataloader = staticmethod(_update_dataloader)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from lightning_fabric.plugins.environments.cluster_environment import ClusterEnvironment
 from lightning_fabric.utilities.optimizer import _optimizers_to_device
-from pytorch_lightning.accelerators import CPUAccelerator
+from pytorch_lightning.accelerators import CPUAccelerator, CUDAAccelerator
 from pytorch_lightning.callbacks import Callback
 from pytorch_lightning.strategies.launchers.launcher import _Launcher
 from pytorch_lightning.strategies.parallel import ParallelStrategy
@@ -40,6 +40,7 @@ class RingStrategy(RingStrategyMixin, ParallelStrategy):
     _environment_class = RingEnvironment
     _launcher_class = _RingLauncher
     _cpu_accelerator = CPUAccelerator
+    _cuda_accelerator = CUDAAccelerator
     _optimizers_to_device = staticmethod(_optimizers_to_device)
     _elastic_callback_class = _ElasticCommit
     _update_dataloader = staticmethod(_update_dataloader)

@@ -1,4 +1,4 @@
-"""SyncBatchNorm: batch normalization over the global batch of all ranks (CPU).
+"""SyncBatchNorm: batch normalization over the global batch of all ranks (CPU or CUDA tensors).
 
 In training, the per-channel mean and variance come from every rank's batch
 together, so a model trained on N ranks with batch B each normalizes exactly
@@ -57,7 +57,7 @@ class _SyncBatchNormFunction(torch.autograd.Function):
         x64 = x.detach().to(torch.float64)
         local_count = x.numel() // channels if channels else 0
         stats = torch.cat([
-            x64.sum(dims), (x64 * x64).sum(dims), torch.tensor([float(local_count)], dtype=torch.float64),
+            x64.sum(dims), (x64 * x64).sum(dims), torch.tensor([float(local_count)], dtype=torch.float64, device=x.device),
         ])
         allreduce_(stats, name=f"{name}.stats", op=Sum, process_set=process_set)
         mean64, var64, counted = global_moments(stats, channels)
@@ -114,7 +114,7 @@ class _SyncBatchNormFunction(torch.autograd.Function):
 class SyncBatchNorm(_BatchNorm):
     """Batch normalization whose training statistics span every rank's batch.
 
-    A drop-in replacement for ``torch.nn.BatchNorm1d/2d/3d`` on CPU tensors of
+    A drop-in replacement for ``torch.nn.BatchNorm1d/2d/3d`` on CPU or CUDA tensors of
     shape (N, C, ...) with at least two dimensions. In training the mean and
     (biased) variance per channel are computed over the concatenation of all
     ranks' batches, which may differ in size, and the backward pass yields the
@@ -155,8 +155,8 @@ class SyncBatchNorm(_BatchNorm):
         self._check_input_dim(input)
         if input.shape[1] != self.num_features:
             raise ValueError(f"SyncBatchNorm: expected {self.num_features} channels, got {input.shape[1]}")
-        if input.device.type != "cpu":
-            raise ValueError(f"SyncBatchNorm runs on CPU tensors. Got a tensor on {input.device}")
+        if input.device.type not in ("cpu", "cuda"):
+            raise ValueError(f"SyncBatchNorm runs on CPU and CUDA tensors. Got a tensor on {input.device}")
 
         momentum = 0.0 if self.momentum is None else self.momentum
         if self.training and self.track_running_stats and self.num_batches_tracked is not None:

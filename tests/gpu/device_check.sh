@@ -3,7 +3,8 @@
 # engine against the machine's own Python, then
 #   1. np=1 over NCCL: ops x dtypes, fusion over the threshold, stream races;
 #   2. np=2 on one GPU, host-staged (RING_GPU_OPERATIONS=host): the same
-#      checks, and timings against torch.distributed gloo on CUDA tensors;
+#      checks, a Lightning fit with accelerator="gpu" and SyncBatchNorm, and
+#      timings against torch.distributed gloo on CUDA tensors;
 #   3. np=2 on one GPU over NCCL (NCCL refuses two ranks on one GPU before
 #      2.30: each rank gets its own NCCL_HOSTID, an unsupported setting, for
 #      correctness only; 2.30 and later: NCCL_MULTI_RANK_GPU_ENABLE=1);
@@ -59,6 +60,7 @@ WORKER=tests/gpu/workers/device_worker.py
 
 step np1-nccl 120 env RING_FUSION_THRESHOLD=1048576 "${RUN[@]}" -np 1 "$PY" $WORKER ops
 step np2-host 150 env RING_GPU_OPERATIONS=host RING_FUSION_THRESHOLD=1048576 "${RUN[@]}" -np 2 "$PY" $WORKER ops
+step np2-lightning 150 env RING_GPU_OPERATIONS=host "${RUN[@]}" -np 2 "$PY" $WORKER lightning
 step np2-host-time 90 env RING_GPU_OPERATIONS=host RING_DEVICE_PEER=gloo "${RUN[@]}" -np 2 "$PY" $WORKER time
 if [ "$NCCL" -ge 23000 ]; then
   SHARE=(NCCL_MULTI_RANK_GPU_ENABLE=1)

@@ -137,3 +137,14 @@ def test_device_check_script_is_ready_to_run() -> None:
     subprocess.run(["bash", "-n", str(here / "device_check.sh")], check=True)
     subprocess.run([sys.executable, "-m", "py_compile", str(here / "workers" / "device_worker.py")], check=True)
     assert os.access(here / "device_check.sh", os.X_OK)
+
+
+def test_gpu_extra_is_the_only_one_with_cuda_packages() -> None:
+    import tomllib
+
+    extras = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert [d.split(">")[0] for d in extras["gpu"]] == ["nvidia-nccl-cu12", "cupy-cuda12x"]
+    cuda = ("nvidia-", "cupy", "cuda")
+    for name, deps in extras.items():
+        if name != "gpu":
+            assert not [d for d in deps if d.startswith(cuda) or "gpu" in d], name

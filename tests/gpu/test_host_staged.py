@@ -57,6 +57,15 @@ def test_gpu_tensor_without_a_gpu_path_is_refused_clearly(tmp_path) -> None:
         "    _frontend.enqueue(_frontend.ALLREDUCE, 'g', on_gpu(x), on_gpu(x.copy()), _frontend.DTYPES['float32'], x.shape)\n"
         "except ring.BadArgumentError as e:\n"
         "    print('REFUSED', e, flush=True)\n"
+        "class OnGpu:\n"  # what the core API sees of a GPU array: its DLPack device
+        "    def __dlpack_device__(self):\n"
+        "        return (2, 0)\n"
+        "    def __dlpack__(self, **kw):\n"
+        "        raise AssertionError('not read')\n"
+        "try:\n"
+        "    ring.allreduce(OnGpu())\n"
+        "except ring.BadArgumentError as e:\n"
+        "    print('CORE', e, flush=True)\n"
         "ring.barrier()\n"
     ) % str(HERE / "workers")
     env = {"RING_CUDA_DRIVER_LIBRARY": str(tmp_path / "no-such-libcuda.so")}
@@ -67,6 +76,9 @@ def test_gpu_tensor_without_a_gpu_path_is_refused_clearly(tmp_path) -> None:
     for line in lines:
         assert "allreduce of tensor 'g': no backend for device cuda:0: the CUDA driver " \
                f"(RING_CUDA_DRIVER_LIBRARY={tmp_path / 'no-such-libcuda.so'}) cannot be loaded" in line, line
+    core = [line for line in result.stdout.splitlines() if "CORE" in line]
+    assert len(core) == 2 and all("an array on a CUDA GPU needs cupy in ring_strategy's core API" in c
+                                  for c in core), result.stdout
 
 
 @pytest.fixture(scope="module")

@@ -127,10 +127,11 @@ def test_under_a_launcher_other_devices_is_an_error():
             _trainer(devices=4, num_nodes=2)
 
 
-def test_gpu_devices_are_rejected():
-    strategy = RingStrategy(parallel_devices=[torch.device("cuda", 0)])
-    with pytest.raises(ValueError, match="CPU only: this build of ring has no GPU path"):
+def test_devices_other_than_cpu_and_cuda_are_rejected():
+    strategy = RingStrategy(parallel_devices=[torch.device("meta")])
+    with pytest.raises(ValueError, match="RingStrategy runs on CPUs and CUDA GPUs. Got: .* devices of type meta"):
         strategy._configure_launcher()
+    RingStrategy(parallel_devices=[torch.device("cuda", 0)])._check_accelerator()  # one process per GPU
 
 
 def test_reduce_ops():
@@ -216,11 +217,11 @@ def test_jobs_under_ringrun_fit_and_fail_on_every_rank(package):
                 "max_epochs: rank 0=1, rank 1=2") in result.stdout, out
 
 
-def test_gpu_accelerator_is_rejected():
-    from pytorch_lightning.accelerators import CUDAAccelerator
+def test_accelerators_other_than_cpu_and_cuda_are_rejected():
+    from pytorch_lightning.accelerators import MPSAccelerator
 
-    strategy = RingStrategy(accelerator=CUDAAccelerator(), parallel_devices=[torch.device("cpu")])
-    with pytest.raises(ValueError, match="accelerator='CUDAAccelerator'.*use Trainer\\(accelerator='cpu'\\)"):
+    strategy = RingStrategy(accelerator=MPSAccelerator(), parallel_devices=[torch.device("cpu")])
+    with pytest.raises(ValueError, match="accelerator='MPSAccelerator'.*use Trainer\\(accelerator='cpu'\\)"):
         strategy._configure_launcher()
 
 

@@ -94,6 +94,63 @@ def check_streams(dev: torch.device) -> None:
     print(f"[{hvd.rank()}] stream races: OK", flush=True)
 
 
+def check_cupy() -> None:
+    """cupy arrays through the core API (ring_strategy.ops), against numpy arrays."""
+    import cupy as cp
+    import numpy as np
+
+    import ring_strategy as rs
+
+    me = rs.rank()
+    for dtype in ("float32", "float64", "int32"):
+        x = (np.random.default_rng(me).standard_normal((4 * rs.size(), 5)) * 10).astype(dtype)
+        calls = (("allreduce", lambda a, nm: rs.allreduce(a, op=rs.Sum, name=nm)),
+                 ("broadcast", lambda a, nm: rs.broadcast(a, 0, name=nm)),
+                 ("allgather", lambda a, nm: rs.allgather(a, name=nm)),
+                 ("alltoall", lambda a, nm: rs.alltoall(a, name=nm)),
+                 ("reducescatter", lambda a, nm: rs.reducescatter(a, op=rs.Sum, name=nm)))
+        for label, call in calls:
+            got, ref = call(cp.asarray(x), f"cupy.{label}.{dtype}"), call(x, f"numpy.{label}.{dtype}")
+            assert isinstance(got, cp.ndarray), (label, type(got))
+            np.testing.assert_allclose(cp.asnumpy(got), ref, rtol=1e-5, err_msg=f"{label} {dtype}")
+    print(f"[{me}] cupy through the core API: OK", flush=True)
+
+
+def check_lightning() -> None:
+    """Trainer(strategy="ring", accelerator="gpu") under ringrun (devices=1 per process, as with
+    Horovod): a few steps of a small model with SyncBatchNorm; every rank ends with the same weights."""
+    import lightning.pytorch as pl
+    from torch.utils.data import DataLoader, TensorDataset
+
+    import ring_strategy  # noqa: F401  (registers "ring")
+
+    class Net(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.body = torch.nn.Sequential(torch.nn.Linear(8, 16), hvd.SyncBatchNorm(16), torch.nn.ReLU(),
+                                            torch.nn.Linear(16, 1))
+
+        def training_step(self, batch, _):
+            x, y = batch
+            return torch.nn.functional.mse_loss(self.body(x), y)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    g = torch.Generator().manual_seed(0)
+    data = TensorDataset(torch.randn(256, 8, generator=g), torch.randn(256, 1, generator=g))
+    torch.manual_seed(0)
+    model = Net()
+    trainer = pl.Trainer(strategy="ring", accelerator="gpu", devices=1, max_epochs=1, enable_progress_bar=False,
+                         enable_checkpointing=False, logger=False, enable_model_summary=False)
+    trainer.fit(model, DataLoader(data, batch_size=16))
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    assert flat.is_cuda, flat.device
+    every = hvd.allgather(flat.reshape(1, -1), name="lightning.weights")
+    assert all(torch.equal(every[0], row) for row in every), "ranks ended with different weights"
+    print(f"[{hvd.rank()}] Lightning accelerator='gpu' with SyncBatchNorm: OK", flush=True)
+
+
 def timings(dev: torch.device) -> None:
     import torch.distributed as dist
 
@@ -132,8 +189,11 @@ def main() -> None:
         check_ops(dev)
         check_fusion(dev)
         check_streams(dev)
+        check_cupy()
     elif mode == "time":
         timings(dev)
+    elif mode == "lightning":
+        check_lightning()
     me = hvd.rank()
     hvd.shutdown()
     print(f"OK {me}", flush=True)
