@@ -90,8 +90,9 @@ void NcclBackend::execute(const Response& r, std::vector<Entry>& entries) {
   c.n = mesh.size();
   c.me = mesh.rank();
   ScopedDevice current(c.device);
-  const int index = next_lane_;
-  next_lane_ = (next_lane_ + 1) % streams_;
+  int& next = next_lane_[r.process_set];
+  const int index = next;
+  next = (next + 1) % streams_;
   c.lane = &lane(c.device, index);
   c.comm = comms_.get(r.process_set, mesh, c.device, index);
   GpuWork work;

@@ -86,7 +86,10 @@ class NcclBackend : public Backend {
   HostStagedBackend* host_;
   bool host_only_;
   int streams_;
-  int next_lane_ = 0;
+  // Per process set, the lane its next response takes: every rank of a set
+  // runs the set's responses in the same order, so its ranks agree on the
+  // lane (and so on the communicator) whatever other sets they are in.
+  std::map<int32_t, int> next_lane_;
   std::map<std::pair<int, int>, std::unique_ptr<Lane>> lanes_;  // (device, index)
   NcclCommunicators comms_;
   Finalizer finalizer_;  // last: destroyed first, after the work in flight is done

@@ -148,3 +148,15 @@ def test_gpu_extra_is_the_only_one_with_cuda_packages() -> None:
     for name, deps in extras.items():
         if name != "gpu":
             assert not [d for d in deps if d.startswith(cuda) or "gpu" in d], name
+
+
+def test_gpu_settings_are_read_and_bad_values_named() -> None:
+    from ring_strategy import _native
+
+    assert _native.parse_config({})["gpu_operations"] == "nccl" and _native.parse_config({})["nccl_streams"] == 1
+    got = _native.parse_config({"HOROVOD_GPU_OPERATIONS": "host", "RING_NUM_NCCL_STREAMS": "4"})
+    assert got["gpu_operations"] == "host" and got["nccl_streams"] == 4
+    for env, text in (({"RING_GPU_OPERATIONS": "mpi"}, "RING_GPU_OPERATIONS should be 'nccl' or 'host'. Got: 'mpi'"),
+                      ({"HOROVOD_NUM_NCCL_STREAMS": "0"}, "HOROVOD_NUM_NCCL_STREAMS should be an integer from 1 to 16")):
+        with pytest.raises(_native.BadArgumentError, match=text.replace("(", r"\(").replace(")", r"\)")):
+            _native.parse_config(env)

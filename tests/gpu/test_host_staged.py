@@ -96,9 +96,10 @@ def _nccl_job(stub_driver: Path, stub_nccl: Path, tmp_path: Path, **extra: str):
     return [line.split()[0] for line in log.read_text().splitlines()] if log.exists() else []
 
 
-def test_nccl_backend_at_one_rank_matches_the_cpu_path(stub_driver, stub_nccl, tmp_path) -> None:
-    calls = _nccl_job(stub_driver, stub_nccl, tmp_path)
-    assert calls.count("ncclCommInitRank") == 1  # one lane, one communicator for the global set
+@pytest.mark.parametrize("streams", [1, 2])
+def test_nccl_backend_at_one_rank_matches_the_cpu_path(stub_driver, stub_nccl, tmp_path, streams: int) -> None:
+    calls = _nccl_job(stub_driver, stub_nccl, tmp_path, RING_NUM_NCCL_STREAMS=str(streams))
+    assert calls.count("ncclCommInitRank") == streams  # one communicator per lane for the global set
     # One call per reduction NCCL has: the float sums, averages, maxima and scaled averages
     # (3 x 4), the int32 and uint8 sums and maxima (2 x 2); the int16 ones, the integer
     # averages, the empty tensor and Adasum made none. The three tensors in flight together
