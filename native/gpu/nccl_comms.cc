@@ -10,10 +10,9 @@
 namespace ring::gpu {
 
 NcclCommunicators::~NcclCommunicators() {
-  const NcclLibrary& n = nccl_library();
-  for (auto& [key, comm] : comms_) {  // none left after abort_all()
+  for (auto& [key, comm] : comms_) {  // none left after abort_all(); none at all in a job without NCCL
     ScopedDevice current(std::get<1>(key));
-    n.ncclCommDestroy(comm);
+    nccl_library().ncclCommDestroy(comm);
   }
 }
 
@@ -53,7 +52,7 @@ ncclComm_t NcclCommunicators::get(int32_t set_id, Mesh& mesh, int device, int st
 void NcclCommunicators::abort_all() {
   std::lock_guard<std::mutex> lock(mu_);
   aborted_ = true;
-  if (!nccl_library().loaded) return;
+  if (comms_.empty()) return;  // never used: do not load NCCL now
   for (auto& [key, comm] : comms_) {
     ScopedDevice current(std::get<1>(key));
     nccl_library().ncclCommAbort(comm);
