@@ -130,9 +130,10 @@ ring::Device check_devices(const ReadOnlyArray& input, const std::optional<AnyAr
   if (!device.empty() && ring::parse_device(device) != d)
     throw ring::RingError(ring::ErrorKind::BadArgument, "tensor '" + name + "' is on " + ring::device_name(d) +
                                                             ", not on " + device + " as the call says");
-  if (output && device_of(*output, name) != d)
-    throw ring::RingError(ring::ErrorKind::BadArgument, "the output of '" + name + "' is on " +
-                                                            ring::device_name(device_of(*output, name)) +
+  if (!output) return d;
+  const ring::Device out = device_of(*output, name);
+  if (out != d)
+    throw ring::RingError(ring::ErrorKind::BadArgument, "the output of '" + name + "' is on " + ring::device_name(out) +
                                                             "; its input is on " + ring::device_name(d));
   return d;
 }

@@ -8,9 +8,13 @@ bool Executor::serves(const Device& device) const {
   return false;
 }
 
-void Executor::prepare(Entry& e, uint64_t stream) {
-  for (const auto& b : backends_)
-    if (b->serves(e.req.device)) return b->prepare(e, stream);
+bool Executor::prepare(Entry& e, uint64_t stream) {
+  for (const auto& b : backends_) {
+    if (!b->serves(e.req.device)) continue;
+    b->prepare(e, stream);
+    return true;
+  }
+  return false;
 }
 
 Backend& Executor::backend_for(const Response& r) {

@@ -36,8 +36,9 @@ class Executor {
   void abort() {
     for (const auto& b : backends_) b->abort();
   }
-  // Backend::prepare of the first backend serving e.req.device (caller's thread).
-  void prepare(Entry& e, uint64_t stream);
+  // Backend::prepare of the first backend serving e.req.device (caller's
+  // thread); false when none serves it.
+  bool prepare(Entry& e, uint64_t stream);
 
   // Executes `r` for the entries named in it (taken out of `pending`) and
   // finishes their handles. Throws RingError for transport failures, and

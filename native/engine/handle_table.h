@@ -17,7 +17,6 @@
 #include <vector>
 
 #include "common/device.h"
-
 #include "common/error.h"
 
 namespace ring {

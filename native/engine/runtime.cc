@@ -264,17 +264,17 @@ int64_t Runtime::enqueue(EnqueueArgs args) {
   if (state_ == State::Stopped)
     throw RingError(stop_kind_, stop_reason_ + " (" + op_type_name(args.req.op) + " of tensor '" + args.req.name +
                                     "' not started)");
-  if (!executor_->serves(args.req.device)) {
-    const std::string why = args.req.device.type == DeviceType::CUDA ? gpu::cuda_refusal(args.req.device.index) : "";
-    throw_error(ErrorKind::BadArgument, std::string(op_type_name(args.req.op)) + " of tensor '" + args.req.name +
-                                            "': no backend for device " + device_name(args.req.device) +
-                                            (why.empty() ? "" : ": " + why));
-  }
   Entry e;
   e.req = std::move(args.req);
   e.input = args.input;
   e.output = args.output;
-  executor_->prepare(e, args.stream);
+  if (!executor_->prepare(e, args.stream)) {
+    const Device& d = e.req.device;
+    const std::string why = d.type == DeviceType::CUDA ? gpu::cuda_refusal(d.index) : "";
+    throw_error(ErrorKind::BadArgument, std::string(op_type_name(e.req.op)) + " of tensor '" + e.req.name +
+                                            "': no backend for device " + device_name(d) +
+                                            (why.empty() ? "" : ": " + why));
+  }
   e.handle = handles_.create(e.req.name);
   int64_t h = e.handle;
   try {

@@ -35,12 +35,6 @@ void resolve_all(SharedLibrary& lib, CudaDriver& d) {
   lib.resolve(d.cuMemsetD8Async, "cuMemsetD8Async");
 }
 
-std::string joined(const std::vector<std::string>& names) {
-  std::string s;
-  for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
-  return s;
-}
-
 CudaDriver load() {
   CudaDriver d;
   const char* override_path = std::getenv("RING_CUDA_DRIVER_LIBRARY");
@@ -55,17 +49,14 @@ CudaDriver load() {
   resolve_all(lib, d);
   if (!lib.missing().empty()) {
     d = CudaDriver{};
-    d.error = "the CUDA driver " + lib.file() + " lacks " + joined(lib.missing());
+    d.error = "the CUDA driver " + lib.file() + " lacks " + lib.missing_text();
     return d;
   }
   CUresult rc = d.cuInit(0);
   if (rc == CUDA_SUCCESS) rc = d.cuDriverGetVersion(&d.version);
   if (rc == CUDA_SUCCESS) rc = d.cuDeviceGetCount(&d.device_count);
   if (rc != CUDA_SUCCESS) {
-    const char* text = nullptr;
-    d.cuGetErrorString(rc, &text);
-    d.error = "the CUDA driver " + d.path + " found no usable GPU: error " + std::to_string(rc) +
-              (text ? std::string(" (") + text + ")" : std::string());
+    d.error = "the CUDA driver " + d.path + " found no usable GPU: " + cuda_error_text(d, rc);
     d.device_count = 0;
   }
   d.loaded = true;
@@ -80,13 +71,15 @@ const CudaDriver& cuda_driver() {
   return driver;
 }
 
+std::string cuda_error_text(const CudaDriver& d, CUresult rc) {
+  const char* text = nullptr;
+  if (d.cuGetErrorString) d.cuGetErrorString(rc, &text);
+  return "error " + std::to_string(rc) + (text ? std::string(" (") + text + ")" : std::string());
+}
+
 void cuda_check(CUresult rc, const char* what) {
   if (rc == CUDA_SUCCESS) return;
-  const char* text = nullptr;
-  const CudaDriver& d = cuda_driver();
-  if (d.cuGetErrorString) d.cuGetErrorString(rc, &text);
-  throw_error(ErrorKind::Internal, std::string(what) + ": CUDA error " + std::to_string(rc) +
-                                       (text ? std::string(" (") + text + ")" : std::string()));
+  throw_error(ErrorKind::Internal, std::string(what) + ": CUDA " + cuda_error_text(cuda_driver(), rc));
 }
 
 std::string cuda_refusal(int index) {

@@ -70,6 +70,10 @@ struct CudaDriver {
 // also runs cuInit and counts the devices. Thread-safe; never throws.
 const CudaDriver& cuda_driver();
 
+// "error <code> (<the driver's text for it>)", from driver `d` (which may
+// be the one being loaded).
+std::string cuda_error_text(const CudaDriver& d, CUresult rc);
+
 // Throws RingError(Internal) "<what>: CUDA error <code> (<driver's text>)"
 // unless `rc` is CUDA_SUCCESS.
 void cuda_check(CUresult rc, const char* what);

@@ -1,11 +1,11 @@
 #include "gpu/device_streams.h"
 
-#include "common/error.h"
-
 #include <atomic>
 #include <map>
 #include <mutex>
 #include <vector>
+
+#include "common/error.h"
 
 namespace ring::gpu {
 namespace {

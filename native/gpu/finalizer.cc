@@ -43,11 +43,7 @@ std::string Finalizer::wait(const GpuWork& w) {
     if (aborted_.load()) return "the job failed while this GPU operation was in flight";
     const CUresult rc = cu.cuEventQuery(event);
     if (rc == CUDA_SUCCESS) return "";
-    if (rc != CUDA_ERROR_NOT_READY) {
-      const char* text = nullptr;
-      cu.cuGetErrorString(rc, &text);
-      return "GPU operation failed: CUDA error " + std::to_string(rc) + (text ? std::string(" (") + text + ")" : "");
-    }
+    if (rc != CUDA_ERROR_NOT_READY) return "GPU operation failed: CUDA " + cuda_error_text(cu, rc);
     ncclResult_t async = ncclSuccess;
     if (w.comm && nccl.ncclCommGetAsyncError(w.comm, &async) == ncclSuccess && async != ncclSuccess &&
         async != ncclInProgress)

@@ -35,11 +35,7 @@ void resolve_all(SharedLibrary& lib, NcclLibrary& n) {
 // usable, else why not.
 std::string accept(SharedLibrary& lib, NcclLibrary& n) {
   resolve_all(lib, n);
-  if (!lib.missing().empty()) {
-    std::string names;
-    for (const auto& m : lib.missing()) names += (names.empty() ? "" : ", ") + m;
-    return "NCCL library " + lib.file() + " lacks " + names;
-  }
+  if (!lib.missing().empty()) return "NCCL library " + lib.file() + " lacks " + lib.missing_text();
   if (n.ncclGetVersion(&n.version) != ncclSuccess) return "NCCL library " + lib.file() + ": ncclGetVersion failed";
   if (n.version < kMinNcclVersion)
     return "NCCL library " + lib.file() + " is version " + nccl_version_text(n.version) + "; ring needs " +

@@ -38,6 +38,12 @@ std::string SharedLibrary::file() const {
   return path_;
 }
 
+std::string SharedLibrary::missing_text() const {
+  std::string s;
+  for (const auto& n : missing_) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
 void* SharedLibrary::symbol(const char* name) {
   void* fn = handle_ ? dlsym(handle_, name) : nullptr;
   if (!fn) missing_.push_back(name);

@@ -29,8 +29,9 @@ class SharedLibrary {
   void resolve(Fn*& fn, const char* name) {
     fn = reinterpret_cast<Fn*>(symbol(name));
   }
-  // Names resolve() did not find, in the order asked.
+  // Names resolve() did not find, in the order asked; and as "a, b".
   const std::vector<std::string>& missing() const { return missing_; }
+  std::string missing_text() const;
   // The library stays loaded for the rest of the process (its functions
   // are kept in process-wide tables).
   void release() { released_ = true; }

@@ -13,14 +13,14 @@ gloo's collectives work in place or into preallocated outputs, so
 from __future__ import annotations
 
 import datetime
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Tuple
 
 import numpy as np
 
 import ring_strategy as rs
 from ring_strategy.bench.backend import Backend, Call, StepCall
 
-__all__ = ["GlooBackend", "init_gloo", "init_torch_group", "to_torch", "to_numpy"]
+__all__ = ["GlooBackend", "init_gloo", "init_torch_group", "torch_collective", "to_torch", "to_numpy"]
 
 RENDEZVOUS_TIMEOUT_SECONDS = 120.0
 
@@ -93,6 +93,29 @@ def _returning(run: Callable[[], Any], out: Any, dtype: np.dtype) -> Call:
     return call
 
 
+def torch_collective(dist: Any, op: str, inp: Any, n: int) -> Tuple[Callable[[], Any], Any]:
+    """torch.distributed's call of ``op`` on tensor ``inp`` (left as it is)
+    over ``n`` ranks, with its output allocated once: the call, and the
+    tensor it writes. Allreduce and broadcast work in place on a copy."""
+    if op in ("allreduce", "broadcast"):
+        buf = inp.clone()
+        if op == "allreduce":
+            return (lambda: dist.all_reduce(buf)), buf
+        return (lambda: dist.broadcast(buf, src=0)), buf
+    if op == "allgather":
+        out = inp.new_empty(inp.numel() * n)
+        gather = _gather_call(dist)
+        return (lambda: gather(out, inp)), out
+    if op == "alltoall":
+        out = inp.new_empty(inp.numel())
+        return (lambda: dist.all_to_all_single(out, inp)), out
+    if op == "reducescatter":
+        out = inp.new_empty(inp.numel() // n)
+        scatter = _reduce_scatter_call(dist)
+        return (lambda: scatter(out, inp)), out
+    raise ValueError(f"op should be one of allreduce, allgather, broadcast, alltoall, reducescatter. Got: {op!r}")
+
+
 class GlooBackend(Backend):
     """torch.distributed collectives on gloo; :func:`init_gloo` runs on construction."""
 
@@ -106,25 +129,8 @@ class GlooBackend(Backend):
         self._n = dist.get_world_size()
 
     def prepare(self, op: str, send: np.ndarray) -> Call:
-        dist, dtype = self._dist, send.dtype
-        inp = to_torch(send)
-        if op in ("allreduce", "broadcast"):
-            buf = to_torch(send.copy())  # in place: the caller's input stays as it was
-            if op == "allreduce":
-                return _returning(lambda: dist.all_reduce(buf), buf, dtype)
-            return _returning(lambda: dist.broadcast(buf, src=0), buf, dtype)
-        if op == "allgather":
-            out = inp.new_empty(send.size * self._n)
-            gather = _gather_call(dist)
-            return _returning(lambda: gather(out, inp), out, dtype)
-        if op == "alltoall":
-            out = inp.new_empty(send.size)
-            return _returning(lambda: dist.all_to_all_single(out, inp), out, dtype)
-        if op == "reducescatter":
-            out = inp.new_empty(send.size // self._n)
-            scatter = _reduce_scatter_call(dist)
-            return _returning(lambda: scatter(out, inp), out, dtype)
-        raise ValueError(f"op should be one of allreduce, allgather, broadcast, alltoall, reducescatter. Got: {op!r}")
+        run, out = torch_collective(self._dist, op, to_torch(send), self._n)
+        return _returning(run, out, send.dtype)
 
     def small_tensor_steps(self, tensors: List[np.ndarray]) -> Dict[str, StepCall]:
         dist = self._dist

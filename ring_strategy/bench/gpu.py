@@ -23,7 +23,7 @@ import numpy as np
 
 import ring_strategy as rs
 from ring_strategy.bench.backend import Backend, Call, StepCall
-from ring_strategy.bench.gloo import init_torch_group, to_torch
+from ring_strategy.bench.gloo import init_torch_group, to_torch, torch_collective
 
 __all__ = ["GPU_PEERS", "RingCudaBackend", "NcclBackend", "TorchNcclBackend", "open_gpu_peer"]
 
@@ -198,24 +198,8 @@ class TorchNcclBackend(Backend):
         return call
 
     def prepare(self, op: str, send: np.ndarray) -> Call:
-        dist = self._dist
-        inp = to_torch(send).to(self._dev)
-        if op == "allreduce":
-            buf = inp.clone()
-            return self._run(lambda: dist.all_reduce(buf), buf)
-        if op == "broadcast":
-            buf = inp.clone()
-            return self._run(lambda: dist.broadcast(buf, src=0), buf)
-        if op == "allgather":
-            out = inp.new_empty(send.size * self._n)
-            return self._run(lambda: dist.all_gather_into_tensor(out, inp), out)
-        if op == "alltoall":
-            out = inp.new_empty(send.size)
-            return self._run(lambda: dist.all_to_all_single(out, inp), out)
-        if op == "reducescatter":
-            out = inp.new_empty(send.size // self._n)
-            return self._run(lambda: dist.reduce_scatter_tensor(out, inp), out)
-        raise ValueError(_OPS_ERROR.format(op))
+        run, out = torch_collective(self._dist, op, to_torch(send).to(self._dev), self._n)
+        return self._run(run, out)
 
     def small_tensor_steps(self, tensors: List[np.ndarray]) -> Dict[str, StepCall]:
         dist = self._dist
