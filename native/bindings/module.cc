@@ -250,6 +250,7 @@ nb::dict config_dict(const ring::Config& c) {
   d["autotune_warmup_samples"] = c.autotune_warmup_samples;
   d["gpu_operations"] = c.gpu_host_staged ? "host" : "nccl";
   d["nccl_streams"] = c.nccl_streams;
+  d["async_completion"] = c.async_completion;
   return d;
 }
 

@@ -63,6 +63,12 @@ class Backend {
   // kernels would wait for the lost peer forever). Called once, on any
   // thread, possibly while execute() runs.
   virtual void abort() {}
+  // Throws RingError for a failure of work that completes off the
+  // background thread (its handles already failed), so that the runtime
+  // ends the job on every rank with it. Called at every step of the
+  // engine, by the thread driving it (one at a time): cheap when nothing
+  // failed.
+  virtual void check() {}
 };
 
 }  // namespace ring

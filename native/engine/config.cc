@@ -46,6 +46,9 @@ const std::vector<ConfigEntry> kTable = {
     {"RING_NUM_NCCL_STREAMS", "HOROVOD_NUM_NCCL_STREAMS", "1",
      "CUDA streams (each with its own NCCL communicator and fusion buffer) per GPU that the engine's NCCL "
      "operations take turns on, 1 to 16"},
+    {"RING_ENABLE_ASYNC_COMPLETION", "HOROVOD_ENABLE_ASYNC_COMPLETION", "0",
+     "1: a GPU operation run on NCCL completes once its work is queued, and the stream the caller passed "
+     "waits for it instead of the host"},
     {"RING_DYNAMIC_PROCESS_SETS", "HOROVOD_DYNAMIC_PROCESS_SETS", "0",
      "1: process sets may be added and removed after init() (collectively, by every rank)"},
 };
@@ -185,6 +188,7 @@ Config Config::from(const Getter& get) {
     c.gpu_host_staged = *g == 1;
   }
   c.nccl_streams = static_cast<int>(r.integer("RING_NUM_NCCL_STREAMS", "an integer from 1 to 16", 1, c.nccl_streams, 16));
+  c.async_completion = r.flag("RING_ENABLE_ASYNC_COMPLETION", c.async_completion);
   c.log_level = read_log_level(r, c.log_level);
   return c;
 }

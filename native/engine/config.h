@@ -42,6 +42,7 @@ struct Config {
   // (gpu/host_staged.h), never NCCL (gpu/nccl_backend.h).
   bool gpu_host_staged = false;
   int nccl_streams = 1;  // RING_NUM_NCCL_STREAMS: engine streams per GPU for NCCL
+  bool async_completion = false;  // RING_ENABLE_ASYNC_COMPLETION (gpu/nccl_backend.h)
 
   // Returns the value of a variable, or null when it is not set.
   using Getter = std::function<const char*(const char*)>;

@@ -36,6 +36,10 @@ class Executor {
   void abort() {
     for (const auto& b : backends_) b->abort();
   }
+  // Backend::check of every backend.
+  void check() {
+    for (const auto& b : backends_) b->check();
+  }
   // Backend::prepare of the first backend serving e.req.device (caller's
   // thread); false when none serves it.
   bool prepare(Entry& e, uint64_t stream);

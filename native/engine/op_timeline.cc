@@ -28,4 +28,23 @@ void OpTimeline::close(const std::vector<Entry>& entries) {
   timeline_->end_ops(rows_, requests_);
 }
 
+OpTimeline::Deferred OpTimeline::defer(const std::vector<Entry>& entries, const char* phase) {
+  Deferred d;
+  if (rows_.empty()) return d;
+  d.timeline = timeline_;
+  d.rows.swap(rows_);
+  for (const auto& e : entries) d.requests.push_back(e.req);
+  d.phase = phase;
+  d.began = timeline_->now();
+  return d;
+}
+
+void OpTimeline::finish(const Deferred& d) {
+  if (d.rows.empty()) return;
+  d.timeline->span(d.rows, d.phase, d.began);
+  std::vector<const Request*> requests;
+  for (const auto& q : d.requests) requests.push_back(&q);
+  d.timeline->end_ops(d.rows, requests);
+}
+
 }  // namespace ring

@@ -28,6 +28,21 @@ class OpTimeline {
   void phase_end();
   void close(const std::vector<Entry>& entries);
 
+  // For a backend whose work completes on another thread (gpu/finalizer.h):
+  // what closes the operation open() started, there, later.
+  struct Deferred {
+    Timeline* timeline = nullptr;
+    std::vector<int> rows;  // empty: nothing recorded
+    std::vector<Request> requests;
+    const char* phase = "";
+    long long began = -1;
+  };
+  // Hands over open()'s operation, its inner `phase` running from now;
+  // this OpTimeline no longer has an operation open.
+  Deferred defer(const std::vector<Entry>& entries, const char* phase);
+  // Records d's phase until now and ends its operation. Any thread.
+  static void finish(const Deferred& d);
+
  private:
   Timeline* timeline_ = nullptr;
   std::vector<int> rows_;     // of the response running now; empty: not recorded

@@ -41,8 +41,10 @@ void ProcessSetTable::add(int32_t id, std::vector<int> ranks, std::unique_ptr<Me
   set->ranks = checked_ranks(std::move(ranks));
   set->mesh = std::move(mesh);
   std::lock_guard<std::mutex> lock(mu_);
+  set->serial = last_serial_ + 1;
   if (!sets_.emplace(id, std::move(set)).second)
     throw_error(ErrorKind::BadArgument, "process set id " + std::to_string(id) + " is already in use");
+  ++last_serial_;
 }
 
 bool ProcessSetTable::remove(int32_t id) {

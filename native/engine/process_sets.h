@@ -30,6 +30,10 @@ struct ProcessSet {
   int32_t id = 0;
   std::vector<int> ranks;      // global ranks, ascending
   std::unique_ptr<Mesh> mesh;  // this rank's subgroup of the data mesh; null when not a member (or id 0)
+  // Distinct for every set added in this process's life (0: the global
+  // set): what a backend keys state kept per set by, since an id may be
+  // used again after remove().
+  uint64_t serial = 0;
 
   // The index of global rank `r` in the set, or -1.
   int index_of(int r) const;
@@ -59,6 +63,7 @@ class ProcessSetTable {
   int world_size_;
   mutable std::mutex mu_;
   std::unordered_map<int32_t, std::shared_ptr<const ProcessSet>> sets_;
+  uint64_t last_serial_ = 0;  // guarded by mu_
 };
 
 }  // namespace ring

@@ -52,6 +52,7 @@ Runtime::~Runtime() {
     shutdown();
   } catch (...) {
   }
+  executor_.reset();  // GPU work still finishing records in timeline_, destroyed before executor_ otherwise
 }
 
 std::string Runtime::local_endpoint() {
@@ -105,6 +106,7 @@ void Runtime::start() {
   CpuRingBackend* ring = cpu.get();
   auto staged = std::make_unique<gpu::HostStagedBackend>(ring);
   auto nccl = std::make_unique<gpu::NcclBackend>(ring, staged.get(), &handles_, config_);
+  if (opts_.rank == 0) nccl->set_timeline(&timeline_);
   executor_->add_backend(std::move(cpu));
   executor_->add_backend(std::move(nccl));
   executor_->add_backend(std::move(staged));
@@ -268,6 +270,7 @@ int64_t Runtime::enqueue(EnqueueArgs args) {
   e.req = std::move(args.req);
   e.input = args.input;
   e.output = args.output;
+  e.stream = args.stream;
   if (!executor_->prepare(e, args.stream)) {
     const Device& d = e.req.device;
     const std::string why = d.type == DeviceType::CUDA ? gpu::cuda_refusal(d.index) : "";

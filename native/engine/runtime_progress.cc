@@ -86,6 +86,7 @@ void Runtime::drive(int64_t handle) {
 bool Runtime::step() {
   if (loop_.finished) return false;
   try {
+    executor_->check();
     return opts_.rank == 0 ? coordinator_step() : worker_step();
   } catch (const RingError& e) {
     end(e.kind(), e.what());

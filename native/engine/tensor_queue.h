@@ -24,6 +24,7 @@ struct Entry {
   // enqueue (a CUevent, returned to its pool with the last copy of the
   // entry); the operation reads the input only after it. Null otherwise.
   std::shared_ptr<void> ready;
+  uint64_t stream = 0;  // GPU tensors: the caller's CUstream (0: the legacy default stream)
 };
 
 class TensorQueue {

@@ -21,4 +21,20 @@ CUdeviceptr DeviceBuffer::at(size_t bytes) {
   return reinterpret_cast<CUdeviceptr>(memory_.get());
 }
 
+PinnedBuffer::~PinnedBuffer() {
+  if (memory_) cuda_driver().cuMemFreeHost(memory_);
+}
+
+uint8_t* PinnedBuffer::at(size_t bytes) {
+  if (!memory_ || bytes > bytes_) {
+    const CudaDriver& cu = cuda_driver();
+    if (memory_) cu.cuMemFreeHost(memory_);
+    memory_ = nullptr;
+    bytes_ = 0;
+    cuda_check(cu.cuMemHostAlloc(&memory_, bytes ? bytes : 1, CU_MEMHOSTALLOC_PORTABLE), "cuMemHostAlloc (staging buffer)");
+    bytes_ = bytes;
+  }
+  return static_cast<uint8_t*>(memory_);
+}
+
 }  // namespace ring::gpu

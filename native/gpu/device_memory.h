@@ -1,8 +1,9 @@
-// GPU memory the engine owns: fusion buffers that grow, and results handed
-// to the front end.
+// Memory the engine owns for GPU work: fusion buffers that grow, results
+// handed to the front end, and pinned host memory for staging.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 #include "gpu/cuda_driver.h"
@@ -25,6 +26,23 @@ class DeviceBuffer {
   int device_;
   CUstream stream_;
   std::shared_ptr<void> memory_;
+  size_t bytes_ = 0;
+};
+
+// Pinned (page-locked) host memory that only grows: at(n) returns at least
+// n bytes, the old contents not kept. The caller makes sure no copy still
+// uses the old memory when it grows (its copies are waited for first).
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  ~PinnedBuffer();
+  uint8_t* at(size_t bytes);
+  size_t capacity() const { return bytes_; }
+
+ private:
+  void* memory_ = nullptr;
   size_t bytes_ = 0;
 };
 

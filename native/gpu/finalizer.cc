@@ -34,20 +34,24 @@ void Finalizer::drain() {
   cv_.wait(lock, [&] { return queue_.empty() && busy_ == 0; });
 }
 
-std::string Finalizer::wait(const GpuWork& w) {
-  const CudaDriver& cu = cuda_driver();
-  const NcclLibrary& nccl = nccl_library();
+bool Finalizer::failure(GpuFailure* out) {
+  if (!failed_.load()) return false;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!failed_.exchange(false)) return false;
+  *out = failure_;
+  return true;
+}
+
+bool Finalizer::wait(const GpuWork& w, GpuFailure* failure) {
   ScopedDevice current(w.device);
   CUevent event = static_cast<CUevent>(w.done.get());
   while (true) {
-    if (aborted_.load()) return "the job failed while this GPU operation was in flight";
-    const CUresult rc = cu.cuEventQuery(event);
-    if (rc == CUDA_SUCCESS) return "";
-    if (rc != CUDA_ERROR_NOT_READY) return "GPU operation failed: CUDA " + cuda_error_text(cu, rc);
-    ncclResult_t async = ncclSuccess;
-    if (w.comm && nccl.ncclCommGetAsyncError(w.comm, &async) == ncclSuccess && async != ncclSuccess &&
-        async != ncclInProgress)
-      return std::string("NCCL operation failed: ") + nccl.ncclGetErrorString(async);
+    if (aborted_.load()) {
+      *failure = {ErrorKind::Internal, "the job failed while this GPU operation was in flight"};
+      return false;
+    }
+    const WorkState state = poll_work(event, w.comm, failure);
+    if (state != WorkState::Running) return state == WorkState::Done;
     std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
 }
@@ -61,21 +65,27 @@ void Finalizer::loop() {
     queue_.pop_front();
     ++busy_;
     lock.unlock();
-    std::string failure;
+    GpuFailure failure;
+    bool done = false;
     try {
-      failure = wait(w);
+      done = wait(w, &failure);
     } catch (const RingError& e) {
-      failure = e.what();
+      failure = {e.kind(), e.what()};
     }
+    if (done) OpTimeline::finish(w.timeline);
     for (size_t i = 0; i < w.handles.size(); ++i) {
       if (w.handles[i] == 0) continue;
-      if (failure.empty())
+      if (done)
         handles_->complete(w.handles[i], std::move(w.results[i]));
       else
-        handles_->fail(w.handles[i], ErrorKind::Internal, failure);
+        handles_->fail(w.handles[i], failure.kind, failure.reason);
     }
     w = GpuWork{};  // frees what the work kept, outside the lock
     lock.lock();
+    if (!done && !aborted_.load() && failure_.reason.empty()) {
+      failure_ = failure;
+      failed_.store(true);
+    }
     --busy_;
     cv_.notify_all();
   }

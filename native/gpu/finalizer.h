@@ -2,7 +2,9 @@
 // event recorded after it has fired, so the engine's thread can queue the
 // next operation meanwhile. Operations complete in the order they were
 // added. While it waits it also asks NCCL whether a communicator of the
-// operation failed, and fails the operation's handles with NCCL's reason.
+// operation failed (gpu_wait.h), and fails the operation's handles with
+// NCCL's reason; the first such failure is kept for the engine, which ends
+// the job with it on every rank (failure()).
 #pragma once
 
 #include <atomic>
@@ -15,6 +17,8 @@
 #include <vector>
 
 #include "engine/handle_table.h"
+#include "engine/op_timeline.h"
+#include "gpu/gpu_wait.h"
 #include "gpu/nccl.h"
 
 namespace ring::gpu {
@@ -26,6 +30,7 @@ struct GpuWork {
   std::vector<int64_t> handles;  // 0: a stand-in, nothing to complete
   std::vector<OpResult> results;  // results[i] completes handles[i]
   std::vector<std::shared_ptr<void>> keep;  // alive until the work is done (inputs' events, scratch)
+  OpTimeline::Deferred timeline;  // closed when the work is done
 };
 
 class Finalizer {
@@ -39,11 +44,14 @@ class Finalizer {
   // Stops waiting for GPU work: what is queued or waited for fails (the
   // job failed; its handles already have their error). Any thread.
   void abort();
+  // The first failure of GPU work (not counting work failed by abort()),
+  // once: true and `out` filled the first time it is asked after one.
+  bool failure(GpuFailure* out);
 
  private:
   void loop();
-  // Waits for w's event; "" when it fired, else why the work failed.
-  std::string wait(const GpuWork& w);
+  // Waits for w's event; false (and `failure` filled) when the work failed.
+  bool wait(const GpuWork& w, GpuFailure* failure);
 
   HandleTable* handles_;
   std::mutex mu_;
@@ -51,6 +59,8 @@ class Finalizer {
   std::deque<GpuWork> queue_;  // guarded by mu_
   size_t busy_ = 0;            // works taken but not finished; guarded by mu_
   bool stop_ = false;          // guarded by mu_
+  GpuFailure failure_;         // guarded by mu_; reported once
+  std::atomic<bool> failed_{false};  // failure_ waits to be reported
   std::atomic<bool> aborted_{false};
   std::thread thread_;
 };

@@ -26,10 +26,6 @@ void synchronize(const std::vector<int>& devices, const char* what) {
 
 }  // namespace
 
-HostStagedBackend::~HostStagedBackend() {
-  if (pinned_) cuda_driver().cuMemFreeHost(pinned_);
-}
-
 bool HostStagedBackend::serves(const Device& device) const {
   return device.type == DeviceType::CUDA && cuda_refusal(device.index).empty();
 }
@@ -37,17 +33,6 @@ bool HostStagedBackend::serves(const Device& device) const {
 void HostStagedBackend::prepare(Entry& e, uint64_t stream) {
   claim_device(e.req.device.index);
   e.ready = record_event(e.req.device.index, stream);
-}
-
-uint8_t* HostStagedBackend::staging(size_t bytes) {
-  if (bytes <= pinned_bytes_) return static_cast<uint8_t*>(pinned_);
-  const CudaDriver& cu = cuda_driver();
-  if (pinned_) cu.cuMemFreeHost(pinned_);
-  pinned_ = nullptr;
-  pinned_bytes_ = 0;
-  cuda_check(cu.cuMemHostAlloc(&pinned_, bytes, CU_MEMHOSTALLOC_PORTABLE), "cuMemHostAlloc (staging buffer)");
-  pinned_bytes_ = bytes;
-  return static_cast<uint8_t*>(pinned_);
 }
 
 size_t HostStagedBackend::output_bytes(const Entry& e, const OpResult& res) {
@@ -64,7 +49,7 @@ void HostStagedBackend::execute(const Response& r, std::vector<Entry>& entries) 
   // result (the CPU ring works in place).
   size_t total = 0;
   for (const Entry& e : entries) total += aligned(input_bytes(e));
-  uint8_t* host = staging(total);
+  uint8_t* host = staging_.at(total);
   std::vector<Entry> staged(entries.size());
   std::vector<int> devices;
   size_t offset = 0;

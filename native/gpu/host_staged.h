@@ -22,6 +22,7 @@
 #include "engine/backend.h"
 #include "engine/backends/cpu_ring.h"
 #include "gpu/cuda_driver.h"
+#include "gpu/device_memory.h"
 
 namespace ring::gpu {
 
@@ -30,7 +31,6 @@ class HostStagedBackend : public Backend {
   // `cpu` runs the operations and completes the handles; it must outlive
   // the backend.
   explicit HostStagedBackend(CpuRingBackend* cpu) : cpu_(cpu) {}
-  ~HostStagedBackend() override;
 
   const char* name() const override { return "host-staged GPU"; }
   bool serves(const Device& device) const override;
@@ -39,14 +39,11 @@ class HostStagedBackend : public Backend {
   void execute(const Response& r, std::vector<Entry>& entries) override;
 
  private:
-  // Pinned host memory of at least `bytes` (reused; grows).
-  uint8_t* staging(size_t bytes);
   // Bytes the operation writes into a caller-given output.
   static size_t output_bytes(const Entry& e, const OpResult& res);
 
   CpuRingBackend* cpu_;
-  void* pinned_ = nullptr;
-  size_t pinned_bytes_ = 0;
+  PinnedBuffer staging_;  // every copy using it is waited for before execute() returns
 };
 
 }  // namespace ring::gpu

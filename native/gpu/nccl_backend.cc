@@ -3,7 +3,7 @@
 #include "collectives/slices.h"
 #include "common/types.h"
 #include "gpu/device_streams.h"
-#include "reduce/half.h"
+#include "gpu/nccl_call.h"
 
 namespace ring::gpu {
 namespace {
@@ -12,54 +12,19 @@ CUdeviceptr ptr(const void* p) { return reinterpret_cast<CUdeviceptr>(p); }
 void* at(CUdeviceptr base, size_t offset) { return reinterpret_cast<void*>(base + offset); }
 size_t bytes_of(const Request& q) { return static_cast<size_t>(q.num_elements()) * dtype_size(q.dtype); }
 
-// The reduction NCCL applies for `q`: a built-in operator, or a PreMulSum
-// created on `comm` for this call and destroyed after it was queued.
-class Reduction {
- public:
-  Reduction(const Request& q, int n, ncclComm_t comm) : comm_(comm) {
-    const NcclReduction red = *nccl_reduction(q, n);
-    op_ = red.op;
-    if (!red.premul) return;
-    union {
-      double f64;
-      float f32;
-      uint16_t f16;
-    } scalar;
-    if (q.dtype == DataType::Float64) scalar.f64 = red.factor;
-    if (q.dtype == DataType::Float32) scalar.f32 = static_cast<float>(red.factor);
-    if (q.dtype == DataType::Float16) scalar.f16 = float_to_half_inline(static_cast<float>(red.factor));
-    if (q.dtype == DataType::BFloat16) scalar.f16 = float_to_bfloat16_inline(static_cast<float>(red.factor));
-    nccl_check(nccl_library().ncclRedOpCreatePreMulSum(&op_, &scalar, *nccl_type(q.dtype), ncclScalarHostImmediate,
-                                                       comm),
-               "ncclRedOpCreatePreMulSum");
-    created_ = true;
+// The timeline phase of `op` run on NCCL.
+const char* nccl_phase(OpType op, bool hierarchical) {
+  switch (op) {
+    case OpType::Allreduce: return hierarchical ? "NCCL_HIERARCHICAL_ALLREDUCE" : "NCCL_ALLREDUCE";
+    case OpType::Allgather: return "NCCL_ALLGATHER";
+    case OpType::Broadcast: return "NCCL_BROADCAST";
+    case OpType::Alltoall: return "NCCL_ALLTOALL";
+    case OpType::Reducescatter: return "NCCL_REDUCESCATTER";
+    case OpType::Barrier:
+    case OpType::Join: break;
   }
-  ~Reduction() {
-    if (created_) nccl_library().ncclRedOpDestroy(op_, comm_);
-  }
-  ncclRedOp_t op() const { return op_; }
-
- private:
-  ncclComm_t comm_;
-  ncclRedOp_t op_ = ncclSum;
-  bool created_ = false;
-};
-
-// ncclGroupStart / ncclGroupEnd around the calls of one operation.
-class Group {
- public:
-  Group() { nccl_check(nccl_library().ncclGroupStart(), "ncclGroupStart"); }
-  void end() {
-    ended_ = true;
-    nccl_check(nccl_library().ncclGroupEnd(), "ncclGroupEnd");
-  }
-  ~Group() {
-    if (!ended_) nccl_library().ncclGroupEnd();
-  }
-
- private:
-  bool ended_ = false;
-};
+  return "NCCL";
+}
 
 }  // namespace
 
@@ -81,20 +46,27 @@ CUdeviceptr NcclBackend::output_for(const Call& c, Entry& e, size_t bytes, OpRes
   return ptr(res.device_data.get());
 }
 
+void NcclBackend::check() {
+  GpuFailure failure;
+  if (finalizer_.failure(&failure)) throw_error(failure.kind, failure.reason);
+}
+
 void NcclBackend::execute(const Response& r, std::vector<Entry>& entries) {
   const Request& q = entries[0].req;
   Mesh& mesh = cpu_->mesh_for(r);
-  if (!runs_on_nccl(r, q, mesh.size()) || !comms_.usable(r.process_set, mesh)) return host_->execute(r, entries);
+  const uint64_t set = cpu_->set_serial();
+  if (!runs_on_nccl(r, q, mesh.size()) || !comms_.usable(static_cast<int64_t>(set), mesh))
+    return host_->execute(r, entries);
   Call c;
   c.device = claimed_device() < 0 ? 0 : claimed_device();  // a rank that never sent a GPU tensor: GPU 0
   c.n = mesh.size();
   c.me = mesh.rank();
   ScopedDevice current(c.device);
-  int& next = next_lane_[r.process_set];
+  int& next = next_lane_[set];
   const int index = next;
   next = (next + 1) % streams_;
   c.lane = &lane(c.device, index);
-  c.comm = comms_.get(r.process_set, mesh, c.device, index);
+  choose_comm(r, mesh, static_cast<int64_t>(set), index, c);
   GpuWork work;
   work.device = c.device;
   work.comm = c.comm;
@@ -105,9 +77,45 @@ void NcclBackend::execute(const Response& r, std::vector<Entry>& entries) {
     work.handles.push_back(e.handle);
   }
   work.results.resize(entries.size());
+  timeline_.open(entries, r);
+  work.timeline = timeline_.defer(entries, nccl_phase(r.op, c.stage.has_value()));
   run(c, r, entries, work.results);
   work.done = record_event(c.device, reinterpret_cast<uint64_t>(c.lane->stream));
+  if (async_completion_) complete_now(entries, work);
   finalizer_.add(std::move(work));
+}
+
+void NcclBackend::complete_now(const std::vector<Entry>& entries, GpuWork& w) {
+  const CudaDriver& cu = cuda_driver();
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (w.handles[i] == 0) continue;
+    cuda_check(cu.cuStreamWaitEvent(reinterpret_cast<CUstream>(entries[i].stream), static_cast<CUevent>(w.done.get()), 0),
+               "cuStreamWaitEvent (the caller's stream waits for the result)");
+  }
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (w.handles[i] != 0) handles_->complete(w.handles[i], std::move(w.results[i]));
+    w.handles[i] = 0;
+  }
+}
+
+void NcclBackend::choose_comm(const Response& r, Mesh& mesh, int64_t group, int lane_index, Call& c) {
+  Mesh* local = nullptr;
+  Mesh* cross = nullptr;
+  if (!hierarchical_ || r.op != OpType::Allreduce || !cpu_->hierarchy_for(r, &local, &cross)) {
+    c.comm = comms_.get(group, mesh, c.device, lane_index);
+    return;
+  }
+  c.comm = comms_.get(kHostGroup, *local, c.device, lane_index);
+  HostStage h;
+  h.device = c.device;
+  h.stream = c.lane->stream;
+  h.comm = c.comm;
+  h.size = local->size();
+  h.rank = local->rank();
+  h.cross = cross;
+  h.staging = &c.lane->staging;
+  h.timeout_seconds = timeout_seconds_;
+  c.stage = h;
 }
 
 void NcclBackend::run(const Call& c, const Response& r, std::vector<Entry>& entries, std::vector<OpResult>& results) {
@@ -138,14 +146,15 @@ void NcclBackend::allreduce(const Call& c, std::vector<Entry>& entries, std::vec
     total += bytes_of(e.req);
   }
   if (total == 0) return;
-  Reduction red(q, c.n, c.comm);
   const NcclLibrary& nccl = nccl_library();
-  if (entries.size() == 1 && entries[0].handle != 0) {
+  if (!c.stage && entries.size() == 1 && entries[0].handle != 0) {  // straight from the input to the output
+    Reduction red(q, c.n, c.comm);
     nccl_check(nccl.ncclAllReduce(entries[0].input, at(outs[0], 0), total / esize, dt, red.op(), c.comm, s),
                "ncclAllReduce");
     return;
   }
-  const CUdeviceptr fused = c.lane->fusion.at(total);
+  const size_t room = c.stage ? hierarchical_elements(total / esize, c.stage->size) * esize : total;
+  const CUdeviceptr fused = c.lane->fusion.at(room);
   size_t offset = 0;
   for (const Entry& e : entries) {  // a joined rank's stand-ins (handle 0) contribute zeros
     const size_t n = bytes_of(e.req);
@@ -153,7 +162,12 @@ void NcclBackend::allreduce(const Call& c, std::vector<Entry>& entries, std::vec
     if (n && e.handle == 0) cuda_check(cu.cuMemsetD8Async(fused + offset, 0, n, s), "zeros of a joined rank");
     offset += n;
   }
-  nccl_check(nccl.ncclAllReduce(at(fused, 0), at(fused, 0), total / esize, dt, red.op(), c.comm, s), "ncclAllReduce");
+  if (c.stage) {
+    hierarchical_allreduce(*c.stage, fused, total / esize, q.dtype, hierarchical_reduction(*nccl_reduction(q, c.n), c.n));
+  } else {
+    Reduction red(q, c.n, c.comm);
+    nccl_check(nccl.ncclAllReduce(at(fused, 0), at(fused, 0), total / esize, dt, red.op(), c.comm, s), "ncclAllReduce");
+  }
   offset = 0;
   for (size_t i = 0; i < entries.size(); ++i) {
     const size_t n = bytes_of(entries[i].req);

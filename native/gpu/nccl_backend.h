@@ -10,6 +10,13 @@
 // the handles once it fires. No host-side wait on the engine's thread, and
 // no device-wide synchronisation.
 //
+// RING_ENABLE_ASYNC_COMPLETION=1: the handles complete as soon as the work
+// is queued, each caller's stream (Entry::stream) made to wait for the
+// work's event first, so work the caller queues there next sees the
+// results; the finalizer still watches the work for errors. An input may
+// then be freed while the work still reads it: safe when its memory is
+// reused only for work on that stream (torch's and cupy's pools).
+//
 // Allreduce fuses its entries into the lane's fusion buffer (async copies
 // in and out; one entry reduces straight from input to output); scale
 // factors fold into the reduction (nccl_reduction.h). Allgather (first
@@ -18,6 +25,10 @@
 // evenly and a group of reduces otherwise; results the engine allocates
 // stay on the GPU (OpResult::device_data).
 //
+// RING_HIERARCHICAL_ALLREDUCE=1 runs the global set's allreduces with NCCL
+// inside a host and the CPU ring across hosts (nccl_hierarchical.h); "auto"
+// leaves them to NCCL alone, which finds its own way across hosts.
+//
 // What NCCL does not run (Adasum, int16 or bool reductions, scaled integer
 // reductions), and every GPU operation of a process set where some rank
 // has no NCCL, runs host-staged (host_staged.h); every rank decides alike.
@@ -25,6 +36,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -32,10 +44,12 @@
 #include "engine/backends/cpu_ring.h"
 #include "engine/config.h"
 #include "engine/handle_table.h"
+#include "engine/op_timeline.h"
 #include "gpu/device_memory.h"
 #include "gpu/finalizer.h"
 #include "gpu/host_staged.h"
 #include "gpu/nccl_comms.h"
+#include "gpu/nccl_hierarchical.h"
 #include "gpu/nccl_reduction.h"
 
 namespace ring::gpu {
@@ -45,8 +59,9 @@ class NcclBackend : public Backend {
   // `cpu` (for process sets' meshes), `host` (what NCCL does not run) and
   // `handles` must outlive the backend.
   NcclBackend(CpuRingBackend* cpu, HostStagedBackend* host, HandleTable* handles, const Config& config)
-      : cpu_(cpu), host_(host), host_only_(config.gpu_host_staged), streams_(config.nccl_streams),
-        finalizer_(handles) {}
+      : cpu_(cpu), host_(host), handles_(handles), host_only_(config.gpu_host_staged),
+        hierarchical_(config.hierarchical_allreduce == 1), async_completion_(config.async_completion),
+        streams_(config.nccl_streams), timeout_seconds_(config.timeout_seconds), finalizer_(handles) {}
 
   const char* name() const override { return "nccl"; }
   bool serves(const Device& device) const override { return host_->serves(device); }
@@ -57,12 +72,18 @@ class NcclBackend : public Backend {
     comms_.abort_all();
     finalizer_.abort();
   }
+  void check() override;
+  // Execution phases go to `timeline` (null: none): the operation from the
+  // moment its work is queued until the finalizer sees it done, as
+  // NCCL_<OP> (NCCL_HIERARCHICAL_ALLREDUCE).
+  void set_timeline(Timeline* timeline) { timeline_.set_timeline(timeline); }
 
  private:
   struct Lane {
     Lane(int device, CUstream s) : stream(s), fusion(device, s) {}
     CUstream stream;
     DeviceBuffer fusion;
+    PinnedBuffer staging;  // the hierarchical allreduce's
   };
   // What one response's calls run on.
   struct Call {
@@ -70,10 +91,18 @@ class NcclBackend : public Backend {
     Lane* lane = nullptr;
     ncclComm_t comm = nullptr;
     int n = 1, me = 0;
+    std::optional<HostStage> stage;  // a hierarchical allreduce (comm is then the host's)
   };
+  // The group (nccl_comms.h) of the hierarchical allreduce's host stage.
+  static constexpr int64_t kHostGroup = -1;
 
   Lane& lane(int device, int index);
   void run(const Call& c, const Response& r, std::vector<Entry>& entries, std::vector<OpResult>& results);
+  // c.stage, when the response's allreduce runs hierarchically, and c.comm.
+  void choose_comm(const Response& r, Mesh& mesh, int64_t group, int lane_index, Call& c);
+  // RING_ENABLE_ASYNC_COMPLETION: completes w's handles now, each caller's
+  // stream waiting for w.done first; w keeps watching for errors.
+  void complete_now(const std::vector<Entry>& entries, GpuWork& w);
   void allreduce(const Call& c, std::vector<Entry>& entries, std::vector<OpResult>& results);
   void allgather(const Call& c, Entry& e, const std::vector<int64_t>& first_dims, OpResult& res);
   void broadcast(const Call& c, Entry& e, OpResult& res);
@@ -84,14 +113,20 @@ class NcclBackend : public Backend {
 
   CpuRingBackend* cpu_;
   HostStagedBackend* host_;
+  HandleTable* handles_;
   bool host_only_;
+  bool hierarchical_;
+  bool async_completion_;
   int streams_;
-  // Per process set, the lane its next response takes: every rank of a set
-  // runs the set's responses in the same order, so its ranks agree on the
-  // lane (and so on the communicator) whatever other sets they are in.
-  std::map<int32_t, int> next_lane_;
+  double timeout_seconds_;
+  // Per process set (ProcessSet::serial), the lane its next response takes:
+  // every rank of a set runs the set's responses in the same order, so its
+  // ranks agree on the lane (and so on the communicator) whatever other
+  // sets they are in.
+  std::map<uint64_t, int> next_lane_;
   std::map<std::pair<int, int>, std::unique_ptr<Lane>> lanes_;  // (device, index)
   NcclCommunicators comms_;
+  OpTimeline timeline_;
   Finalizer finalizer_;  // last: destroyed first, after the work in flight is done
 };
 

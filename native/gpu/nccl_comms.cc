@@ -16,16 +16,16 @@ NcclCommunicators::~NcclCommunicators() {
   }
 }
 
-bool NcclCommunicators::usable(int32_t set_id, Mesh& mesh) {
-  auto it = usable_.find(set_id);
+bool NcclCommunicators::usable(int64_t group, Mesh& mesh) {
+  auto it = usable_.find(group);
   if (it != usable_.end()) return it->second;
   int32_t mine = nccl_library().loaded ? 1 : 0, all = 0;
   ring_allreduce(mesh, &mine, &all, slice_counts(1, mesh.size()), DataType::Int32, ReduceOp::Min, 1.0);
-  return usable_[set_id] = all == 1;
+  return usable_[group] = all == 1;
 }
 
-ncclComm_t NcclCommunicators::get(int32_t set_id, Mesh& mesh, int device, int stream_index) {
-  const auto key = std::make_tuple(set_id, device, stream_index);
+ncclComm_t NcclCommunicators::get(int64_t group, Mesh& mesh, int device, int stream_index) {
+  const auto key = std::make_tuple(group, device, stream_index);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (aborted_) throw_error(ErrorKind::Internal, "the job's NCCL communicators were aborted after a failure");

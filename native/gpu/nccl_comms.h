@@ -1,4 +1,4 @@
-// NCCL communicators, one per (process set, GPU, engine stream index),
+// NCCL communicators, one per (group, GPU, engine stream index),
 // created the first time a response needs one, over the process set's CPU
 // mesh: the set's rank 0 makes the unique id and broadcasts it, then every
 // rank joins with ncclCommInitRank on its own GPU.
@@ -29,19 +29,22 @@ class NcclCommunicators {
   // Destroys every communicator (aborts them after abort_all()).
   ~NcclCommunicators();
 
-  // True when every rank of set `set_id`'s `mesh` has NCCL (asked of the
-  // mesh once per set; collective).
-  bool usable(int32_t set_id, Mesh& mesh);
-  // The communicator of (set, device, stream index); collective the first time.
-  ncclComm_t get(int32_t set_id, Mesh& mesh, int device, int stream_index);
+  // A group is a set of ranks with a CPU mesh, named by `group`: a process
+  // set's ProcessSet::serial (never reused, unlike its id), or a negative
+  // key the backend chooses for a subgroup of its own.
+  // True when every rank of `group`'s `mesh` has NCCL (asked of the mesh
+  // once per group; collective).
+  bool usable(int64_t group, Mesh& mesh);
+  // The communicator of (group, device, stream index); collective the first time.
+  ncclComm_t get(int64_t group, Mesh& mesh, int device, int stream_index);
   // Aborts every communicator (a peer was lost): NCCL kernels waiting for
   // it return. Any thread; later get() calls throw.
   void abort_all();
 
  private:
-  std::map<int32_t, bool> usable_;  // engine thread only
+  std::map<int64_t, bool> usable_;  // engine thread only
   std::mutex mu_;                   // guards comms_ and aborted_ (never held across an NCCL call that waits)
-  std::map<std::tuple<int32_t, int, int>, ncclComm_t> comms_;
+  std::map<std::tuple<int64_t, int, int>, ncclComm_t> comms_;
   bool aborted_ = false;
 };
 

@@ -55,6 +55,24 @@ std::optional<NcclReduction> nccl_reduction(const Request& q, int n) {
   return red;
 }
 
+HierarchicalReduction hierarchical_reduction(const NcclReduction& red, int n) {
+  HierarchicalReduction h;
+  h.local = red;
+  if (red.premul) return h;
+  switch (red.op) {
+    case ncclMin: h.cross = ReduceOp::Min; break;
+    case ncclMax: h.cross = ReduceOp::Max; break;
+    case ncclProd: h.cross = ReduceOp::Product; break;
+    case ncclAvg:
+      h.local.op = ncclSum;
+      h.local.premul = true;
+      h.local.factor = 1.0 / n;
+      break;
+    case ncclSum: break;
+  }
+  return h;
+}
+
 bool runs_on_nccl(const Response& r, const Request& q, int n) {
   switch (r.op) {
     case OpType::Allreduce:

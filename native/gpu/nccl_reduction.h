@@ -31,6 +31,17 @@ struct NcclReduction {
 // host-staged.
 std::optional<NcclReduction> nccl_reduction(const Request& q, int n);
 
+// An allreduce run hierarchically (nccl_hierarchical.h) in two stages:
+// `local`, NCCL's reduction inside a host, applies every scale factor
+// (Average becomes PreMulSum by 1/n, n the ranks of all hosts); `cross`,
+// the CPU ring's reduction across hosts, combines the hosts' partial
+// results unscaled (Sum, or the request's Min, Max or Product).
+struct HierarchicalReduction {
+  NcclReduction local;
+  ReduceOp cross = ReduceOp::Sum;
+};
+HierarchicalReduction hierarchical_reduction(const NcclReduction& red, int n);
+
 // Whether response `r`, whose first entry's request is `q`, runs on NCCL
 // over `n` ranks (else host-staged).
 bool runs_on_nccl(const Response& r, const Request& q, int n);

@@ -3,7 +3,9 @@
 #include <cmath>
 
 #include "engine/field_value.h"
+#include "gpu/gpu_wait.h"
 #include "gpu/nccl.h"
+#include "gpu/nccl_hierarchical.h"
 #include "gpu/nccl_reduction.h"
 #include "tests/harness.h"
 
@@ -50,6 +52,32 @@ TEST(nccl_reduction_leaves_what_it_cannot_do_to_the_host_path) {
   CHECK(runs_on_nccl(r, reduction(DataType::Bool, ReduceOp::Sum), 2));  // data movement: any dtype
   r.op = OpType::Reducescatter;
   CHECK(!runs_on_nccl(r, reduction(DataType::Int16, ReduceOp::Sum), 2));
+}
+
+TEST(hierarchical_reduction_scales_inside_the_host_and_sums_across) {
+  auto avg = hierarchical_reduction(*nccl_reduction(reduction(DataType::Float32, ReduceOp::Average), 8), 8);
+  CHECK(avg.local.premul && avg.local.op == ncclSum && avg.local.factor == 0.125 && avg.cross == ReduceOp::Sum);
+  auto scaled = hierarchical_reduction(*nccl_reduction(reduction(DataType::Float32, ReduceOp::Average, 0.5, 3.0), 4), 4);
+  CHECK(scaled.local.premul && scaled.local.factor == 0.375 && scaled.cross == ReduceOp::Sum);
+  auto mx = hierarchical_reduction(*nccl_reduction(reduction(DataType::Int32, ReduceOp::Max), 4), 4);
+  CHECK(!mx.local.premul && mx.local.op == ncclMax && mx.cross == ReduceOp::Max);
+  auto prod = hierarchical_reduction(*nccl_reduction(reduction(DataType::Float64, ReduceOp::Product), 4), 4);
+  CHECK(prod.local.op == ncclProd && prod.cross == ReduceOp::Product);
+}
+
+TEST(hierarchical_shards_are_equal_and_cover_the_buffer) {
+  CHECK(hierarchical_elements(0, 4) == 0);
+  CHECK(hierarchical_elements(8, 4) == 8);
+  CHECK(hierarchical_elements(9, 4) == 12);
+  CHECK(hierarchical_elements(1, 8) == 8);
+  CHECK(hierarchical_elements(7, 1) == 7);
+}
+
+TEST(nccl_errors_of_a_lost_peer_are_peer_failures) {
+  CHECK(nccl_error_kind(6) == ErrorKind::PeerFailure);  // ncclRemoteError
+  CHECK(nccl_error_kind(2) == ErrorKind::PeerFailure);  // ncclSystemError
+  CHECK(nccl_error_kind(3) == ErrorKind::Internal);     // ncclInternalError
+  CHECK(nccl_error_kind(5) == ErrorKind::Internal);     // ncclInvalidUsage
 }
 
 TEST(nccl_version_text_reads_both_encodings) {

@@ -22,6 +22,7 @@ _COLORS = {
     "CHAIN": "#2f7ed8",
     "PAIRWISE": "#2f7ed8",
     "DISSEMINATION": "#2f7ed8",
+    "NCCL": "#2f7ed8",
 }
 
 
@@ -51,7 +52,7 @@ def _legend(ax: Any) -> None:
     handles = [Patch(color=c, label=label) for label, c in [
         ("NEGOTIATE_<OP>\n(ticks: ranks ready)", _COLORS["NEGOTIATE"]), ("<OP> on rank 0", "#7fbf7b"),
         ("MEMCPY_IN_FUSION_BUFFER", _COLORS["MEMCPY_IN_FUSION_BUFFER"]),
-        ("the collective\n(RING_ALLREDUCE, ...)", _COLORS["RING"]),
+        ("the collective\n(RING_ALLREDUCE,\nNCCL_ALLREDUCE, ...)", _COLORS["RING"]),
         ("MEMCPY_OUT_FUSION_BUFFER", _COLORS["MEMCPY_OUT_FUSION_BUFFER"])]]
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize=8)
 

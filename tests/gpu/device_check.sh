@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU path on a real GPU, in one run of under 7 minutes: build the
+# The GPU path on a real GPU, in one run of under 8 minutes: build the
 # engine against the machine's own Python, then
 #   1. np=1 over NCCL: ops x dtypes, fusion over the threshold, stream races;
 #   2. np=2 on one GPU, host-staged (RING_GPU_OPERATIONS=host): the same
@@ -7,7 +7,8 @@
 #      timings against torch.distributed gloo on CUDA tensors;
 #   3. np=2 on one GPU over NCCL (NCCL refuses two ranks on one GPU before
 #      2.30: each rank gets its own NCCL_HOSTID, an unsupported setting, for
-#      correctness only; 2.30 and later: NCCL_MULTI_RANK_GPU_ENABLE=1);
+#      correctness only; 2.30 and later: NCCL_MULTI_RANK_GPU_ENABLE=1),
+#      and np=4 as two hosts of two ranks with RING_HIERARCHICAL_ALLREDUCE=1;
 #   4. the benchmark at np=1 against raw NCCL (cupy.cuda.nccl) and
 #      torch.distributed NCCL: 4 B to 256 MiB, and 200 x 16 KiB.
 # Output goes to $OUT (or ./gpu-check-out): check.log (every step's whole
@@ -68,6 +69,9 @@ else
   SHARE=(RING_DEVICE_NCCL_HOSTID=1)
 fi
 step np2-nccl 150 env "${SHARE[@]}" RING_FUSION_THRESHOLD=1048576 "${RUN[@]}" -np 2 "$PY" $WORKER ops
+# Two "hosts" (two names of this machine) of two ranks: NCCL inside each, the CPU ring across.
+step np4-hierarchical 180 env "${SHARE[@]}" RING_HIERARCHICAL_ALLREDUCE=1 RING_FUSION_THRESHOLD=1048576 \
+  "${RUN[@]}" -np 4 -H localhost:2,127.0.0.1:2 "$PY" $WORKER ops
 
 BENCH=("$PY" -m ring_strategy.bench --device cuda --compare nccl,torch-nccl --check)
 step bench-sizes 150 "${RUN[@]}" -np 1 "${BENCH[@]}" --sizes 4,4K,1M,64M,256M --json "$OUT/bench_sizes.json"

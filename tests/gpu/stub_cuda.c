@@ -1,15 +1,16 @@
 /* A stand-in for the CUDA driver (libcuda.so.1) for the CPU tests of the
  * engine's GPU code: "device" memory is host memory, streams run their
- * work at once, events are always complete. It lets the loader, the build
+ * work at once, events are always complete (unless told otherwise). It lets the loader, the build
  * queries and the host-staged backend run for real on a machine without a
  * GPU; it proves nothing about a real GPU (tests/gpu/device_check.sh does).
  *
  * Build: cc -shared -fPIC -o libcuda_stub.so stub_cuda.c [-DSTUB_NO_DEVICE]
  * [-DSTUB_OMIT_MEMCPY]. STUB_CUDA_DEVICES (environment) sets the device
- * count (default 1). STUB_CUDA_LOG, a path: every call that moves memory
+ * count (default 1); STUB_CUDA_EVENTS_PENDING, when set, keeps every event
+ * from firing (work that never finishes). STUB_CUDA_LOG, a path: every call that moves memory
  * appends a line there ("memcpy <bytes>", "wait", "record", "sync"), so a
  * test can see what the engine asked of the driver; "record" gives the
- * stream the event was recorded on. */
+ * stream the event was recorded on, "wait" the stream made to wait. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,10 +54,11 @@ CUresult cuCtxPushCurrent_v2(void* ctx) { (void)ctx; return 0; }
 CUresult cuCtxPopCurrent_v2(void** ctx) { if (ctx) *ctx = 0; return 0; }
 CUresult cuStreamCreate(void** s, unsigned flags) { (void)flags; *s = &stub_object; return 0; }
 CUresult cuStreamSynchronize(void* s) { (void)s; note("sync", 0); return 0; }
-CUresult cuStreamWaitEvent(void* s, void* e, unsigned f) { (void)s; (void)e; (void)f; note("wait", 0); return 0; }
+CUresult cuStreamWaitEvent(void* s, void* e, unsigned f) { (void)e; (void)f; note("wait", (unsigned long long)s); return 0; }
 CUresult cuEventCreate(void** e, unsigned flags) { (void)flags; *e = malloc(1); return 0; }
 CUresult cuEventRecord(void* e, void* s) { (void)e; note("record", (unsigned long long)s); return 0; }
-CUresult cuEventQuery(void* e) { (void)e; return 0; }
+/* STUB_CUDA_EVENTS_PENDING set: no event ever fires (GPU work that hangs). */
+CUresult cuEventQuery(void* e) { (void)e; return getenv("STUB_CUDA_EVENTS_PENDING") ? 600 : 0; }
 CUresult cuEventSynchronize(void* e) { (void)e; return 0; }
 CUresult cuEventDestroy_v2(void* e) { free(e); return 0; }
 CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t n) { *p = (CUdeviceptr)malloc(n ? n : 1); return 0; }

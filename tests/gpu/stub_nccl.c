@@ -5,7 +5,9 @@
  * runs the NCCL backend's real fusion, copies and calls; a communicator of
  * several ranks is refused (ncclInvalidUsage). Built with
  * -DSTUB_NCCL_VERSION=<code> it reports that version (default 2.27.3);
- * -DSTUB_OMIT_ALLREDUCE leaves ncclAllReduce out. STUB_NCCL_LOG, a path:
+ * -DSTUB_OMIT_ALLREDUCE leaves ncclAllReduce out. STUB_NCCL_ASYNC_ERROR
+ * (environment), a result code, is what ncclCommGetAsyncError reports
+ * (default 0, none). STUB_NCCL_LOG, a path:
  * each call appends its name and element count there. */
 #include <stdint.h>
 #include <stdio.h>
@@ -63,7 +65,11 @@ static void reduce1(const void* send, void* recv, size_t count, int dt, int op) 
 }
 
 int ncclGetVersion(int* v) { *v = STUB_NCCL_VERSION; return 0; }
-const char* ncclGetErrorString(int rc) { return rc == 5 ? "invalid usage (stub: one rank only)" : "stub error"; }
+const char* ncclGetErrorString(int rc) {
+  if (rc == 5) return "invalid usage (stub: one rank only)";
+  if (rc == 6) return "remote process exited or there was a network error (stub)";
+  return "stub error";
+}
 int ncclGetUniqueId(char id[128]) { memset(id, 0, 128); return 0; }
 int ncclCommInitRank(void** c, int n, char id[128], int r) {
   (void)id; (void)r;
@@ -74,7 +80,12 @@ int ncclCommInitRank(void** c, int n, char id[128], int r) {
 }
 int ncclCommDestroy(void* c) { free(c); return 0; }
 int ncclCommAbort(void* c) { free(c); return 0; }
-int ncclCommGetAsyncError(void* c, int* e) { (void)c; *e = 0; return 0; }
+int ncclCommGetAsyncError(void* c, int* e) {
+  const char* v = getenv("STUB_NCCL_ASYNC_ERROR");
+  (void)c;
+  *e = v ? atoi(v) : 0;
+  return 0;
+}
 #ifndef STUB_OMIT_ALLREDUCE
 int ncclAllReduce(const void* s, void* r, size_t n, int dt, int op, void* c, void* st) {
   (void)c; (void)st;

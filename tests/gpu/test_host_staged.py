@@ -14,15 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.gpu.stubs import HERE, build_stub
+from tests.gpu.stubs import HERE
 from tests.jobs import run_ringrun
 
 WORKER = HERE / "workers" / "host_staged_worker.py"
-
-
-@pytest.fixture(scope="module")
-def stub_driver(tmp_path_factory) -> Path:
-    return build_stub("stub_cuda.c", tmp_path_factory.mktemp("cuda_stub"), "libcuda_stub.so")
 
 
 @pytest.mark.parametrize("nccl_on_rank0", [False, True], ids=["no-nccl", "nccl-on-rank0-only"])
@@ -40,7 +35,9 @@ def test_host_staged_ops_match_the_cpu_path(stub_driver, stub_nccl, tmp_path, nc
     # Every GPU enqueue recorded its ready event on the caller's stream (0xABC0), and the
     # engine's stream waited for each before copying the input out.
     assert records and set(records) == {f"record {0xABC0}"}, set(records)
-    assert sum(c == "wait 0" for c in calls) >= len(records) - 2  # bad-input calls record nothing
+    waits = [c for c in calls if c.startswith("wait ")]
+    assert len(waits) >= len(records) - 2  # bad-input calls record nothing
+    assert f"wait {0xABC0}" not in waits  # the caller's stream is never made to wait
     assert any(c.startswith("memcpy ") for c in calls)
     assert not nccl_log.exists()  # no communicator was asked for
 
@@ -81,15 +78,10 @@ def test_gpu_tensor_without_a_gpu_path_is_refused_clearly(tmp_path) -> None:
                                   for c in core), result.stdout
 
 
-@pytest.fixture(scope="module")
-def stub_nccl(tmp_path_factory) -> Path:
-    return build_stub("stub_nccl.c", tmp_path_factory.mktemp("nccl_stub"), "libnccl_stub.so")
-
-
 def _nccl_job(stub_driver: Path, stub_nccl: Path, tmp_path: Path, **extra: str):
     log = tmp_path / "nccl.log"
     env = {"RING_CUDA_DRIVER_LIBRARY": str(stub_driver), "RING_NCCL_LIBRARY": str(stub_nccl),
-           "STUB_NCCL_LOG": str(log), **extra}
+           "STUB_NCCL_LOG": str(log), "STUB_CUDA_LOG": str(tmp_path / "cuda.log"), **extra}
     worker = HERE / "workers" / "nccl_one_rank_worker.py"
     result = run_ringrun(1, [sys.executable, worker], env=env, timeout=240, merge_output=True)
     assert result.returncode == 0 and "OK" in result.stdout, result.stdout
@@ -99,14 +91,44 @@ def _nccl_job(stub_driver: Path, stub_nccl: Path, tmp_path: Path, **extra: str):
 @pytest.mark.parametrize("streams", [1, 2])
 def test_nccl_backend_at_one_rank_matches_the_cpu_path(stub_driver, stub_nccl, tmp_path, streams: int) -> None:
     calls = _nccl_job(stub_driver, stub_nccl, tmp_path, RING_NUM_NCCL_STREAMS=str(streams))
-    assert calls.count("ncclCommInitRank") == streams  # one communicator per lane for the global set
+    # One communicator per lane for the global set, and one for each of the two sets that
+    # were given the same id one after the other.
+    assert calls.count("ncclCommInitRank") == streams + 2
     # One call per reduction NCCL has: the float sums, averages, maxima and scaled averages
     # (3 x 4), the int32 and uint8 sums and maxima (2 x 2); the int16 ones, the integer
     # averages, the empty tensor and Adasum made none. The three tensors in flight together
     # make one to three (as they were fused).
-    assert 16 + 1 <= calls.count("ncclAllReduce") <= 16 + 3
+    assert 16 + 1 + 2 <= calls.count("ncclAllReduce") <= 16 + 3 + 2
     assert calls.count("ncclReduceScatter") == 5 and calls.count("ncclSend") == 6 == calls.count("ncclRecv")
     assert calls.count("ncclBroadcast") == 6 * 2  # broadcast, and allgather's one broadcast per rank
+
+
+def test_nccl_operations_show_in_the_timeline(stub_driver, stub_nccl, tmp_path) -> None:
+    from ring_strategy.timeline.trace import load
+
+    trace = tmp_path / "timeline.json"
+    _nccl_job(stub_driver, stub_nccl, tmp_path, RING_TIMELINE=str(trace))
+    events = load(trace)
+    phases = {e["name"] for e in events if e.get("ph") == "X"}
+    assert {"NCCL_ALLREDUCE", "NCCL_BROADCAST", "NCCL_ALLGATHER", "NCCL_ALLTOALL", "NCCL_REDUCESCATTER"} <= phases, phases
+    # Every operation the finalizer completed was closed, with its dtype and shape.
+    opened = [e for e in events if e.get("ph") == "B" and not e["name"].startswith("NEGOTIATE")]
+    closed = [e for e in events if e.get("ph") == "E" and "shape" in e.get("args", {})]
+    assert len(opened) == len(closed) > 20, (opened[:3], closed[:3])
+
+
+@pytest.mark.parametrize("async_completion", ["0", "1"])
+def test_async_completion_makes_the_callers_stream_wait(stub_driver, stub_nccl, tmp_path, async_completion) -> None:
+    """RING_ENABLE_ASYNC_COMPLETION=1: each NCCL operation's handle completes once its work is
+    queued, after the caller's stream (0xABC0) was made to wait for it; results are unchanged."""
+    calls = _nccl_job(stub_driver, stub_nccl, tmp_path, RING_ENABLE_ASYNC_COMPLETION=async_completion)
+    cuda = (tmp_path / "cuda.log").read_text().splitlines()
+    caller_waits, enqueued = cuda.count(f"wait {0xABC0}"), cuda.count(f"record {0xABC0}")
+    assert calls.count("ncclAllReduce") >= 17
+    if async_completion == "1":  # one wait per operation NCCL ran (the host-staged ones make none)
+        assert 20 <= caller_waits < enqueued, (caller_waits, enqueued)
+    else:
+        assert caller_waits == 0
 
 
 def test_gpu_operations_host_keeps_nccl_out(stub_driver, stub_nccl, tmp_path) -> None:

@@ -64,6 +64,17 @@ class CpuRingBackend : public Backend {
     select_mesh(r);
     return *mesh_;
   }
+  // True when r's allreduce runs hierarchically here (the global set, with
+  // set_hierarchy() given): `local` and `cross` are then those subgroups.
+  bool hierarchy_for(const Response& r, Mesh** local, Mesh** cross) {
+    select_mesh(r);
+    if (!hierarchical()) return false;
+    *local = local_.get();
+    *cross = cross_.get();
+    return true;
+  }
+  // ProcessSet::serial of mesh_for()'s last response's set (0: global).
+  uint64_t set_serial() const { return set_ ? set_->serial : 0; }
   // The index within the mesh of mesh_for()'s last response of a global rank.
   int index_in_mesh(int global_rank) const { return set_ ? set_->index_of(global_rank) : global_rank; }
 

@@ -43,6 +43,15 @@ def submit(kind, name, arr, out, gpu: bool, **kw):
     return _frontend.enqueue(kind, name, inp, o, code, arr.shape, stream=STREAM if gpu else 0, **kw)
 
 
+def fused_on_gpu(xs, op: int):
+    """Allreduces of every array in ``xs`` on the GPU path, all in flight at once (so fused); their outputs."""
+    outs = [np.empty_like(x) for x in xs]
+    handles = [submit(_frontend.ALLREDUCE, f"fused.{i}", x, o, True, op=op) for i, (x, o) in enumerate(zip(xs, outs))]
+    for h in handles:
+        _frontend.wait(h)
+    return outs
+
+
 def both(kind, name, arr, with_out: bool, out_shape=None, **kw):
     """The operation on the GPU path and on the CPU path: (gpu result, cpu result)."""
     got = []
@@ -78,11 +87,7 @@ def main() -> None:
         both(_frontend.REDUCESCATTER, f"rscatter.{dtype}", rs, True, out_shape=(2, 5), op=ops["Sum"])
     # Several tensors in flight at once: fused into one response.
     xs = [rng.standard_normal(k).astype(np.float32) for k in (1, 17, 300, 4096)]
-    outs = [np.empty_like(x) for x in xs]
-    handles = [submit(_frontend.ALLREDUCE, f"fused.{i}", x, o, True, op=ops["Sum"]) for i, (x, o) in
-               enumerate(zip(xs, outs))]
-    for h in handles:
-        _frontend.wait(h)
+    outs = fused_on_gpu(xs, ops["Sum"])
     for i, (x, o) in enumerate(zip(xs, outs)):
         ref = np.empty_like(x)
         _frontend.wait(submit(_frontend.ALLREDUCE, f"fused.cpu.{i}", x, ref, False, op=ops["Sum"]))

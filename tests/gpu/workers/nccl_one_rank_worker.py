@@ -68,6 +68,15 @@ def main() -> None:
         assert o.tobytes() == (x * np.float32(2.0)).tobytes()
     both(_frontend.ALLREDUCE, "empty", np.zeros(0, np.float32), op=OPS["Sum"])
     both(_frontend.ALLREDUCE, "adasum", rng.standard_normal(64).astype(np.float32), op=OPS["Adasum"])
+    # A process set id used again after its set was removed names a new set: it gets its own communicator.
+    rt = _frontend._runtime()
+    for turn in range(2):
+        rt.add_process_set(7, [0])
+        x = np.arange(5, dtype=np.float32)
+        out = np.empty_like(x)
+        _frontend.wait(submit(_frontend.ALLREDUCE, f"set7.{turn}", x, out, True, op=OPS["Sum"], process_set=7))
+        assert out.tobytes() == x.tobytes()
+        rt.remove_process_set(7)
     ring.shutdown()
     print("OK", flush=True)
 

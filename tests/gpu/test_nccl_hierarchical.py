@@ -1,0 +1,67 @@
+"""The NCCL backend's hierarchical allreduce (native/gpu/nccl_hierarchical.h)
+and its failure paths (native/gpu/gpu_wait.h, finalizer.h), run for real on
+the CPU over the CUDA and NCCL stand-ins (stub_cuda.c, stub_nccl.c), with one
+rank on each of two names of this machine: each host's communicator has one
+rank (what the stand-in NCCL runs) and the CPU ring runs across the hosts.
+Shards of several ranks per host need a GPU: tests/gpu/device_check.sh.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.gpu.stubs import HERE
+from tests.jobs import run_ringrun
+
+WORKER = HERE / "workers" / "hierarchical_worker.py"
+TWO_HOSTS = ["-H", "localhost:1,127.0.0.1:1"]
+
+
+def _job(stub_driver: Path, stub_nccl: Path, tmp_path: Path, mode: str, np: int = 2, **extra: str):
+    log = tmp_path / "nccl.log"
+    env = {"RING_CUDA_DRIVER_LIBRARY": str(stub_driver), "RING_NCCL_LIBRARY": str(stub_nccl),
+           "STUB_NCCL_LOG": str(log), "RING_HIERARCHICAL_ALLREDUCE": "1", **extra}
+    hosts = TWO_HOSTS if np == 2 else []
+    result = run_ringrun(np, [*hosts, sys.executable, WORKER, mode], env=env, timeout=120, merge_output=True)
+    calls = [line.split() for line in log.read_text().splitlines()] if log.exists() else []
+    return result, calls
+
+
+def _raised(stdout: str):
+    """The workers' "RAISED <rank> <error>" lines, without ringrun's "[rank] " prefix."""
+    return [line.split("] ", 1)[-1] for line in stdout.splitlines() if "] RAISED " in line]
+
+
+def test_hierarchical_allreduce_matches_the_cpu_path(stub_driver, stub_nccl, tmp_path) -> None:
+    result, calls = _job(stub_driver, stub_nccl, tmp_path, "ops")
+    assert result.returncode == 0 and "OK 0" in result.stdout and "OK 1" in result.stdout, result.stdout
+    names = [c[0] for c in calls]
+    # Each rank made one communicator, of its host's one rank; every allreduce ran as a
+    # reduce-scatter and an allgather inside the host, never as NCCL's own allreduce.
+    assert [c for c in calls if c[0] == "ncclCommInitRank"] == [["ncclCommInitRank", "1"]] * 2
+    assert "ncclAllReduce" not in names
+    assert names.count("ncclReduceScatter") == names.count("ncclAllGather") >= 2 * 23
+
+
+@pytest.mark.parametrize("mode, error", [("fail", "PeerFailureError"), ("hang", "RingTimeoutError")])
+def test_gpu_work_that_fails_or_hangs_raises_on_every_rank(stub_driver, stub_nccl, tmp_path, mode, error) -> None:
+    """Rank 0's NCCL stage never finishes: with NCCL's remote error it is a lost peer at once;
+    without one, the job times out after RING_TIMEOUT_SECONDS. Either way both ranks raise."""
+    result, _ = _job(stub_driver, stub_nccl, tmp_path, mode, RING_TIMEOUT_SECONDS="2")
+    raised = _raised(result.stdout)
+    assert sorted(line.split()[1] for line in raised) == ["0", "1"], result.stdout
+    assert all(error in line for line in raised), result.stdout
+    if mode == "fail":
+        assert any("remote process exited" in line for line in raised), result.stdout
+    assert not result.timed_out
+
+
+def test_finalizer_failure_fails_the_handle_and_ends_the_job(stub_driver, stub_nccl, tmp_path) -> None:
+    result, calls = _job(stub_driver, stub_nccl, tmp_path, "finalizer", np=1, RING_HIERARCHICAL_ALLREDUCE="0")
+    raised = _raised(result.stdout)
+    assert len(raised) == 2 and all("PeerFailureError" in line for line in raised), result.stdout
+    assert "NCCL operation failed: remote process exited" in raised[0], raised
+    assert ["ncclBroadcast", "256"] in calls  # bytes

@@ -1,0 +1,106 @@
+"""One rank of the NCCL backend's hierarchical allreduce and of its failure
+paths, on the stand-ins of the CUDA driver and NCCL (stub_cuda.c,
+stub_nccl.c: device memory is host memory, one-rank communicators). Run
+with one rank on each of two "hosts" (two names of this machine), so each
+host's communicator has one rank and the CPU ring runs across them.
+
+Usage: hierarchical_worker.py MODE
+  ops      every reduction x dtype against the CPU path, fused tensors;
+           results identical on both ranks. Prints "OK <rank>".
+  fail     rank 0's GPU work never finishes and its communicator reports
+           NCCL's remote error (STUB_CUDA_EVENTS_PENDING, STUB_NCCL_ASYNC_ERROR):
+           every rank must raise PeerFailureError. Prints "RAISED <rank> <type>".
+  hang     rank 0's GPU work never finishes, no error: every rank must raise
+           within RING_TIMEOUT_SECONDS. Prints "RAISED <rank> <type>".
+  finalizer  (one rank, flat NCCL) a broadcast whose work never finishes
+           and whose communicator reports the remote error: its handle and
+           the next operation raise PeerFailureError. Prints "RAISED ...".
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+
+import ring_strategy as ring
+from ring_strategy import _frontend
+
+from host_staged_worker import fused_on_gpu, submit
+from nccl_one_rank_worker import host_view
+
+OPS = _frontend.REDUCE_OPS
+
+
+def gpu_and_cpu(name, x, **kw):
+    """The allreduce on the GPU path and the CPU path: (gpu, cpu) results."""
+    got = []
+    for gpu in (True, False):
+        out = np.full_like(x, 7)
+        data, shape, _ = _frontend.wait(submit(_frontend.ALLREDUCE, f"{name}.{gpu}", x, out, gpu, **kw))
+        got.append(out if data is None else host_view(data, x.dtype, shape))
+    return got
+
+
+def check_ops() -> None:
+    me = ring.rank()
+    results = []
+    for dtype in ("float32", "float64", "float16", "int32", "uint8"):
+        x = (np.random.default_rng([me, 3]).standard_normal(1001) * 10).astype(dtype)
+        reductions = ["Sum", "Min", "Max", "Product"] + (["Average"] if dtype.startswith("float") else [])
+        for op in reductions:
+            gpu, cpu = gpu_and_cpu(f"{op}.{dtype}", x, op=OPS[op])
+            assert gpu.tobytes() == cpu.tobytes(), (op, dtype, gpu[:4], cpu[:4])
+            results.append(gpu)
+        if dtype.startswith("float"):
+            gpu, cpu = gpu_and_cpu(f"scaled.{dtype}", x, op=OPS["Average"], prescale=0.5, postscale=3.0)
+            tol = 1e-2 if dtype == "float16" else 1e-6  # the scale applied before the sum, not after it
+            np.testing.assert_allclose(gpu.astype(np.float64), cpu.astype(np.float64), rtol=tol, atol=tol)
+            results.append(gpu)
+    # Several in flight: fused, then staged through the host as one shard.
+    xs = [np.random.default_rng([me, k]).standard_normal(k).astype(np.float32) for k in (1, 17, 300, 4097)]
+    outs = fused_on_gpu(xs, OPS["Sum"])
+    for i, (x, o) in enumerate(zip(xs, outs)):
+        _, cpu = gpu_and_cpu(f"fused.ref.{i}", x, op=OPS["Sum"])
+        assert o.tobytes() == cpu.tobytes(), i
+        results.append(o)
+    # Both ranks hold the same bits.
+    mine = np.frombuffer(b"".join(r.tobytes() for r in results), np.uint8)
+    both = ring.allgather(mine.reshape(1, -1))
+    assert both[0].tobytes() == both[1].tobytes()
+
+
+def expect_failure(run) -> None:
+    try:
+        run()
+    except ring.RingError as e:
+        print(f"RAISED {ring.rank()} {type(e).__name__}: {e}", flush=True)
+        return
+    raise AssertionError("no error")
+
+
+def main() -> None:
+    mode = sys.argv[1]
+    ring.init()
+    me = ring.rank()
+    x = np.arange(64, dtype=np.float32)
+    if mode == "ops":
+        check_ops()
+        ring.shutdown()
+        print(f"OK {me}", flush=True)
+        return
+    if me == 0:  # read by the stand-ins at every call
+        os.environ["STUB_CUDA_EVENTS_PENDING"] = "1"
+        if mode in ("fail", "finalizer"):
+            os.environ["STUB_NCCL_ASYNC_ERROR"] = "6"  # ncclRemoteError
+    if mode == "finalizer":
+        out = np.zeros_like(x)
+        expect_failure(lambda: _frontend.wait(submit(_frontend.BROADCAST, "b", x, out, True, root=0)))
+        expect_failure(lambda: ring.allreduce(x, name="after"))
+        return
+    expect_failure(lambda: _frontend.wait(submit(_frontend.ALLREDUCE, "g", x, np.zeros_like(x), True, op=OPS["Sum"])))
+
+
+if __name__ == "__main__":
+    main()
