@@ -2,6 +2,7 @@
 # The GPU path on a real GPU, in one run of under 8 minutes: build the
 # engine against the machine's own Python, then
 #   1. np=1 over NCCL: ops x dtypes, fusion over the threshold, stream races;
+#      again with RING_ENABLE_ASYNC_COMPLETION=1;
 #   2. np=2 on one GPU, host-staged (RING_GPU_OPERATIONS=host): the same
 #      checks, a Lightning fit with accelerator="gpu" and SyncBatchNorm, and
 #      timings against torch.distributed gloo on CUDA tensors;
@@ -60,6 +61,7 @@ RUN=("$PY" -m ring_strategy.runner.launch)
 WORKER=tests/gpu/workers/device_worker.py
 
 step np1-nccl 120 env RING_FUSION_THRESHOLD=1048576 "${RUN[@]}" -np 1 "$PY" $WORKER ops
+step np1-async 120 env RING_ENABLE_ASYNC_COMPLETION=1 "${RUN[@]}" -np 1 "$PY" $WORKER ops
 step np2-host 150 env RING_GPU_OPERATIONS=host RING_FUSION_THRESHOLD=1048576 "${RUN[@]}" -np 2 "$PY" $WORKER ops
 step np2-lightning 150 env RING_GPU_OPERATIONS=host "${RUN[@]}" -np 2 "$PY" $WORKER lightning
 step np2-host-time 90 env RING_GPU_OPERATIONS=host RING_DEVICE_PEER=gloo "${RUN[@]}" -np 2 "$PY" $WORKER time
