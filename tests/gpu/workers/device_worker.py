@@ -76,7 +76,8 @@ def check_fusion(dev: torch.device) -> None:
 
 def check_streams(dev: torch.device) -> None:
     """A producer on a side stream behind a long kernel; the input dropped right after enqueue;
-    the result used on another stream after synchronize, with no host-side sync of the device."""
+    the result used on another stream after synchronize, with no host-side sync of the device
+    (with RING_ENABLE_ASYNC_COMPLETION=1, after that stream waited for the side stream)."""
     side = torch.cuda.Stream(device=dev)
     expected = float(sum(r + 1 for r in range(hvd.size())))
     for i in range(20):
@@ -87,6 +88,8 @@ def check_streams(dev: torch.device) -> None:
         del x  # the engine keeps what it needs alive
         out = hvd.synchronize(h)
         consumer = torch.cuda.Stream(device=dev)
+        if os.environ.get("RING_ENABLE_ASYNC_COMPLETION") == "1":
+            consumer.wait_stream(side)  # the result is ready on the enqueuing stream only (docs/gpu.md)
         with torch.cuda.stream(consumer):
             total = (out * 2).sum()
         consumer.synchronize()
