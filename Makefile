@@ -13,6 +13,8 @@
 #                     rewrites that doc's tables and plot; after `make build`
 #   make oldest-test  the Lightning, Keras and TensorFlow tests against the oldest
 #                     releases the extras allow, in .venv-oldest; after `make build`
+#   make docs         the documentation site (mkdocs.yml) into build/site, strictly:
+#                     a broken link or reference fails; make test builds it too
 #   make demo         PyTorch Lightning, Trainer(strategy="ring") on two workers:
 #                     the script starts its second worker itself
 #   make clean        remove build outputs (keeps .venv; `make distclean` too)
@@ -47,7 +49,7 @@ BUILD_TOOLS := "scikit-build-core>=0.10" "nanobind>=2.4" "cmake>=3.18" ninja
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: venv build sysdeps native-test test slow-test mxnet-test oldest-test large-tensor-test chaos-test bench demo clean distclean
+.PHONY: venv build sysdeps native-test test docs slow-test mxnet-test oldest-test large-tensor-test chaos-test bench demo clean distclean
 
 # ---------------------------------------------------------------- venv
 $(VPY):
@@ -73,7 +75,7 @@ venv: $(VENV)/.deps-stamp
 #    from anywhere else load the same, fresh module. After editing C++ just run
 #    `make build` (or `cmake --build build/py`).
 $(VENV)/.editable-stamp: $(VENV)/.deps-stamp pyproject.toml constraints.txt
-	RING_EDITABLE_SOURCE_TREE=1 $(PIP) install --no-build-isolation $(CONSTRAINTS) -e ".[test,lightning,keras,tensorflow,jax,ray,spark,bench]"
+	RING_EDITABLE_SOURCE_TREE=1 $(PIP) install --no-build-isolation $(CONSTRAINTS) -e ".[test,lightning,keras,tensorflow,jax,ray,spark,bench,docs]"
 	touch $@
 
 $(PY_BUILD)/build.ninja: $(VENV)/.deps-stamp
@@ -193,6 +195,9 @@ bench:
 	$(VPY) -m ring_strategy.bench.standard --docs docs/performance.md
 
 # The numpy version of the demo: ringrun -np 2 python examples/numpy_logreg.py
+docs: build
+	NO_MKDOCS_2_WARNING=1 $(VPY) -m mkdocs build --strict
+
 demo: venv build
 	python examples/lightning_mlp.py --strategy ring --devices 2 --num-batches 20
 

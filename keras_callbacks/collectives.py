@@ -51,8 +51,8 @@ def allreduce(value: Any, name: Optional[str] = None, average: Optional[bool] = 
         name: the engine's name for it, the same on every rank (generated in
             call order when omitted).
         average: deprecated; use ``op`` (True: Average, False: Sum).
-        prescale_factor, postscale_factor: multiply the input before and the
-            result after the reduction.
+        prescale_factor: multiplies the input before the reduction.
+        postscale_factor: multiplies the result after the reduction.
         op: Average (default), Sum, Min, Max, Product or Adasum.
         compression: ``Compression.none``, ``fp16`` or ``bf16``: the precision
             the value travels in.

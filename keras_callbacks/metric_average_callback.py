@@ -17,9 +17,7 @@ class MetricAverageCallback(keras.callbacks.Callback):
     callback every rank reports (and ``History``, checkpoints or early
     stopping that come after it see) the same job-wide values. All values
     travel in one allreduce. Put it before callbacks that read the logs.
-
-    Args:
-        None.
+    It takes no arguments.
 
     Example::
 

@@ -274,7 +274,8 @@ def PartialDistributedOptimizer(
         local_layers: a Keras layer or a list of them, built (their variables
             exist); None: every gradient is reduced.
         scale_local_gradients: divide the local gradients by ``size()``.
-        Other arguments: as for :func:`DistributedOptimizer`.
+
+    The other arguments are :func:`DistributedOptimizer`'s.
 
     Raises:
         BadArgumentError: ``local_layers`` holds something that is not a

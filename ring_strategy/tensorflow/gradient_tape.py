@@ -172,14 +172,16 @@ def DistributedGradientTape(gradtape: tf.GradientTape, device_dense: str = "", d
 
     Args:
         gradtape: the tape that recorded the forward pass.
-        device_dense, device_sparse: accepted for Horovod compatibility (CPU only).
+        device_dense: accepted for Horovod compatibility (CPU only).
+        device_sparse: as ``device_dense``.
         compression: ``Compression.none``, ``fp16`` or ``bf16``.
         sparse_as_dense: reduce IndexedSlices gradients as dense tensors.
         op: Average (default) or Sum.
         gradient_predivide_factor: with Average, divide by this before the
             sum and by ``size() / factor`` after it.
-        num_groups, groups: accepted for Horovod compatibility; every dense
+        num_groups: accepted for Horovod compatibility; every dense
             gradient is fused anyway.
+        groups: as ``num_groups``.
         process_set: the ranks that average (default: every rank).
         scale_local_gradients: divide the gradients of the sources marked
             local (``register_local_source``, or the ``local_layers`` of
@@ -225,7 +227,8 @@ def PartialDistributedGradientTape(gradtape: tf.GradientTape, device_dense: str 
     Args:
         local_layers: a Keras layer or a list of them; None: every gradient
             is reduced, as with :func:`DistributedGradientTape`.
-        Other arguments: as for :func:`DistributedGradientTape`.
+
+    The other arguments are :func:`DistributedGradientTape`'s.
 
     Raises:
         BadArgumentError: ``local_layers`` holds something that is not a Keras layer.

@@ -16,7 +16,7 @@ an alltoall's the reverse alltoall, a reducescatter's an allgather.
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -126,11 +126,12 @@ def allreduce(tensor: Any, average: Optional[bool] = None, device_dense: str = "
         tensor: a tf.Tensor of the same shape and dtype on every rank, or a
             ``tf.IndexedSlices`` (its values and indices are allgathered).
         average: deprecated; use ``op``.
-        device_dense, device_sparse: accepted for Horovod compatibility (CPU only).
+        device_dense: accepted for Horovod compatibility (CPU only).
+        device_sparse: as ``device_dense``.
         compression: ``Compression.none``, ``fp16`` or ``bf16``.
         op: Average (default), Sum, Min, Max, Product or Adasum (docs/adasum.md).
-        prescale_factor, postscale_factor: multiply the input before and the
-            result after the reduction.
+        prescale_factor: multiplies the input before the reduction.
+        postscale_factor: multiplies the result after the reduction.
         name: the engine's name for the tensor, the same on every rank.
         process_set: the ranks taking part (default: every rank).
         ignore_name_scope: accepted for Horovod compatibility.
@@ -267,7 +268,7 @@ def broadcast(tensor: Any, root_rank: int, name: Optional[str] = None, ignore_na
 # ---------------------------------------------------------------- alltoall
 @_do_not_convert
 def alltoall(tensor: Any, splits: Any = None, name: Optional[str] = None, ignore_name_scope: bool = False,
-             process_set: ProcessSet = global_process_set):
+             process_set: ProcessSet = global_process_set) -> Tuple[Any, Any]:
     """Sends block r of ``tensor``'s rows to rank r and gathers the blocks sent here.
 
     Args:

@@ -126,7 +126,8 @@ def DistributedOptimizer(optimizer: Any, name: Optional[str] = None, use_locking
             or a Keras optimizer (wrapped by ``keras_callbacks.DistributedOptimizer``).
         name: the wrapper's name (default ``"Distributed" + class name``).
         use_locking: passed to ``tf.compat.v1.train.Optimizer``.
-        device_dense, device_sparse: accepted for Horovod compatibility (CPU only).
+        device_dense: accepted for Horovod compatibility (CPU only).
+        device_sparse: as ``device_dense``.
         compression: ``Compression.none``, ``fp16`` or ``bf16``.
         sparse_as_dense: reduce IndexedSlices gradients as dense tensors.
         backward_passes_per_step: batches whose gradients are accumulated
@@ -137,8 +138,9 @@ def DistributedOptimizer(optimizer: Any, name: Optional[str] = None, use_locking
             sum and by ``size() / factor`` after it (TF1 optimizers).
         average_aggregated_gradients: with ``backward_passes_per_step > 1``,
             apply the mean of the accumulated gradients, not their sum.
-        num_groups, groups: accepted for Horovod compatibility; every dense
+        num_groups: accepted for Horovod compatibility; every dense
             gradient is fused anyway.
+        groups: as ``num_groups``.
         process_set: the ranks that average (default: every rank).
         scale_local_gradients: divide the gradients of variables registered
             with ``register_local_var`` by ``size()``.

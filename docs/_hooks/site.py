@@ -1,0 +1,156 @@
+"""MkDocs hooks of the documentation site (mkdocs.yml): the tables generated
+from the code, so the site cannot drift from it, and README's sections as
+site pages, so their text lives in one place.
+
+- ``--8<-- "README.md:NAME"`` (a line of its own): README's section NAME,
+  between its ``<!-- --8<-- [start:NAME] -->`` and ``[end:NAME]`` markers.
+  Its links are made to work in the site: ``docs/x.md`` becomes ``x.md``,
+  ``#anchor`` the site page that includes the README section holding that
+  heading, and files outside docs/ (``examples/y.py``) plain code text.
+- Links of docs pages to ``../README.md#anchor`` go to that anchor's page too.
+- ``<!-- ring:engine-settings -->``: every engine setting, from the engine's
+  own table (``_native.config_table()``): variable, Horovod alias, default,
+  meaning.
+- ``<!-- ring:other-settings -->``: the variables README's configuration
+  table documents that the engine does not read (front ends, launchers).
+- ``<!-- ring:ringrun-flags -->``: ringrun's tuning flags
+  (``ring_strategy.runner.tuning_args.OPTIONS``) and the variable each sets.
+A README section or anchor that is not there fails the build.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Dict, List, Sequence
+
+ROOT = Path(__file__).resolve().parents[2]
+README_ROW = re.compile(r"^\| `((?:RING|HOROVOD)_[A-Z0-9_]+)`.*$", re.M)
+LINK = re.compile(r"(?<!!)\[([^\]]+)\]\(([^)\s#]*)(#[^)\s]*)?\)")
+
+
+def _table(head: Sequence[str], rows: List[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _code(text: str) -> str:
+    return f"`{text}`" if text else ""
+
+
+def engine_settings() -> str:
+    from ring_strategy import _native
+
+    rows = [(_code(name), _code(alias), _code(default), doc) for name, alias, default, doc in _native.config_table()]
+    return _table(("variable", "Horovod's name", "default", "meaning"), rows)
+
+
+def other_settings() -> str:
+    from ring_strategy import _native
+
+    engine = {name for name, _alias, _default, _doc in _native.config_table()}
+    readme = (ROOT / "README.md").read_text()
+    rows = [m.group(0) for m in README_ROW.finditer(readme) if m.group(1) not in engine]
+    return "\n".join(["| variable | default | meaning |", "| --- | --- | --- |", *rows])  # README's links: relinked
+
+
+def ringrun_flags() -> str:
+    from ring_strategy.runner.tuning_args import OPTIONS
+
+    rows = [(_code(o.flag), o.group, _code(o.variable), o.help) for o in OPTIONS]
+    return _table(("flag", "group", "sets", "meaning"), rows)
+
+
+INCLUDE = re.compile(r'^--8<-- "README.md:([a-z-]+)"$', re.M)
+MARKER = re.compile(r"^<!-- --8<-- \[(start|end):([a-z-]+)\] -->$", re.M)
+HEADING = re.compile(r"^#{2,4} (.+)$", re.M)
+
+
+def slug(title: str) -> str:
+    """The anchor of a heading, as MkDocs' toc (and GitHub) make it."""
+    return re.sub(r"[\s]+", "-", re.sub(r"[^\w\s-]", "", title).strip().lower())
+
+
+def readme_sections() -> Dict[str, str]:
+    """README's marked sections by name."""
+    text = (ROOT / "README.md").read_text()
+    sections, start = {}, {}
+    for m in MARKER.finditer(text):
+        if m.group(1) == "start":
+            start[m.group(2)] = m.end()
+        else:
+            sections[m.group(2)] = text[start.pop(m.group(2)):m.start()].strip("\n")
+    return sections
+
+
+# README sections the site shows in another form, and where.
+SHOWN_AS = {"configuration": "configuration.md"}
+
+
+def anchor_pages(docs_dir: Path) -> Dict[str, str]:
+    """README heading anchor -> the site page including the section that holds it."""
+    sections = readme_sections()
+    pages = {}
+    for page in sorted(docs_dir.glob("*.md")):
+        for name in INCLUDE.findall(page.read_text()):
+            for title in HEADING.findall(sections.get(name, "")):
+                pages.setdefault(slug(title), page.name)
+    for name, page in SHOWN_AS.items():
+        for title in HEADING.findall(sections[name]):  # the section's own heading among them
+            pages.setdefault(slug(title), page)
+    return pages
+
+
+def _readme_link(anchor: str, anchors: Dict[str, str], where: str) -> str:
+    if not anchor:
+        return "index.md"
+    page = anchors.get(anchor[1:])
+    if page is None:
+        raise ValueError(f"{where}: README has no section on the site with the anchor {anchor}")
+    return page + anchor
+
+
+def _relink(markdown: str, docs_dir: Path, page_dir: Path, from_readme: bool, anchors: Dict[str, str]) -> str:
+    def fix(m: "re.Match[str]") -> str:
+        text, target, anchor = m.group(1), m.group(2) or "", m.group(3) or ""
+        if "://" in target or target.startswith("mailto:"):
+            return m.group(0)
+        if from_readme and not target:
+            return f"[{text}]({_readme_link(anchor, anchors, 'README')})"
+        if from_readme and target.startswith("docs/"):
+            return f"[{text}]({target[len('docs/'):]}{anchor})"
+        resolved = (page_dir / target).resolve() if not from_readme else (ROOT / target).resolve()
+        if resolved == ROOT / "README.md":
+            return f"[{text}]({_readme_link(anchor, anchors, str(page_dir))})"
+        if resolved.is_relative_to(docs_dir.resolve()) and resolved.exists():
+            return m.group(0)
+        return text if text.startswith("`") else f"{text} (`{target}`)"
+
+    return LINK.sub(fix, markdown)
+
+
+GENERATED = {
+    "<!-- ring:engine-settings -->": engine_settings,
+    "<!-- ring:other-settings -->": other_settings,
+    "<!-- ring:ringrun-flags -->": ringrun_flags,
+}
+
+
+def on_page_markdown(markdown: str, page, config, files) -> str:  # noqa: ARG001 (MkDocs' hook signature)
+    docs_dir = Path(config["docs_dir"])
+    anchors = anchor_pages(docs_dir)
+    page_dir = (docs_dir / page.file.src_path).parent.resolve()
+    sections = readme_sections()
+
+    def include(m: "re.Match[str]") -> str:
+        if m.group(1) not in sections:
+            raise ValueError(f"{page.file.src_path}: README has no section marked {m.group(1)!r}")
+        return _relink(sections[m.group(1)], docs_dir, page_dir, True, anchors)
+
+    markdown = _relink(markdown, docs_dir, page_dir, False, anchors)
+    markdown = INCLUDE.sub(include, markdown)
+    for marker, make in GENERATED.items():
+        if marker in markdown:
+            markdown = markdown.replace(marker, _relink(make(), docs_dir, page_dir, True, anchors))
+    return markdown
