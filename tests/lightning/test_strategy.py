@@ -195,7 +195,8 @@ def _has(package: str) -> bool:
         return False
 
 
-@pytest.mark.parametrize("package", ["pytorch_lightning", "lightning.pytorch"])
+# pytorch_lightning: slow-marked for make test's budget (the same strategy classes on another base).
+@pytest.mark.parametrize("package", [pytest.param("pytorch_lightning", marks=pytest.mark.slow), "lightning.pytorch"])
 def test_jobs_under_ringrun_fit_and_fail_on_every_rank(package):
     """devices=1 fits, accumulation done right, LBFGS; a second averaged
     backward pass before a step and mismatched Trainers fail on every rank

@@ -132,7 +132,8 @@ def test_layout_transports_logs_and_secret(cluster: Cluster, tmp_path: Path) -> 
         assert (logs / f"rank.{rank}" / "stderr").read_text() == ""
 
 
-@pytest.mark.parametrize("hierarchical", ["0", "1"])
+# Hierarchical: slow-marked for make test's budget (tests/test_core_collectives.py forces it on one host).
+@pytest.mark.parametrize("hierarchical", ["0", pytest.param("1", marks=pytest.mark.slow)])
 def test_every_op_across_two_hosts(cluster: Cluster, hierarchical: str) -> None:
     result = ringrun_in(cluster, 0, ["-H", cluster.hosts([2, 2]), PY, str(GRID)],
                         env={"RING_HIERARCHICAL_ALLREDUCE": hierarchical}, timeout=150)
