@@ -17,7 +17,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _hooks():
+def site_hooks():
+    """docs/_hooks/site.py, loaded by path (docs/ is not a package)."""
     spec = importlib.util.spec_from_file_location("site_hooks", ROOT / "docs" / "_hooks" / "site.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -60,7 +61,7 @@ def test_api_reference_documents_the_public_names(site, page: str, names) -> Non
 
 
 def test_readme_sections_become_pages_with_working_links(site) -> None:
-    hooks = _hooks()
+    hooks = site_hooks()
     docs = ROOT / "docs"
     included = {name for page in docs.glob("*.md") for name in hooks.INCLUDE.findall(page.read_text())}
     assert included <= set(hooks.readme_sections()), included - set(hooks.readme_sections())
@@ -70,5 +71,7 @@ def test_readme_sections_become_pages_with_working_links(site) -> None:
     md = hooks._relink("[a](docs/gpu.md#install) [b](examples/x.py) [c](#core-api)", docs, docs, True,
                        hooks.anchor_pages(docs))
     assert md == "[a](gpu.md#install) b (`examples/x.py`) [c](core-api.md#core-api)", md
+    guide = (site / "migrate-horovod" / "index.html").read_text()
+    assert "horovod.torch" in guide and "ring_strategy.torch" in guide  # the generated diff
     with pytest.raises(ValueError, match="#no-such-heading"):
         hooks._relink("[x](#no-such-heading)", docs, docs, True, hooks.anchor_pages(docs))

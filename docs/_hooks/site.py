@@ -13,6 +13,10 @@ site pages, so their text lives in one place.
   meaning.
 - ``<!-- ring:other-settings -->``: the variables README's configuration
   table documents that the engine does not read (front ends, launchers).
+- ``<!-- ring:diff NAME -->``: the change a user makes to migrate, as a
+  unified diff from ``examples/migration/NAME_before.py`` to
+  ``NAME_after.py`` (module docstrings left out); tests/test_migration.py
+  runs both scripts.
 - ``<!-- ring:ringrun-flags -->``: ringrun's tuning flags
   (``ring_strategy.runner.tuning_args.OPTIONS``) and the variable each sets.
 A README section or anchor that is not there fails the build.
@@ -130,6 +134,31 @@ def _relink(markdown: str, docs_dir: Path, page_dir: Path, from_readme: bool, an
     return LINK.sub(fix, markdown)
 
 
+DIFF = re.compile(r"<!-- ring:diff ([a-z_]+) -->")
+MIGRATION = ROOT / "examples" / "migration"
+
+
+def without_docstring(source: str) -> List[str]:
+    """The lines of a script after its module docstring."""
+    import ast
+
+    body = ast.parse(source).body
+    first = body[0] if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) else None
+    lines = source.splitlines()
+    return lines[first.end_lineno:] if first else lines
+
+
+def migration_diff(name: str) -> str:
+    import difflib
+
+    before, after = (MIGRATION / f"{name}_{which}.py" for which in ("before", "after"))
+    if not before.exists() or not after.exists():
+        raise ValueError(f"no migration pair examples/migration/{name}_before.py / _after.py")
+    lines = difflib.unified_diff(without_docstring(before.read_text()), without_docstring(after.read_text()),
+                                 f"{name}_before.py", f"{name}_after.py", n=2, lineterm="")
+    return "```diff\n" + "\n".join(lines) + "\n```"
+
+
 GENERATED = {
     "<!-- ring:engine-settings -->": engine_settings,
     "<!-- ring:other-settings -->": other_settings,
@@ -153,4 +182,4 @@ def on_page_markdown(markdown: str, page, config, files) -> str:  # noqa: ARG001
     for marker, make in GENERATED.items():
         if marker in markdown:
             markdown = markdown.replace(marker, _relink(make(), docs_dir, page_dir, True, anchors))
-    return markdown
+    return DIFF.sub(lambda m: migration_diff(m.group(1)), markdown)

@@ -1,0 +1,78 @@
+"""The migration guides' before/after pairs (examples/migration/, shown as
+diffs in docs/migrate-*.md): each "after" script runs under ringrun -np 2 and
+prints the weights its "before" script prints in one process. All pairs
+train the same regression, so the DDP script in one process is the shared
+reference; Lightning's own "before" runs too. Horovod cannot be installed
+here (torch 2.13, Keras 3): its "before" is checked by its diff instead."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.jobs import job_environment, run_ringrun
+from tests.test_docs_site import site_hooks
+
+ROOT = Path(__file__).resolve().parents[1]
+PAIRS = ROOT / "examples" / "migration"
+
+
+def _weights(stdout: str) -> str:
+    lines = [line.split("weights", 1)[1].split() for line in stdout.splitlines() if "weights " in line]
+    assert len(lines) == 1, stdout
+    return " ".join(lines[0])
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start_one_process(script: str, *args: str, env=None) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(PAIRS / script), *args], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=job_environment(env, drop_ring=True))
+
+
+def _weights_of(proc: subprocess.Popen) -> str:
+    out, _ = proc.communicate(timeout=240)
+    assert proc.returncode == 0, out
+    return _weights(out)
+
+
+def _under_ringrun(script: str) -> str:
+    result = run_ringrun(2, [sys.executable, PAIRS / script], timeout=240)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return _weights(result.stdout)
+
+
+@pytest.fixture(scope="module")
+def reference() -> str:
+    """ddp_before.py in one process (a world of one, without torchrun)."""
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "RANK": "0", "WORLD_SIZE": "1"}
+    return _weights_of(_start_one_process("ddp_before.py", env=env))
+
+
+def test_ddp_pair(reference: str) -> None:
+    assert _under_ringrun("ddp_after.py") == reference
+
+
+def test_horovod_torch_pair(reference: str) -> None:
+    diff = [line for line in site_hooks().migration_diff("horovod_torch").splitlines() if line[:1] in "+-"]
+    assert diff == ["--- horovod_torch_before.py", "+++ horovod_torch_after.py",
+                    "-import horovod.torch as hvd", "+import ring_strategy.torch as hvd"], diff
+    assert _under_ringrun("horovod_torch_after.py") == reference
+
+
+def test_lightning_pair(reference: str) -> None:
+    before = _start_one_process("lightning_ddp_before.py", "1")  # beside the ringrun job: mostly imports
+    try:
+        after = _under_ringrun("lightning_ddp_after.py")
+    finally:
+        before_weights = _weights_of(before)
+    assert before_weights == reference
+    assert after == before_weights
