@@ -1,9 +1,11 @@
 """The migration guides' before/after pairs (examples/migration/, shown as
 diffs in docs/migrate-*.md): each "after" script runs under ringrun -np 2 and
-prints the weights its "before" script prints in one process. All pairs
-train the same regression, so the DDP script in one process is the shared
-reference; Lightning's own "before" runs too. Horovod cannot be installed
-here (torch 2.13, Keras 3): its "before" is checked by its diff instead."""
+prints the weights its "before" script prints in one process. The torch
+pairs train the same regression, so the DDP script in one process is their
+shared reference (Lightning's own "before" runs too); the TensorFlow and
+Keras pairs train it from zero weights against keras.distribution's script
+in one process. Horovod cannot be installed here (torch 2.13, Keras 3): its
+"before" scripts are checked by their diffs instead."""
 
 from __future__ import annotations
 
@@ -39,13 +41,15 @@ def _start_one_process(script: str, *args: str, env=None) -> subprocess.Popen:
 
 
 def _weights_of(proc: subprocess.Popen) -> str:
-    out, _ = proc.communicate(timeout=240)
-    assert proc.returncode == 0, out
-    return _weights(out)
+    """What ``proc`` printed (waited for once; later calls give the same)."""
+    if not hasattr(proc, "ring_output"):
+        proc.ring_output, _ = proc.communicate(timeout=240)
+    assert proc.returncode == 0, proc.ring_output
+    return _weights(proc.ring_output)
 
 
-def _under_ringrun(script: str) -> str:
-    result = run_ringrun(2, [sys.executable, PAIRS / script], timeout=240)
+def _under_ringrun(script: str, **env: str) -> str:
+    result = run_ringrun(2, [sys.executable, PAIRS / script], env={"TF_CPP_MIN_LOG_LEVEL": "2", **env}, timeout=240)
     assert result.returncode == 0, result.stdout + result.stderr
     return _weights(result.stdout)
 
@@ -61,11 +65,34 @@ def test_ddp_pair(reference: str) -> None:
     assert _under_ringrun("ddp_after.py") == reference
 
 
+def _only_the_import_changes(before: str, after: str, old: str, new: str) -> None:
+    diff = [line for line in site_hooks().migration_diff(before, after).splitlines() if line[:1] in "+-"]
+    assert diff == [f"--- {before}", f"+++ {after}", f"-import {old} as hvd", f"+import {new} as hvd"], diff
+
+
 def test_horovod_torch_pair(reference: str) -> None:
-    diff = [line for line in site_hooks().migration_diff("horovod_torch").splitlines() if line[:1] in "+-"]
-    assert diff == ["--- horovod_torch_before.py", "+++ horovod_torch_after.py",
-                    "-import horovod.torch as hvd", "+import ring_strategy.torch as hvd"], diff
+    _only_the_import_changes("horovod_torch_before.py", "horovod_torch_after.py", "horovod.torch", "ring_strategy.torch")
     assert _under_ringrun("horovod_torch_after.py") == reference
+
+
+@pytest.fixture(scope="module")
+def keras_reference() -> subprocess.Popen:
+    """keras_distribution_before.py in one process on JAX, started early (it runs beside the jobs)."""
+    return _start_one_process("keras_distribution_before.py", env={"KERAS_BACKEND": "jax"})
+
+
+def test_keras_pairs(keras_reference: subprocess.Popen) -> None:
+    """keras.distribution's script and Horovod's Keras script both become keras_after.py."""
+    _only_the_import_changes("horovod_keras_before.py", "keras_after.py", "horovod.tensorflow.keras",
+                             "ring_strategy.keras")
+    after = _under_ringrun("keras_after.py", KERAS_BACKEND="tensorflow")
+    assert after == _weights_of(keras_reference)
+
+
+def test_horovod_tensorflow_pair(keras_reference: subprocess.Popen) -> None:
+    _only_the_import_changes("horovod_tensorflow_before.py", "horovod_tensorflow_after.py", "horovod.tensorflow",
+                             "ring_strategy.tensorflow")
+    assert _under_ringrun("horovod_tensorflow_after.py") == _weights_of(keras_reference)
 
 
 def test_lightning_pair(reference: str) -> None:

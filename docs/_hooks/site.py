@@ -13,10 +13,9 @@ site pages, so their text lives in one place.
   meaning.
 - ``<!-- ring:other-settings -->``: the variables README's configuration
   table documents that the engine does not read (front ends, launchers).
-- ``<!-- ring:diff NAME -->``: the change a user makes to migrate, as a
-  unified diff from ``examples/migration/NAME_before.py`` to
-  ``NAME_after.py`` (module docstrings left out); tests/test_migration.py
-  runs both scripts.
+- ``<!-- ring:diff BEFORE AFTER -->``: the change a user makes to migrate,
+  as a unified diff between two scripts of examples/migration/ (module
+  docstrings left out); tests/test_migration.py runs them.
 - ``<!-- ring:ringrun-flags -->``: ringrun's tuning flags
   (``ring_strategy.runner.tuning_args.OPTIONS``) and the variable each sets.
 A README section or anchor that is not there fails the build.
@@ -134,7 +133,7 @@ def _relink(markdown: str, docs_dir: Path, page_dir: Path, from_readme: bool, an
     return LINK.sub(fix, markdown)
 
 
-DIFF = re.compile(r"<!-- ring:diff ([a-z_]+) -->")
+DIFF = re.compile(r"<!-- ring:diff ([a-z_]+\.py) ([a-z_]+\.py) -->")
 MIGRATION = ROOT / "examples" / "migration"
 
 
@@ -148,14 +147,15 @@ def without_docstring(source: str) -> List[str]:
     return lines[first.end_lineno:] if first else lines
 
 
-def migration_diff(name: str) -> str:
+def migration_diff(before_name: str, after_name: str) -> str:
     import difflib
 
-    before, after = (MIGRATION / f"{name}_{which}.py" for which in ("before", "after"))
-    if not before.exists() or not after.exists():
-        raise ValueError(f"no migration pair examples/migration/{name}_before.py / _after.py")
+    before, after = MIGRATION / before_name, MIGRATION / after_name
+    for script in (before, after):
+        if not script.exists():
+            raise ValueError(f"no migration script examples/migration/{script.name}")
     lines = difflib.unified_diff(without_docstring(before.read_text()), without_docstring(after.read_text()),
-                                 f"{name}_before.py", f"{name}_after.py", n=2, lineterm="")
+                                 before_name, after_name, n=2, lineterm="")
     return "```diff\n" + "\n".join(lines) + "\n```"
 
 
@@ -182,4 +182,4 @@ def on_page_markdown(markdown: str, page, config, files) -> str:  # noqa: ARG001
     for marker, make in GENERATED.items():
         if marker in markdown:
             markdown = markdown.replace(marker, _relink(make(), docs_dir, page_dir, True, anchors))
-    return DIFF.sub(lambda m: migration_diff(m.group(1)), markdown)
+    return DIFF.sub(lambda m: migration_diff(m.group(1), m.group(2)), markdown)
