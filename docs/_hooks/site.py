@@ -8,16 +8,14 @@ site pages, so their text lives in one place.
   ``#anchor`` the site page that includes the README section holding that
   heading, and files outside docs/ (``examples/y.py``) plain code text.
 - Links of docs pages to ``../README.md#anchor`` go to that anchor's page too.
-- ``<!-- ring:engine-settings -->``: every engine setting, from the engine's
-  own table (``_native.config_table()``): variable, Horovod alias, default,
-  meaning.
-- ``<!-- ring:other-settings -->``: the variables README's configuration
-  table documents that the engine does not read (front ends, launchers).
+- ``<!-- ring:settings -->``: one table of every setting: the engine's, from
+  its own table (``_native.config_table()``), with the ringrun flags that set
+  each (``ring_strategy.runner.tuning_args.OPTIONS``), then the variables
+  README's configuration table documents that only front ends and launchers
+  read.
 - ``<!-- ring:diff BEFORE AFTER -->``: the change a user makes to migrate,
   as a unified diff between two scripts of examples/migration/ (module
   docstrings left out); tests/test_migration.py runs them.
-- ``<!-- ring:ringrun-flags -->``: ringrun's tuning flags
-  (``ring_strategy.runner.tuning_args.OPTIONS``) and the variable each sets.
 A README section or anchor that is not there fails the build.
 """
 
@@ -42,27 +40,32 @@ def _code(text: str) -> str:
     return f"`{text}`" if text else ""
 
 
-def engine_settings() -> str:
+def settings() -> str:
+    """One table of every setting: the engine's (its own table, with the
+    ringrun flags that set each), then those only front ends and launchers
+    read (README's rows for them)."""
     from ring_strategy import _native
-
-    rows = [(_code(name), _code(alias), _code(default), doc) for name, alias, default, doc in _native.config_table()]
-    return _table(("variable", "Horovod's name", "default", "meaning"), rows)
-
-
-def other_settings() -> str:
-    from ring_strategy import _native
-
-    engine = {name for name, _alias, _default, _doc in _native.config_table()}
-    readme = (ROOT / "README.md").read_text()
-    rows = [m.group(0) for m in README_ROW.finditer(readme) if m.group(1) not in engine]
-    return "\n".join(["| variable | default | meaning |", "| --- | --- | --- |", *rows])  # README's links: relinked
-
-
-def ringrun_flags() -> str:
     from ring_strategy.runner.tuning_args import OPTIONS
 
-    rows = [(_code(o.flag), o.group, _code(o.variable), o.help) for o in OPTIONS]
-    return _table(("flag", "group", "sets", "meaning"), rows)
+    flags: Dict[str, List[str]] = {}
+    for option in OPTIONS:
+        flags.setdefault(option.variable, []).append(_code(option.flag))
+    engine = _native.config_table()
+    names = {name for name, _alias, _default, _doc in engine}
+    stray = sorted(set(flags) - names)
+    if stray:
+        raise ValueError(f"ringrun flags set variables the engine does not read: {stray}")
+    rows = [(_code(name), _code(alias), ", ".join(flags.get(name, [])), _code(default), doc)
+            for name, alias, default, doc in engine]
+    readme = (ROOT / "README.md").read_text()
+    for m in README_ROW.finditer(readme):  # README's tables: (variable, default, meaning) or (variable, meaning)
+        if m.group(1) in names:
+            continue
+        names.add(m.group(1))
+        cells = [c.strip() for c in m.group(0).strip("|").split(" | ")]
+        default, meaning = (cells[1], cells[2]) if len(cells) > 2 else ("", cells[1])
+        rows.append((cells[0], "", "", default, meaning))
+    return _table(("variable", "Horovod's name", "ringrun flag", "default", "meaning"), rows)
 
 
 INCLUDE = re.compile(r'^--8<-- "README.md:([a-z-]+)"$', re.M)
@@ -159,11 +162,7 @@ def migration_diff(before_name: str, after_name: str) -> str:
     return "```diff\n" + "\n".join(lines) + "\n```"
 
 
-GENERATED = {
-    "<!-- ring:engine-settings -->": engine_settings,
-    "<!-- ring:other-settings -->": other_settings,
-    "<!-- ring:ringrun-flags -->": ringrun_flags,
-}
+GENERATED = {"<!-- ring:settings -->": settings}
 
 
 def on_page_markdown(markdown: str, page, config, files) -> str:  # noqa: ARG001 (MkDocs' hook signature)
