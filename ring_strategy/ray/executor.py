@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 import secrets
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from ring_strategy import _contracts as names
 from ring_strategy._contracts import remove_job_shm
@@ -31,6 +32,18 @@ def _ray() -> Any:
             "ring_strategy.ray needs Ray: pip install -c constraints.txt 'ring-strategy[ray]'"
         ) from None
     return ray
+
+
+@dataclass(frozen=True)
+class _Joining:
+    """What an actor joining an elastic job needs: the store's address and
+    the job secret, the caller's extra environment, and the executable
+    (class, args, kwargs) every actor runs."""
+
+    address: str
+    secret: bytes
+    env: Dict[str, str]
+    executable: Tuple[Any, Sequence[Any], Dict[str, Any]]
 
 
 class RayExecutor:
@@ -127,7 +140,7 @@ class RayExecutor:
         self._store: Optional[StoreServer] = None
         self._worlds: Optional[RayWorlds] = None
         self._spares: Optional[Spares] = None
-        self._joining: Dict[str, Any] = {}  # what a joining actor needs: store, secret, executable
+        self._joining: Optional[_Joining] = None  # elastic jobs only
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -176,8 +189,7 @@ class RayExecutor:
         address = self._serve(ray, {p.host_id for p in self.placements}, secret)
         if self.min_workers is not None:
             self._workers = list(self._actors)  # elastic: worker numbers are the actors' order
-            self._joining = {"address": address, "secret": secret, "env": extra_env,
-                             "executable": (cls, args, kwargs)}
+            self._joining = _Joining(address, secret, extra_env, (cls, args, kwargs))
             envs = [self._elastic_environment(worker, node) for worker, node in enumerate(nodes)]
             self._worlds = RayWorlds(address, secret, self.job_id, [(i, n[0]) for i, n in enumerate(nodes)],
                                      self.min_workers, self.start_timeout)
@@ -198,12 +210,13 @@ class RayExecutor:
         order), on Ray node ``(node id, node ip)``, of the executor's store."""
         node_id, node_ip = node
         joining = self._joining
+        assert joining is not None, "an elastic job's actors only"
         env = elastic_worker_environment(
-            {}, worker=worker, rendezvous_address=joining["address"], secret=joining["secret"],
+            {}, worker=worker, rendezvous_address=joining.address, secret=joining.secret,
             job_id=self.job_id, start_timeout=self.start_timeout, elastic_timeout=self.start_timeout,
             hostname=node_id)
         env[names.ADVERTISE_HOST] = node_ip  # peers on other nodes (now or after a spare joins) connect to it
-        return {**joining["env"], **env}
+        return {**joining.env, **env}
 
     def _join(self, ray: Any, start: Callable[[Any], Any], alive: int) -> Dict[int, Any]:
         """Admits the spare actors Ray started into the running call (``start``
@@ -213,7 +226,7 @@ class RayExecutor:
         Returns:
             worker -> ``(ref of its call, node id)`` of each actor admitted.
         """
-        if self._spares is None:
+        if self._spares is None or self._joining is None:
             return {}
         joined = {}
         for actor, node in self._spares.take_ready(ray):
@@ -221,7 +234,7 @@ class RayExecutor:
             self._actors.append(actor)
             self._workers.append(actor)
             actor.set_env.remote(self._elastic_environment(worker, node))  # an actor runs its calls in order
-            actor.start_executable.remote(*self._joining["executable"])
+            actor.start_executable.remote(*self._joining.executable)
             joined[worker] = (start(actor), node[0])
         self._spares.request(alive + len(joined))
         return joined
@@ -292,7 +305,7 @@ class RayExecutor:
         if self.job_id:  # on the driver's node, where an actor that did not leave may have left some
             remove_job_shm(self.job_id)
         self._actors, self._workers, self._placement_group, self._store = [], [], None, None
-        self._worlds, self._spares, self._joining = None, None, {}
+        self._worlds, self._spares, self._joining = None, None, None
 
     def __enter__(self) -> RayExecutor:
         self.start()
