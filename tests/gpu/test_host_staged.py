@@ -22,8 +22,8 @@ WORKER = HERE / "workers" / "host_staged_worker.py"
 
 @pytest.mark.parametrize("nccl_on_rank0", [False, True], ids=["no-nccl", "nccl-on-rank0-only"])
 def test_host_staged_ops_match_the_cpu_path(stub_driver, stub_nccl, tmp_path, nccl_on_rank0: bool) -> None:
-    """With NCCL on rank 0 only, the ranks agree to stage through the host (the stand-in NCCL
-    would refuse a communicator of two ranks)."""
+    """With NCCL on rank 0 only, the ranks agree to stage through the host before any
+    communicator is made."""
     log, nccl_log = tmp_path / "cuda.log", tmp_path / "nccl.log"
     env = {"RING_CUDA_DRIVER_LIBRARY": str(stub_driver), "STUB_CUDA_LOG": str(log), "STUB_NCCL_LOG": str(nccl_log)}
     args = [sys.executable, WORKER] + ([stub_nccl] if nccl_on_rank0 else [])

@@ -1,9 +1,10 @@
-"""The NCCL backend's hierarchical allreduce (native/gpu/nccl_hierarchical.h)
-and its failure paths (native/gpu/gpu_wait.h, finalizer.h), run for real on
-the CPU over the CUDA and NCCL stand-ins (stub_cuda.c, stub_nccl.c), with one
-rank on each of two names of this machine: each host's communicator has one
-rank (what the stand-in NCCL runs) and the CPU ring runs across the hosts.
-Shards of several ranks per host need a GPU: tests/gpu/device_check.sh.
+"""The NCCL backend at several ranks, its hierarchical allreduce
+(native/gpu/nccl_hierarchical.h) and its failure paths (native/gpu/gpu_wait.h,
+finalizer.h), run for real on the CPU over the CUDA and NCCL stand-ins
+(stub_cuda.c; stub_nccl.c, whose communicators join processes of this
+machine through shared memory). Hosts are names of this machine (``-H
+localhost:N,127.0.0.1:N``). What they cannot show (device memory, streams,
+NCCL's own algorithms) is tests/gpu/device_check.sh's part, on a GPU.
 """
 
 from __future__ import annotations
@@ -20,12 +21,12 @@ WORKER = HERE / "workers" / "hierarchical_worker.py"
 TWO_HOSTS = ["-H", "localhost:1,127.0.0.1:1"]
 
 
-def _job(stub_driver: Path, stub_nccl: Path, tmp_path: Path, mode: str, np: int = 2, **extra: str):
+def _job(stub_driver: Path, stub_nccl: Path, tmp_path: Path, mode: str, np: int = 2, hosts=TWO_HOSTS, **extra: str):
     log = tmp_path / "nccl.log"
     env = {"RING_CUDA_DRIVER_LIBRARY": str(stub_driver), "RING_NCCL_LIBRARY": str(stub_nccl),
            "STUB_NCCL_LOG": str(log), "RING_HIERARCHICAL_ALLREDUCE": "1", **extra}
-    hosts = TWO_HOSTS if np == 2 else []
-    result = run_ringrun(np, [*hosts, sys.executable, WORKER, mode], env=env, timeout=120, merge_output=True)
+    result = run_ringrun(np, [*hosts, sys.executable, WORKER, *mode.split()], env=env, timeout=120,
+                         merge_output=True)
     calls = [line.split() for line in log.read_text().splitlines()] if log.exists() else []
     return result, calls
 
@@ -46,6 +47,29 @@ def test_hierarchical_allreduce_matches_the_cpu_path(stub_driver, stub_nccl, tmp
     assert names.count("ncclReduceScatter") == names.count("ncclAllGather") >= 2 * 23
 
 
+def test_nccl_backend_at_two_ranks_matches_the_cpu_path(stub_driver, stub_nccl, tmp_path) -> None:
+    """Two ranks of one host over a two-rank communicator: every reduction x dtype, fused
+    tensors, broadcast, allgather of different first dimensions, alltoall with uneven splits,
+    reducescatter of even and uneven rows, bitwise against the CPU path."""
+    result, calls = _job(stub_driver, stub_nccl, tmp_path, "ops collectives", hosts=[],
+                         RING_HIERARCHICAL_ALLREDUCE="0")
+    assert result.returncode == 0 and "OK 0" in result.stdout and "OK 1" in result.stdout, result.stdout
+    names = [c[0] for c in calls]
+    assert [c for c in calls if c[0] == "ncclCommInitRank"] == [["ncclCommInitRank", "2"]] * 2
+    for call in ("ncclAllReduce", "ncclBroadcast", "ncclSend", "ncclRecv", "ncclReduceScatter", "ncclReduce"):
+        assert call in names, call
+
+
+def test_hierarchical_allreduce_two_hosts_of_two_ranks(stub_driver, stub_nccl, tmp_path) -> None:
+    """Each host's two ranks share a communicator: 1001 elements are two shards of 501 (one
+    element of padding), each allreduced across the hosts by the CPU ring."""
+    result, calls = _job(stub_driver, stub_nccl, tmp_path, "ops", np=4, hosts=["-H", "localhost:2,127.0.0.1:2"])
+    assert result.returncode == 0 and all(f"OK {r}" in result.stdout for r in range(4)), result.stdout
+    assert [c for c in calls if c[0] == "ncclCommInitRank"] == [["ncclCommInitRank", "2"]] * 4
+    assert ["ncclReduceScatter", "501"] in calls and ["ncclAllGather", "501"] in calls
+    assert "ncclAllReduce" not in [c[0] for c in calls]
+
+
 @pytest.mark.parametrize("mode, error", [("fail", "PeerFailureError"), ("hang", "RingTimeoutError")])
 def test_gpu_work_that_fails_or_hangs_raises_on_every_rank(stub_driver, stub_nccl, tmp_path, mode, error) -> None:
     """Rank 0's NCCL stage never finishes: with NCCL's remote error it is a lost peer at once;
@@ -60,7 +84,7 @@ def test_gpu_work_that_fails_or_hangs_raises_on_every_rank(stub_driver, stub_ncc
 
 
 def test_finalizer_failure_fails_the_handle_and_ends_the_job(stub_driver, stub_nccl, tmp_path) -> None:
-    result, calls = _job(stub_driver, stub_nccl, tmp_path, "finalizer", np=1, RING_HIERARCHICAL_ALLREDUCE="0")
+    result, calls = _job(stub_driver, stub_nccl, tmp_path, "finalizer", np=1, hosts=[], RING_HIERARCHICAL_ALLREDUCE="0")
     raised = _raised(result.stdout)
     assert len(raised) == 2 and all("PeerFailureError" in line for line in raised), result.stdout
     assert "NCCL operation failed: remote process exited" in raised[0], raised

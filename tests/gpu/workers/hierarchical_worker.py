@@ -1,12 +1,14 @@
-"""One rank of the NCCL backend's hierarchical allreduce and of its failure
-paths, on the stand-ins of the CUDA driver and NCCL (stub_cuda.c,
-stub_nccl.c: device memory is host memory, one-rank communicators). Run
-with one rank on each of two "hosts" (two names of this machine), so each
-host's communicator has one rank and the CPU ring runs across them.
+"""One rank of the NCCL backend at several ranks, of its hierarchical
+allreduce and of its failure paths, on the stand-ins of the CUDA driver and
+NCCL (stub_cuda.c, stub_nccl.c: device memory is host memory; communicators
+of processes on this machine through shared memory).
 
-Usage: hierarchical_worker.py MODE
+Usage: hierarchical_worker.py MODE [MODE ...] (ops and collectives may be combined)
   ops      every reduction x dtype against the CPU path, fused tensors;
-           results identical on both ranks. Prints "OK <rank>".
+           results identical on every rank. Prints "OK <rank>".
+  collectives  broadcast, allgather (different first dimensions), alltoall
+           (uneven splits), reducescatter (even and uneven rows) against the
+           CPU path, bitwise. Prints "OK <rank>".
   fail     rank 0's GPU work never finishes and its communicator reports
            NCCL's remote error (STUB_CUDA_EVENTS_PENDING, STUB_NCCL_ASYNC_ERROR):
            every rank must raise PeerFailureError. Prints "RAISED <rank> <type>".
@@ -65,10 +67,32 @@ def check_ops() -> None:
         _, cpu = gpu_and_cpu(f"fused.ref.{i}", x, op=OPS["Sum"])
         assert o.tobytes() == cpu.tobytes(), i
         results.append(o)
-    # Both ranks hold the same bits.
+    # Every rank holds the same bits.
     mine = np.frombuffer(b"".join(r.tobytes() for r in results), np.uint8)
-    both = ring.allgather(mine.reshape(1, -1))
-    assert both[0].tobytes() == both[1].tobytes()
+    every = ring.allgather(mine.reshape(1, -1))
+    assert all(row.tobytes() == every[0].tobytes() for row in every)
+
+
+def check_collectives() -> None:
+    """The NCCL backend's other collectives, each against the CPU path, bitwise."""
+    me, n = ring.rank(), ring.size()
+    for dtype in ("float32", "float16", "int64", "uint8"):
+        x = (np.random.default_rng([me, 5]).standard_normal(6 * n * 5) * 10).astype(dtype).reshape(6 * n, 5)
+        cases = [
+            (_frontend.BROADCAST, "bcast", x, x.shape, dict(root=n - 1)),
+            (_frontend.ALLGATHER, "gather", x[: me + 1], None, {}),  # a different first dimension per rank
+            (_frontend.ALLTOALL, "a2a", x[: 3 * n], None, dict(splits=[(me + r) % 3 + 1 for r in range(n)][:n - 1]
+                                                            + [3 * n - sum((me + r) % 3 + 1 for r in range(n - 1))])),
+            (_frontend.REDUCESCATTER, "rs.even", x, (6, 5), dict(op=OPS["Sum"])),
+            (_frontend.REDUCESCATTER, "rs.uneven", x[: 2 * n + 1], (3 if me == 0 else 2, 5), dict(op=OPS["Sum"])),
+        ]
+        for kind, name, arr, out_shape, kw in cases:
+            got = []
+            for gpu in (True, False):
+                out = None if out_shape is None else np.full(out_shape, 7, arr.dtype)
+                data, shape, _ = _frontend.wait(submit(kind, f"{name}.{dtype}.{gpu}", arr, out, gpu, **kw))
+                got.append(out if data is None else host_view(data, arr.dtype, shape))
+            assert got[0].shape == got[1].shape and got[0].tobytes() == got[1].tobytes(), (name, dtype, got)
 
 
 def expect_failure(run) -> None:
@@ -85,8 +109,9 @@ def main() -> None:
     ring.init()
     me = ring.rank()
     x = np.arange(64, dtype=np.float32)
-    if mode == "ops":
-        check_ops()
+    if mode in ("ops", "collectives"):
+        for m in sys.argv[1:]:
+            check_ops() if m == "ops" else check_collectives()
         ring.shutdown()
         print(f"OK {me}", flush=True)
         return
