@@ -47,17 +47,26 @@ def test_hierarchical_allreduce_matches_the_cpu_path(stub_driver, stub_nccl, tmp
     assert names.count("ncclReduceScatter") == names.count("ncclAllGather") >= 2 * 23
 
 
-def test_nccl_backend_at_two_ranks_matches_the_cpu_path(stub_driver, stub_nccl, tmp_path) -> None:
-    """Two ranks of one host over a two-rank communicator: every reduction x dtype, fused
-    tensors, broadcast, allgather of different first dimensions, alltoall with uneven splits,
-    reducescatter of even and uneven rows, bitwise against the CPU path."""
+@pytest.mark.parametrize("streams", ["1", "2"])
+def test_nccl_backend_at_two_ranks_matches_the_cpu_path(stub_driver, stub_nccl, tmp_path, streams: str) -> None:
+    """Two ranks of one host over two-rank communicators (one per engine stream, taken in
+    turn): every reduction x dtype, fused tensors, broadcast, allgather of different first
+    dimensions, alltoall with uneven splits, reducescatter of even and uneven rows, bitwise
+    against the CPU path."""
     result, calls = _job(stub_driver, stub_nccl, tmp_path, "ops collectives", hosts=[],
-                         RING_HIERARCHICAL_ALLREDUCE="0")
+                         RING_HIERARCHICAL_ALLREDUCE="0", RING_NUM_NCCL_STREAMS=streams)
     assert result.returncode == 0 and "OK 0" in result.stdout and "OK 1" in result.stdout, result.stdout
     names = [c[0] for c in calls]
-    assert [c for c in calls if c[0] == "ncclCommInitRank"] == [["ncclCommInitRank", "2"]] * 2
+    assert [c for c in calls if c[0] == "ncclCommInitRank"] == [["ncclCommInitRank", "2"]] * 2 * int(streams)
     for call in ("ncclAllReduce", "ncclBroadcast", "ncclSend", "ncclRecv", "ncclReduceScatter", "ncclReduce"):
         assert call in names, call
+
+
+def test_overlapping_process_sets_get_their_own_communicators(stub_driver, stub_nccl, tmp_path) -> None:
+    result, calls = _job(stub_driver, stub_nccl, tmp_path, "sets", np=3, hosts=[], RING_HIERARCHICAL_ALLREDUCE="0")
+    assert result.returncode == 0 and all(f"OK {r}" in result.stdout for r in range(3)), result.stdout
+    # Two communicators of two ranks each: rank 1 joined both.
+    assert [c for c in calls if c[0] == "ncclCommInitRank"] == [["ncclCommInitRank", "2"]] * 4
 
 
 def test_hierarchical_allreduce_two_hosts_of_two_ranks(stub_driver, stub_nccl, tmp_path) -> None:

@@ -6,6 +6,8 @@ of processes on this machine through shared memory).
 Usage: hierarchical_worker.py MODE [MODE ...] (ops and collectives may be combined)
   ops      every reduction x dtype against the CPU path, fused tensors;
            results identical on every rank. Prints "OK <rank>".
+  sets     (3 ranks) allreduces of two overlapping process sets, {0, 1} and
+           {1, 2}, in flight together, against the CPU path. Prints "OK <rank>".
   collectives  broadcast, allgather (different first dimensions), alltoall
            (uneven splits), reducescatter (even and uneven rows) against the
            CPU path, bitwise. Prints "OK <rank>".
@@ -95,6 +97,25 @@ def check_collectives() -> None:
             assert got[0].shape == got[1].shape and got[0].tobytes() == got[1].tobytes(), (name, dtype, got)
 
 
+def check_sets() -> None:
+    """Two overlapping process sets, each with its own communicators (rank 1 is in both), their
+    GPU and CPU allreduces in flight together."""
+    me = ring.rank()
+    rt = _frontend._runtime()
+    rt.add_process_set(1, [0, 1])
+    rt.add_process_set(2, [1, 2])
+    mine = [s for s, ranks in ((1, (0, 1)), (2, (1, 2))) if me in ranks]
+    for step in range(4):
+        x = (np.random.default_rng([me, step]).standard_normal(300) * 10).astype(np.float32)
+        outs = {(s, gpu): np.full_like(x, 7) for s in mine for gpu in (True, False)}
+        handles = [submit(_frontend.ALLREDUCE, f"set{s}.{step}.{gpu}", x, out, gpu, op=OPS["Sum"], process_set=s)
+                   for (s, gpu), out in outs.items()]
+        for h in handles:
+            _frontend.wait(h)
+        for s in mine:
+            assert outs[(s, True)].tobytes() == outs[(s, False)].tobytes(), (s, step)
+
+
 def expect_failure(run) -> None:
     try:
         run()
@@ -109,9 +130,9 @@ def main() -> None:
     ring.init()
     me = ring.rank()
     x = np.arange(64, dtype=np.float32)
-    if mode in ("ops", "collectives"):
+    if mode in ("ops", "collectives", "sets"):
         for m in sys.argv[1:]:
-            check_ops() if m == "ops" else check_collectives()
+            {"ops": check_ops, "collectives": check_collectives, "sets": check_sets}[m]()
         ring.shutdown()
         print(f"OK {me}", flush=True)
         return
