@@ -14,6 +14,11 @@
 namespace ring {
 namespace {
 
+// The job's stop reason, as an operation that never started gets it.
+std::string not_started(const std::string& reason, const Request& req) {
+  return reason + " (" + op_type_name(req.op) + " of tensor '" + req.name + "' not started)";
+}
+
 constexpr char kEndpointSeparator = '\n';
 
 MeshOptions mesh_options(const RuntimeOptions& o, const Config& c, MeshRole role, size_t ring_bytes) {
@@ -264,8 +269,7 @@ int64_t Runtime::enqueue(EnqueueArgs args) {
   std::lock_guard<std::mutex> lock(state_mu_);
   if (state_ == State::Created) throw_error(ErrorKind::Shutdown, "ring is not initialized: call init() first");
   if (state_ == State::Stopped)
-    throw RingError(stop_kind_, stop_reason_ + " (" + op_type_name(args.req.op) + " of tensor '" + args.req.name +
-                                    "' not started)");
+    throw RingError(stop_kind_, not_started(stop_reason_, args.req));
   Entry e;
   e.req = std::move(args.req);
   e.input = args.input;
@@ -299,7 +303,13 @@ void Runtime::stop(ErrorKind kind, const std::string& reason, bool quiet) {
   stop_reason_ = reason;
   log_line(kind == ErrorKind::Shutdown || quiet ? LogLevel::Debug : LogLevel::Error, "stopped: " + reason);
   pending_.clear();
-  queue_.take_all();
+  // An operation queued after the caller named the unfinished ones (an
+  // enqueue can slip in until state_mu_ is taken here) says which it is,
+  // as one refused after the stop does.
+  for (const Entry& e : queue_.take_all()) {
+    if (reason.find("'" + e.req.name + "'") != std::string::npos) continue;
+    handles_.fail(e.handle, kind, not_started(reason, e.req));
+  }
   handles_.fail_all(kind, reason);
   // A failed job: GPU work waiting for a lost peer must not hold the
   // engine (a normal shutdown lets work in flight finish instead).
