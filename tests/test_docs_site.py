@@ -6,6 +6,7 @@ ends' public names."""
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import subprocess
@@ -17,6 +18,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@functools.cache
 def site_hooks():
     """docs/_hooks/site.py, loaded by path (docs/ is not a package)."""
     spec = importlib.util.spec_from_file_location("site_hooks", ROOT / "docs" / "_hooks" / "site.py")
@@ -69,9 +71,9 @@ def test_readme_sections_become_pages_with_working_links(site) -> None:
     assert 'id="pytorch"' in text and "DistributedOptimizer" in text  # README's section, included
     # README's own links were rewritten for the site: docs/ pages by name, other files as text.
     md = hooks._relink("[a](docs/gpu.md#install) [b](examples/x.py) [c](#core-api)", docs, docs, True,
-                       hooks.anchor_pages(docs))
+                       hooks.anchor_pages(docs, hooks.readme_sections()))
     assert md == "[a](gpu.md#install) b (`examples/x.py`) [c](core-api.md#core-api)", md
     guide = (site / "migrate-horovod" / "index.html").read_text()
     assert "horovod.torch" in guide and "ring_strategy.torch" in guide  # the generated diff
     with pytest.raises(ValueError, match="#no-such-heading"):
-        hooks._relink("[x](#no-such-heading)", docs, docs, True, hooks.anchor_pages(docs))
+        hooks._relink("[x](#no-such-heading)", docs, docs, True, hooks.anchor_pages(docs, hooks.readme_sections()))

@@ -9,10 +9,12 @@ in one process. Horovod cannot be installed here (torch 2.13, Keras 3): its
 
 from __future__ import annotations
 
+import functools
 import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -41,11 +43,9 @@ def _start_one_process(script: str, *args: str, env=None) -> subprocess.Popen:
 
 
 def _weights_of(proc: subprocess.Popen) -> str:
-    """What ``proc`` printed (waited for once; later calls give the same)."""
-    if not hasattr(proc, "ring_output"):
-        proc.ring_output, _ = proc.communicate(timeout=240)
-    assert proc.returncode == 0, proc.ring_output
-    return _weights(proc.ring_output)
+    out, _ = proc.communicate(timeout=240)
+    assert proc.returncode == 0, out
+    return _weights(out)
 
 
 def _under_ringrun(script: str, **env: str) -> str:
@@ -76,23 +76,25 @@ def test_horovod_torch_pair(reference: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def keras_reference() -> subprocess.Popen:
-    """keras_distribution_before.py in one process on JAX, started early (it runs beside the jobs)."""
-    return _start_one_process("keras_distribution_before.py", env={"KERAS_BACKEND": "jax"})
+def keras_reference() -> Callable[[], str]:
+    """The weights keras_distribution_before.py prints in one process on JAX; the script starts
+    at once (it runs beside the jobs) and is waited for at the first call."""
+    proc = _start_one_process("keras_distribution_before.py", env={"KERAS_BACKEND": "jax"})
+    return functools.cache(lambda: _weights_of(proc))
 
 
-def test_keras_pairs(keras_reference: subprocess.Popen) -> None:
+def test_keras_pairs(keras_reference: Callable[[], str]) -> None:
     """keras.distribution's script and Horovod's Keras script both become keras_after.py."""
     _only_the_import_changes("horovod_keras_before.py", "keras_after.py", "horovod.tensorflow.keras",
                              "ring_strategy.keras")
     after = _under_ringrun("keras_after.py", KERAS_BACKEND="tensorflow")
-    assert after == _weights_of(keras_reference)
+    assert after == keras_reference()
 
 
-def test_horovod_tensorflow_pair(keras_reference: subprocess.Popen) -> None:
+def test_horovod_tensorflow_pair(keras_reference: Callable[[], str]) -> None:
     _only_the_import_changes("horovod_tensorflow_before.py", "horovod_tensorflow_after.py", "horovod.tensorflow",
                              "ring_strategy.tensorflow")
-    assert _under_ringrun("horovod_tensorflow_after.py") == _weights_of(keras_reference)
+    assert _under_ringrun("horovod_tensorflow_after.py") == keras_reference()
 
 
 def test_lightning_pair(reference: str) -> None:

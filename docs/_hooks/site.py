@@ -94,9 +94,9 @@ def readme_sections() -> Dict[str, str]:
 SHOWN_AS = {"configuration": "configuration.md"}
 
 
-def anchor_pages(docs_dir: Path) -> Dict[str, str]:
-    """README heading anchor -> the site page including the section that holds it."""
-    sections = readme_sections()
+def anchor_pages(docs_dir: Path, sections: Dict[str, str]) -> Dict[str, str]:
+    """README heading anchor -> the site page including the section (of
+    ``sections``, readme_sections()) that holds it."""
     pages = {}
     for page in sorted(docs_dir.glob("*.md")):
         for name in INCLUDE.findall(page.read_text()):
@@ -162,14 +162,20 @@ def migration_diff(before_name: str, after_name: str) -> str:
     return "```diff\n" + "\n".join(lines) + "\n```"
 
 
-GENERATED = {"<!-- ring:settings -->": settings}
+SETTINGS = "<!-- ring:settings -->"
+# README's sections and their anchors' pages, read once per build (on_pre_build).
+_build: Dict[str, Dict[str, str]] = {}
+
+
+def on_pre_build(config) -> None:
+    _build["sections"] = readme_sections()
+    _build["anchors"] = anchor_pages(Path(config["docs_dir"]), _build["sections"])
 
 
 def on_page_markdown(markdown: str, page, config, files) -> str:  # noqa: ARG001 (MkDocs' hook signature)
     docs_dir = Path(config["docs_dir"])
-    anchors = anchor_pages(docs_dir)
+    sections, anchors = _build["sections"], _build["anchors"]
     page_dir = (docs_dir / page.file.src_path).parent.resolve()
-    sections = readme_sections()
 
     def include(m: "re.Match[str]") -> str:
         if m.group(1) not in sections:
@@ -178,7 +184,6 @@ def on_page_markdown(markdown: str, page, config, files) -> str:  # noqa: ARG001
 
     markdown = _relink(markdown, docs_dir, page_dir, False, anchors)
     markdown = INCLUDE.sub(include, markdown)
-    for marker, make in GENERATED.items():
-        if marker in markdown:
-            markdown = markdown.replace(marker, _relink(make(), docs_dir, page_dir, True, anchors))
+    if SETTINGS in markdown:
+        markdown = markdown.replace(SETTINGS, _relink(settings(), docs_dir, page_dir, True, anchors))
     return DIFF.sub(lambda m: migration_diff(m.group(1), m.group(2)), markdown)
