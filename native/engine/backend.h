@@ -69,6 +69,16 @@ class Backend {
   // engine, by the thread driving it (one at a time): cheap when nothing
   // failed.
   virtual void check() {}
+  // Process set `serial` (ProcessSet::serial) was removed, with none of its
+  // operations in flight on this rank: release what is kept for it (e.g.
+  // NCCL communicators), now or at a later check(). Any thread.
+  virtual void forget_set(uint64_t serial) { (void)serial; }
+  // The job ends in order (this rank or a peer called shutdown()) after
+  // every rank ran the same responses: waits, at most `timeout_seconds`,
+  // for the work this backend completes off the background thread, so
+  // that work already queued everywhere completes instead of failing.
+  // The background thread.
+  virtual void settle(double timeout_seconds) { (void)timeout_seconds; }
 };
 
 }  // namespace ring

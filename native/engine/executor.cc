@@ -1,5 +1,8 @@
 #include "engine/executor.h"
 
+#include <algorithm>
+#include <chrono>
+
 namespace ring {
 
 bool Executor::serves(const Device& device) const {
@@ -15,6 +18,14 @@ bool Executor::prepare(Entry& e, uint64_t stream) {
     return true;
   }
   return false;
+}
+
+void Executor::settle(double timeout_seconds) {
+  const auto start = std::chrono::steady_clock::now();
+  for (const auto& b : backends_) {
+    const double spent = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    b->settle(std::max(0.0, timeout_seconds - spent));
+  }
 }
 
 Backend& Executor::backend_for(const Response& r) {

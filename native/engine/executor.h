@@ -40,6 +40,12 @@ class Executor {
   void check() {
     for (const auto& b : backends_) b->check();
   }
+  // Backend::settle of every backend, within `timeout_seconds` in all.
+  void settle(double timeout_seconds);
+  // Backend::forget_set of every backend.
+  void forget_set(uint64_t serial) {
+    for (const auto& b : backends_) b->forget_set(serial);
+  }
   // Backend::prepare of the first backend serving e.req.device (caller's
   // thread); false when none serves it.
   bool prepare(Entry& e, uint64_t stream);

@@ -168,7 +168,10 @@ bool Runtime::remove_process_set(int32_t id) {
     throw_error(ErrorKind::BadArgument, "process set " + std::to_string(id) +
                                             " has operations in flight on rank " + std::to_string(opts_.rank) +
                                             ": synchronize them before removing it");
-  return sets_.remove(id);
+  const auto set = sets_.find(id);
+  if (!sets_.remove(id)) return false;
+  if (set) executor_->forget_set(set->serial);
+  return true;
 }
 
 std::shared_ptr<const ProcessSet> Runtime::process_set_of(const Request& q) const {

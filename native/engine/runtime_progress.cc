@@ -193,7 +193,11 @@ std::string Runtime::unfinished_names() {
 void Runtime::end_by_list(const ResponseList& list) {
   if (list.shutdown_kind != ErrorKind::Shutdown) {
     end(list.shutdown_kind, list.shutdown_reason, true);
-  } else if (list.shutdown_rank >= 0 && list.shutdown_rank != opts_.rank) {
+    return;
+  }
+  // Every rank ran the responses before this list: their GPU work finishes.
+  executor_->settle(config_.timeout_seconds);
+  if (list.shutdown_rank >= 0 && list.shutdown_rank != opts_.rank) {
     // Another rank left: to this one it is a lost peer (an error worth
     // logging only if this rank still had work in flight).
     end(ErrorKind::PeerFailure, "lost " + control_->peer_name(list.shutdown_rank) + ": it left the job (called shutdown())",

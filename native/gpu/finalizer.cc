@@ -34,12 +34,26 @@ void Finalizer::drain() {
   cv_.wait(lock, [&] { return queue_.empty() && busy_ == 0; });
 }
 
+bool Finalizer::drain_for(double timeout_seconds) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return cv_.wait_for(lock, std::chrono::duration<double>(timeout_seconds),
+                      [&] { return queue_.empty() && busy_ == 0; });
+}
+
 bool Finalizer::failure(GpuFailure* out) {
   if (!failed_.load()) return false;
   std::lock_guard<std::mutex> lock(mu_);
   if (!failed_.exchange(false)) return false;
   *out = failure_;
   return true;
+}
+
+bool Finalizer::uses(ncclComm_t comm) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (busy_ > 0 && busy_comm_ == comm) return true;
+  for (const GpuWork& w : queue_)
+    if (w.comm == comm) return true;
+  return false;
 }
 
 bool Finalizer::wait(const GpuWork& w, GpuFailure* failure) {
@@ -64,6 +78,7 @@ void Finalizer::loop() {
     GpuWork w = std::move(queue_.front());
     queue_.pop_front();
     ++busy_;
+    busy_comm_ = w.comm;
     lock.unlock();
     GpuFailure failure;
     bool done = false;
@@ -87,6 +102,7 @@ void Finalizer::loop() {
       failed_.store(true);
     }
     --busy_;
+    busy_comm_ = nullptr;
     cv_.notify_all();
   }
 }

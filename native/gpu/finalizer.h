@@ -41,12 +41,16 @@ class Finalizer {
   void add(GpuWork work);
   // Blocks until every work added so far is done or failed.
   void drain();
+  // drain(), for at most `timeout_seconds`: false when work is left.
+  bool drain_for(double timeout_seconds);
   // Stops waiting for GPU work: what is queued or waited for fails (the
   // job failed; its handles already have their error). Any thread.
   void abort();
   // The first failure of GPU work (not counting work failed by abort()),
   // once: true and `out` filled the first time it is asked after one.
   bool failure(GpuFailure* out);
+  // True while work on `comm` is queued or waited for. Any thread.
+  bool uses(ncclComm_t comm);
 
  private:
   void loop();
@@ -58,6 +62,7 @@ class Finalizer {
   std::condition_variable cv_;
   std::deque<GpuWork> queue_;  // guarded by mu_
   size_t busy_ = 0;            // works taken but not finished; guarded by mu_
+  ncclComm_t busy_comm_ = nullptr;  // the communicator of the work taken; guarded by mu_
   bool stop_ = false;          // guarded by mu_
   GpuFailure failure_;         // guarded by mu_; reported once
   std::atomic<bool> failed_{false};  // failure_ waits to be reported

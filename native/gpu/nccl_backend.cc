@@ -47,6 +47,7 @@ CUdeviceptr NcclBackend::output_for(const Call& c, Entry& e, size_t bytes, OpRes
 }
 
 void NcclBackend::check() {
+  comms_.destroy_retired([this](ncclComm_t comm) { return !finalizer_.uses(comm); });
   GpuFailure failure;
   if (finalizer_.failure(&failure)) throw_error(failure.kind, failure.reason);
 }

@@ -73,6 +73,8 @@ class NcclBackend : public Backend {
     finalizer_.abort();
   }
   void check() override;
+  void settle(double timeout_seconds) override { finalizer_.drain_for(timeout_seconds); }
+  void forget_set(uint64_t serial) override { comms_.retire(static_cast<int64_t>(serial)); }
   // Execution phases go to `timeline` (null: none): the operation from the
   // moment its work is queued until the finalizer sees it done, as
   // NCCL_<OP> (NCCL_HIERARCHICAL_ALLREDUCE).

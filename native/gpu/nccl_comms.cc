@@ -10,9 +10,25 @@
 namespace ring::gpu {
 
 NcclCommunicators::~NcclCommunicators() {
-  for (auto& [key, comm] : comms_) {  // none left after abort_all(); none at all in a job without NCCL
-    ScopedDevice current(std::get<1>(key));
-    nccl_library().ncclCommDestroy(comm);
+  // None left after abort_all(); none at all in a job without NCCL.
+  for (auto& [key, comm] : comms_) destroy(std::get<1>(key), comm);
+  for (auto& [device, comm] : retired_) destroy(device, comm);
+}
+
+void NcclCommunicators::destroy(int device, ncclComm_t comm) {
+  ScopedDevice current(device);
+  nccl_library().ncclCommDestroy(comm);
+}
+
+void NcclCommunicators::retire(int64_t group) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = comms_.begin(); it != comms_.end();) {
+    if (std::get<0>(it->first) == group) {
+      retired_.emplace_back(std::get<1>(it->first), it->second);
+      it = comms_.erase(it);
+    } else {
+      ++it;
+    }
   }
 }
 
@@ -57,7 +73,12 @@ void NcclCommunicators::abort_all() {
     ScopedDevice current(std::get<1>(key));
     nccl_library().ncclCommAbort(comm);
   }
+  for (auto& [device, comm] : retired_) {
+    ScopedDevice current(device);
+    nccl_library().ncclCommAbort(comm);
+  }
   comms_.clear();
+  retired_.clear();
 }
 
 }  // namespace ring::gpu

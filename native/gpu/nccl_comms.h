@@ -15,6 +15,8 @@
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include "gpu/nccl.h"
 #include "transport/mesh.h"
@@ -40,12 +42,39 @@ class NcclCommunicators {
   // Aborts every communicator (a peer was lost): NCCL kernels waiting for
   // it return. Any thread; later get() calls throw.
   void abort_all();
+  // The communicators of `group` (a removed process set) are taken out of
+  // use; destroy_retired() destroys them. Any thread.
+  void retire(int64_t group);
+  // Destroys each retired communicator for which `idle` (ncclComm_t) is
+  // true; the others stay retired. The engine's thread.
+  template <class Idle>
+  void destroy_retired(Idle idle);
 
  private:
+  static void destroy(int device, ncclComm_t comm);
+
   std::map<int64_t, bool> usable_;  // engine thread only
   std::mutex mu_;                   // guards comms_ and aborted_ (never held across an NCCL call that waits)
   std::map<std::tuple<int64_t, int, int>, ncclComm_t> comms_;
   bool aborted_ = false;
+  std::vector<std::pair<int, ncclComm_t>> retired_;  // (device, comm); guarded by mu_
 };
+
+template <class Idle>
+void NcclCommunicators::destroy_retired(Idle idle) {
+  std::vector<std::pair<int, ncclComm_t>> now;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = retired_.begin(); it != retired_.end();) {
+      if (idle(it->second)) {
+        now.push_back(*it);
+        it = retired_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (const auto& [device, comm] : now) destroy(device, comm);
+}
 
 }  // namespace ring::gpu

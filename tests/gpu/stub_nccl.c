@@ -257,7 +257,10 @@ static int release(void* p) {
   free(c);
   return 0;
 }
-int ncclCommDestroy(void* c) { return release(c); }
+int ncclCommDestroy(void* c) {
+  note("ncclCommDestroy", c ? (size_t)((Comm*)c)->n : 0);
+  return release(c);
+}
 /* Abort may come from another thread while a call waits: the memory stays. */
 int ncclCommAbort(void* c) { (void)c; return 0; }
 int ncclCommGetAsyncError(void* c, int* e) {

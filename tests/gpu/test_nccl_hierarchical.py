@@ -62,11 +62,15 @@ def test_nccl_backend_at_two_ranks_matches_the_cpu_path(stub_driver, stub_nccl, 
         assert call in names, call
 
 
-def test_overlapping_process_sets_get_their_own_communicators(stub_driver, stub_nccl, tmp_path) -> None:
+def test_overlapping_process_sets_get_their_own_communicators_and_give_them_back(stub_driver, stub_nccl, tmp_path) -> None:
     result, calls = _job(stub_driver, stub_nccl, tmp_path, "sets", np=3, hosts=[], RING_HIERARCHICAL_ALLREDUCE="0")
     assert result.returncode == 0 and all(f"OK {r}" in result.stdout for r in range(3)), result.stdout
-    # Two communicators of two ranks each: rank 1 joined both.
-    assert [c for c in calls if c[0] == "ncclCommInitRank"] == [["ncclCommInitRank", "2"]] * 4
+    # Two communicators of two ranks each (rank 1 joined both), then the global set's.
+    inits = [c for c in calls if c[0] == "ncclCommInitRank"]
+    assert inits == [["ncclCommInitRank", "2"]] * 4 + [["ncclCommInitRank", "3"]] * 3
+    # Removing the sets destroyed their four communicators while the job ran.
+    last_done = max(i for i, c in enumerate(calls) if c[0] == "worker-done")
+    assert [c for c in calls[:last_done] if c[0] == "ncclCommDestroy"] == [["ncclCommDestroy", "2"]] * 4
 
 
 def test_hierarchical_allreduce_two_hosts_of_two_ranks(stub_driver, stub_nccl, tmp_path) -> None:

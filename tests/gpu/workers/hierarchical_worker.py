@@ -7,7 +7,9 @@ Usage: hierarchical_worker.py MODE [MODE ...] (ops and collectives may be combin
   ops      every reduction x dtype against the CPU path, fused tensors;
            results identical on every rank. Prints "OK <rank>".
   sets     (3 ranks) allreduces of two overlapping process sets, {0, 1} and
-           {1, 2}, in flight together, against the CPU path. Prints "OK <rank>".
+           {1, 2}, in flight together, against the CPU path; then both sets
+           are removed, and a line "worker-done 0" goes to the stand-in's log
+           after three more operations. Prints "OK <rank>".
   collectives  broadcast, allgather (different first dimensions), alltoall
            (uneven splits), reducescatter (even and uneven rows) against the
            CPU path, bitwise. Prints "OK <rank>".
@@ -114,6 +116,18 @@ def check_sets() -> None:
             _frontend.wait(h)
         for s in mine:
             assert outs[(s, True)].tobytes() == outs[(s, False)].tobytes(), (s, step)
+    # Removed sets give back their communicators at the engine's next steps, before shutdown.
+    rt.remove_process_set(1)
+    rt.remove_process_set(2)
+    x = np.ones(8, np.float32)
+    for step in range(3):
+        _frontend.wait(submit(_frontend.ALLREDUCE, f"after.{step}", x, np.empty_like(x), True, op=OPS["Sum"]))
+    with open(os.environ["STUB_NCCL_LOG"], "a") as log:
+        log.write("worker-done 0\n")
+    # No rank shuts down (destroying the rest) before every rank wrote its line. A rank that has
+    # its result and shuts down at once must not fail this operation on the others, whose
+    # results the finalizer may not have delivered yet.
+    _frontend.wait(submit(_frontend.ALLREDUCE, "after.done", x, np.empty_like(x), True, op=OPS["Sum"]))
 
 
 def expect_failure(run) -> None:
