@@ -13,6 +13,9 @@
 #                     rewrites that doc's tables and plot; after `make build`
 #   make oldest-test  the Lightning, Keras and TensorFlow tests against the oldest
 #                     releases the extras allow, in .venv-oldest; after `make build`
+#   make ptx-check    assembles the GPU batched-copy kernel (native/gpu/batched_copy.ptx)
+#                     with NVIDIA's ptxas for sm_70, sm_80 and sm_90 (a 40 MB wheel
+#                     download into build/ptxas; no GPU needed; not in make test)
 #   make docs         the documentation site (mkdocs.yml) into build/site, strictly:
 #                     a broken link or reference fails; make test builds it too
 #   make demo         PyTorch Lightning, Trainer(strategy="ring") on two workers:
@@ -49,7 +52,7 @@ BUILD_TOOLS := "scikit-build-core>=0.10" "nanobind>=2.4" "cmake>=3.18" ninja
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: venv build sysdeps native-test test docs slow-test mxnet-test oldest-test large-tensor-test chaos-test bench demo clean distclean
+.PHONY: venv build sysdeps native-test test docs ptx-check slow-test mxnet-test oldest-test large-tensor-test chaos-test bench demo clean distclean
 
 # ---------------------------------------------------------------- venv
 $(VPY):
@@ -193,6 +196,20 @@ chaos-test: build
 bench:
 	@ls ring_strategy/_native*.so >/dev/null 2>&1 || { echo "bench: no ring_strategy/_native*.so: run make build first"; exit 1; }
 	$(VPY) -m ring_strategy.bench.standard --docs docs/performance.md
+
+# The engine ships its one GPU kernel as PTX, compiled by the driver when it
+# is loaded; ptxas (from NVIDIA's nvcc wheel) checks it assembles for every
+# architecture from Volta to Hopper without a GPU or a CUDA install.
+PTXAS_WHEEL := nvidia-cuda-nvcc-cu12==12.9.86
+PTXAS       := build/ptxas/nvidia/cuda_nvcc/bin/ptxas
+
+$(PTXAS):
+	$(PIP) download --no-deps -q -d build/ptxas $(PTXAS_WHEEL)
+	cd build/ptxas && $(VPY) -m zipfile -e nvidia_cuda_nvcc_cu12-*.whl .
+	chmod +x $@
+
+ptx-check: $(PTXAS)
+	for arch in sm_70 sm_80 sm_90; do $(PTXAS) --gpu-name $$arch -v native/gpu/batched_copy.ptx -o /dev/null; done
 
 # The numpy version of the demo: ringrun -np 2 python examples/numpy_logreg.py
 docs: build

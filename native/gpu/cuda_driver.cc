@@ -33,6 +33,9 @@ void resolve_all(SharedLibrary& lib, CudaDriver& d) {
   lib.resolve(d.cuMemFreeHost, "cuMemFreeHost");
   lib.resolve(d.cuMemcpyAsync, "cuMemcpyAsync");
   lib.resolve(d.cuMemsetD8Async, "cuMemsetD8Async");
+  lib.resolve(d.cuModuleLoadData, "cuModuleLoadData");
+  lib.resolve(d.cuModuleGetFunction, "cuModuleGetFunction");
+  lib.resolve(d.cuLaunchKernel, "cuLaunchKernel");
 }
 
 CudaDriver load() {

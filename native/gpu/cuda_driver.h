@@ -24,6 +24,8 @@ using CUdeviceptr = unsigned long long;
 using CUcontext = struct CUctx_st*;
 using CUstream = struct CUstream_st*;
 using CUevent = struct CUevent_st*;
+using CUmodule = struct CUmod_st*;
+using CUfunction = struct CUfunc_st*;
 
 constexpr CUresult CUDA_SUCCESS = 0;
 constexpr CUresult CUDA_ERROR_NOT_READY = 600;
@@ -64,6 +66,12 @@ struct CudaDriver {
   // Unified addressing: either side may be host or device memory.
   CUresult (*cuMemcpyAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream) = nullptr;
   CUresult (*cuMemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream) = nullptr;
+  // The image is PTX text (NUL-terminated), compiled by the driver.
+  CUresult (*cuModuleLoadData)(CUmodule*, const void*) = nullptr;
+  CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*) = nullptr;
+  // grid x, y, z; block x, y, z; shared memory bytes; stream; parameters; extra.
+  CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                             CUstream, void**, void**) = nullptr;
 };
 
 // The process's driver, loaded (or found missing) on the first call, which

@@ -2,6 +2,7 @@
 
 #include "collectives/slices.h"
 #include "common/types.h"
+#include "gpu/batched_copy.h"
 #include "gpu/device_streams.h"
 #include "gpu/nccl_call.h"
 
@@ -156,26 +157,26 @@ void NcclBackend::allreduce(const Call& c, std::vector<Entry>& entries, std::vec
   }
   const size_t room = c.stage ? hierarchical_elements(total / esize, c.stage->size) * esize : total;
   const CUdeviceptr fused = c.lane->fusion.at(room);
+  std::vector<CopyJob> in, out;
   size_t offset = 0;
-  for (const Entry& e : entries) {  // a joined rank's stand-ins (handle 0) contribute zeros
+  for (size_t i = 0; i < entries.size(); ++i) {  // a joined rank's stand-ins (handle 0) contribute zeros
+    const Entry& e = entries[i];
     const size_t n = bytes_of(e.req);
-    if (n && e.handle != 0) cuda_check(cu.cuMemcpyAsync(fused + offset, ptr(e.input), n, s), "copy into the fusion buffer");
+    if (n && e.handle != 0) {
+      in.push_back({fused + offset, ptr(e.input), n});
+      out.push_back({outs[i], fused + offset, n});
+    }
     if (n && e.handle == 0) cuda_check(cu.cuMemsetD8Async(fused + offset, 0, n, s), "zeros of a joined rank");
     offset += n;
   }
+  batched_copy(c.device, in, s);
   if (c.stage) {
     hierarchical_allreduce(*c.stage, fused, total / esize, q.dtype, hierarchical_reduction(*nccl_reduction(q, c.n), c.n));
   } else {
     Reduction red(q, c.n, c.comm);
     nccl_check(nccl.ncclAllReduce(at(fused, 0), at(fused, 0), total / esize, dt, red.op(), c.comm, s), "ncclAllReduce");
   }
-  offset = 0;
-  for (size_t i = 0; i < entries.size(); ++i) {
-    const size_t n = bytes_of(entries[i].req);
-    if (n && entries[i].handle != 0)
-      cuda_check(cu.cuMemcpyAsync(outs[i], fused + offset, n, s), "copy out of the fusion buffer");
-    offset += n;
-  }
+  batched_copy(c.device, out, s);
 }
 
 void NcclBackend::allgather(const Call& c, Entry& e, const std::vector<int64_t>& first_dims, OpResult& res) {

@@ -17,8 +17,9 @@
 // then be freed while the work still reads it: safe when its memory is
 // reused only for work on that stream (torch's and cupy's pools).
 //
-// Allreduce fuses its entries into the lane's fusion buffer (async copies
-// in and out; one entry reduces straight from input to output); scale
+// Allreduce fuses its entries into the lane's fusion buffer (copies in and
+// out batched into few kernel launches: batched_copy.h; one entry reduces
+// straight from input to output); scale
 // factors fold into the reduction (nccl_reduction.h). Allgather (first
 // dimensions may differ) is one broadcast per rank in a group, alltoall a
 // group of sends and receives, reducescatter NCCL's own when the rows split

@@ -1,8 +1,9 @@
 // What the GPU backends decide from a request alone (gpu/nccl_reduction.h),
-// and the NCCL version text: no GPU, driver or NCCL needed.
+// how fusion copies are batched into launches, and the NCCL version text: no GPU, driver or NCCL needed.
 #include <cmath>
 
 #include "engine/field_value.h"
+#include "gpu/batched_copy.h"
 #include "gpu/gpu_wait.h"
 #include "gpu/nccl.h"
 #include "gpu/nccl_hierarchical.h"
@@ -89,4 +90,27 @@ TEST(nccl_version_text_reads_both_encodings) {
 TEST(ranks_agree_on_the_device_type_not_its_index) {
   CHECK(same_value(Device{DeviceType::CUDA, 0}, Device{DeviceType::CUDA, 3}));
   CHECK(!same_value(Device{DeviceType::CUDA, 0}, Device{DeviceType::CPU, 0}));
+}
+
+TEST(batched_copies_fill_launches_in_order_and_leave_large_ones_to_memcpy) {
+  std::vector<CopyJob> jobs;
+  for (unsigned i = 0; i < 150; ++i) jobs.push_back({1000 + i, 5000 + i, i % 7 == 0 ? 0 : 16 * 1024});
+  jobs.push_back({1, 2, kBatchedCopyMaxBytes});  // large: one cuMemcpyAsync
+  jobs.push_back({3, 4, 5});
+  std::vector<CopyJob> large;
+  std::vector<CopyLaunch> launches = plan_copies(jobs, &large);
+  CHECK(large.size() == 1 && large[0].dst == 1 && large[0].bytes == kBatchedCopyMaxBytes);
+  // 150 jobs, 22 of them empty, plus the 5-byte one: 129 copies, in launches of 64.
+  CHECK(launches.size() == 3);
+  CHECK(launches[0].args.count == 64 && launches[1].args.count == 64 && launches[2].args.count == 1);
+  CHECK(launches[0].args.dst[0] == 1001 && launches[0].args.src[0] == 5001);
+  CHECK(launches[2].args.dst[0] == 3 && launches[2].args.bytes[0] == 5);
+  size_t copied = 0;
+  for (const CopyLaunch& l : launches)
+    for (uint32_t i = 0; i < l.args.count; ++i) copied += l.args.bytes[i];
+  CHECK(copied == 128 * 16 * 1024 + 5);
+  // A block moves 256 threads x 16 bytes x 4 = 16 KiB; at most 32 blocks per copy.
+  CHECK(launches[0].blocks_per_copy == 1 && launches[2].blocks_per_copy == 1);
+  std::vector<CopyJob> big(1, CopyJob{1, 2, kBatchedCopyMaxBytes - 1});
+  CHECK(plan_copies(big, &large)[0].blocks_per_copy == 32);
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU path on a real GPU, in one run of under 8 minutes: build the
 # engine against the machine's own Python, then
-#   1. np=1 over NCCL: ops x dtypes, fusion over the threshold, stream races;
+#   1. np=1 over NCCL: ops x dtypes, fusion over the threshold (the
+#      batched-copy kernel, which must load), stream races;
 #      again with RING_ENABLE_ASYNC_COMPLETION=1;
 #   2. np=2 on one GPU, host-staged (RING_GPU_OPERATIONS=host): the same
 #      checks, a Lightning fit with accelerator="gpu" and SyncBatchNorm, and
@@ -78,6 +79,9 @@ step np4-hierarchical 180 env "${SHARE[@]}" RING_HIERARCHICAL_ALLREDUCE=1 RING_F
 BENCH=("$PY" -m ring_strategy.bench --device cuda --compare nccl,torch-nccl --check)
 step bench-sizes 150 "${RUN[@]}" -np 1 "${BENCH[@]}" --sizes 4,4K,1M,64M,256M --json "$OUT/bench_sizes.json"
 step bench-small 90 "${RUN[@]}" -np 1 "${BENCH[@]}" --case small-tensors --json "$OUT/bench_small.json"
+
+# The batched-copy kernel (PTX) loaded wherever fused tensors were copied.
+step kernel-loaded 5 bash -c "! grep -n 'batched-copy kernel did not load' '$LOG'"
 
 echo "device check: $([ $failed -eq 0 ] && echo PASSED || echo FAILED) (NCCL $NCCL)" | tee "$OUT/summary.txt"
 exit $failed

@@ -8,7 +8,7 @@
  * [-DSTUB_OMIT_MEMCPY]. STUB_CUDA_DEVICES (environment) sets the device
  * count (default 1); STUB_CUDA_EVENTS_PENDING, when set, keeps every event
  * from firing (work that never finishes). STUB_CUDA_LOG, a path: every call that moves memory
- * appends a line there ("memcpy <bytes>", "wait", "record", "sync"), so a
+ * appends a line there ("memcpy <bytes>", "kernel <copies>", "wait", "record", "sync"), so a
  * test can see what the engine asked of the driver; "record" gives the
  * stream the event was recorded on, "wait" the stream made to wait. */
 #include <stdio.h>
@@ -76,5 +76,38 @@ CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, void* s) {
 CUresult cuMemsetD8Async(CUdeviceptr p, unsigned char v, size_t n, void* s) {
   (void)s;
   memset((void*)p, v, n);
+  return 0;
+}
+
+/* The batched-copy kernel (native/gpu/batched_copy.ptx) as its contract
+ * says: block row y copies entry y of the parameter (count, then dst, src
+ * and bytes arrays of 64), rows >= count do nothing. Logs "kernel <count>".
+ * STUB_CUDA_NO_MODULES set: the driver refuses to load any image. */
+static int stub_module, stub_function;
+CUresult cuModuleLoadData(void** module, const void* image) {
+  if (getenv("STUB_CUDA_NO_MODULES") || !strstr((const char*)image, ".entry ring_batched_copy")) return 200;
+  *module = &stub_module;
+  return 0;
+}
+CUresult cuModuleGetFunction(void** fn, void* module, const char* name) {
+  if (module != &stub_module || strcmp(name, "ring_batched_copy") != 0) return 500; /* CUDA_ERROR_NOT_FOUND */
+  *fn = &stub_function;
+  return 0;
+}
+CUresult cuLaunchKernel(void* fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                        unsigned shared, void* stream, void** params, void** extra) {
+  (void)gz; (void)bx; (void)by; (void)bz; (void)shared; (void)stream; (void)extra;
+  if (fn != &stub_function || gx == 0) return 1; /* CUDA_ERROR_INVALID_VALUE */
+  const unsigned char* args = (const unsigned char*)params[0];
+  unsigned count;
+  memcpy(&count, args, 4);
+  note("kernel", count);
+  for (unsigned y = 0; y < gy && y < count; ++y) {
+    unsigned long long dst, src, bytes;
+    memcpy(&dst, args + 8 + 8 * y, 8);
+    memcpy(&src, args + 520 + 8 * y, 8);
+    memcpy(&bytes, args + 1032 + 8 * y, 8);
+    memmove((void*)dst, (const void*)src, bytes);
+  }
   return 0;
 }

@@ -47,19 +47,28 @@ def test_hierarchical_allreduce_matches_the_cpu_path(stub_driver, stub_nccl, tmp
     assert names.count("ncclReduceScatter") == names.count("ncclAllGather") >= 2 * 23
 
 
-@pytest.mark.parametrize("streams", ["1", "2"])
-def test_nccl_backend_at_two_ranks_matches_the_cpu_path(stub_driver, stub_nccl, tmp_path, streams: str) -> None:
+@pytest.mark.parametrize("streams, kernel", [("1", True), ("2", True), ("1", False)])
+def test_nccl_backend_at_two_ranks_matches_the_cpu_path(stub_driver, stub_nccl, tmp_path, streams: str,
+                                                         kernel: bool) -> None:
     """Two ranks of one host over two-rank communicators (one per engine stream, taken in
     turn): every reduction x dtype, fused tensors, broadcast, allgather of different first
     dimensions, alltoall with uneven splits, reducescatter of even and uneven rows, bitwise
-    against the CPU path."""
+    against the CPU path. Fused tensors are copied by the batched-copy kernel (the stand-in
+    driver runs its contract), or one by one where the driver cannot load it."""
+    cuda_log = tmp_path / "cuda.log"
     result, calls = _job(stub_driver, stub_nccl, tmp_path, "ops collectives", hosts=[],
-                         RING_HIERARCHICAL_ALLREDUCE="0", RING_NUM_NCCL_STREAMS=streams)
+                         RING_HIERARCHICAL_ALLREDUCE="0", RING_NUM_NCCL_STREAMS=streams, STUB_CUDA_LOG=str(cuda_log),
+                         **({} if kernel else {"STUB_CUDA_NO_MODULES": "1"}))
     assert result.returncode == 0 and "OK 0" in result.stdout and "OK 1" in result.stdout, result.stdout
     names = [c[0] for c in calls]
     assert [c for c in calls if c[0] == "ncclCommInitRank"] == [["ncclCommInitRank", "2"]] * 2 * int(streams)
     for call in ("ncclAllReduce", "ncclBroadcast", "ncclSend", "ncclRecv", "ncclReduceScatter", "ncclReduce"):
         assert call in names, call
+    launches = [line for line in cuda_log.read_text().splitlines() if line.startswith("kernel ")]
+    if kernel:
+        assert launches and "batched-copy kernel did not load" not in result.stdout
+    else:
+        assert not launches and "batched-copy kernel did not load" in result.stdout, result.stdout
 
 
 def test_overlapping_process_sets_get_their_own_communicators_and_give_them_back(stub_driver, stub_nccl, tmp_path) -> None:

@@ -67,6 +67,8 @@ def check_ops(dev: torch.device) -> None:
 def check_fusion(dev: torch.device) -> None:
     """More tensors in flight than one fusion buffer holds (RING_FUSION_THRESHOLD is small here)."""
     xs = [data(torch.float32, (k,), seed=k + hvd.rank()) for k in (1, 7, 1000, 70000, 3, 250000)] * 4
+    # Odd byte counts: the batched-copy kernel's 4-byte and 1-byte paths.
+    xs += [data(dtype, (k,), seed=k) for dtype in (torch.float16, torch.uint8) for k in (3, 5, 1001, 40001)] * 2
     handles = [hvd.allreduce_async(x.to(dev), op=hvd.Sum, name=f"fuse.{i}") for i, x in enumerate(xs)]
     refs = [hvd.allreduce(x, op=hvd.Sum, name=f"fusec.{i}") for i, x in enumerate(xs)]
     for i, (h, ref) in enumerate(zip(handles, refs)):
