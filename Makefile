@@ -16,6 +16,9 @@
 #   make ptx-check    assembles the GPU batched-copy kernel (native/gpu/batched_copy.ptx)
 #                     with NVIDIA's ptxas for sm_70, sm_80 and sm_90 (a 40 MB wheel
 #                     download into build/ptxas; no GPU needed; not in make test)
+#   make gpu-wheels   the wheels tests/gpu/device_check.sh needs beyond the GPU machine's
+#                     image (Keras and what it adds, for that image's Python 3.12),
+#                     into build/gpu-wheels: carry that folder with the check
 #   make docs         the documentation site (mkdocs.yml) into build/site, strictly:
 #                     a broken link or reference fails; make test builds it too
 #   make demo         PyTorch Lightning, Trainer(strategy="ring") on two workers:
@@ -52,7 +55,7 @@ BUILD_TOOLS := "scikit-build-core>=0.10" "nanobind>=2.4" "cmake>=3.18" ninja
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: venv build sysdeps native-test test docs ptx-check slow-test mxnet-test oldest-test large-tensor-test chaos-test bench demo clean distclean
+.PHONY: venv build sysdeps native-test test docs ptx-check gpu-wheels slow-test mxnet-test oldest-test large-tensor-test chaos-test bench demo clean distclean
 
 # ---------------------------------------------------------------- venv
 $(VPY):
@@ -210,6 +213,14 @@ $(PTXAS):
 
 ptx-check: $(PTXAS)
 	for arch in sm_70 sm_80 sm_90; do $(PTXAS) --gpu-name $$arch -v native/gpu/batched_copy.ptx -o /dev/null; done
+
+# The GPU machine (docs/gpu.md) has torch, JAX and cupy but no Keras and no
+# network: its Keras steps install these, with --no-index, from build/gpu-wheels.
+GPU_WHEELS := keras==3.15.1 namex==0.1.0 optree==0.20.0
+
+gpu-wheels:
+	$(PIP) download -q --only-binary=:all: --python-version 3.12 --implementation cp --no-deps \
+	  --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 -d build/gpu-wheels $(GPU_WHEELS)
 
 # The numpy version of the demo: ringrun -np 2 python examples/numpy_logreg.py
 docs: build

@@ -11,15 +11,18 @@ first averages the gradients over all ranks, then applies them as the wrapped
 optimizer would. The gradients travel in one fused host call per step: they
 are flattened into one buffer per dtype inside the step (graph, jit or eager),
 the buffers are allreduced by the native engine, and the result is split back.
-That host call works inside the compiled train step of every backend: a
-``tf.function`` on TensorFlow, ``jax.jit`` on JAX (an ordered
+On the torch backend the buffers go to :mod:`ring_strategy.torch` as they are
+(CUDA tensors through the engine's GPU path); on TensorFlow and JAX, GPU
+gradients are copied to host memory by the host call.
+Either way the reduction works inside the compiled train step of every
+backend: a ``tf.function`` on TensorFlow, ``jax.jit`` on JAX (an ordered
 ``io_callback``), plain tensors on torch (a graph break under
 ``torch.compile``, i.e. ``jit_compile=True``).
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, FrozenSet, List, Optional, Tuple, Type
+from typing import Any, Callable, Dict, FrozenSet, List, Optional, Tuple, Type
 
 import numpy as np
 
@@ -142,6 +145,38 @@ class _KerasFlattener(Flattener):
     @staticmethod
     def host_call(fn: Any, flats: List[Any]) -> List[Any]:
         return host_call(fn, flats, label="ring_allreduce_gradients")
+
+    @staticmethod
+    def native_allreduce(flats: List[Any], names: List[str], op: int, prescale: float, postscale: float,
+                         process_set: ProcessSet) -> Optional[List[Any]]:
+        """On the torch backend, :mod:`ring_strategy.torch` reduces the buffers
+        where they are: CUDA tensors through the engine's GPU path (NCCL, on
+        torch's current stream), not through host memory."""
+        if backend() != "torch":
+            return None
+        return _torch_allreduce()(flats, names, op, prescale, postscale, process_set)
+
+
+_TORCH_ALLREDUCE: Optional[Callable[..., List[Any]]] = None
+
+
+def _torch_allreduce() -> Callable[..., List[Any]]:
+    """The torch backend's reduction, excluded from ``torch.compile`` (Keras'
+    ``jit_compile=True``): Dynamo would otherwise trace into the engine's calls."""
+    global _TORCH_ALLREDUCE
+    if _TORCH_ALLREDUCE is None:
+        import torch
+
+        from ring_strategy.torch import mpi_ops
+
+        def reduce(flats, names, op, prescale, postscale, process_set):
+            handles = [mpi_ops.allreduce_async(f, name=nm, op=op, prescale_factor=prescale,
+                                               postscale_factor=postscale, process_set=process_set)
+                       for f, nm in zip(flats, names)]
+            return [mpi_ops.synchronize(h) for h in handles]
+
+        _TORCH_ALLREDUCE = torch.compiler.disable(reduce)
+    return _TORCH_ALLREDUCE
 
 
 def _dense(g: Any) -> Any:

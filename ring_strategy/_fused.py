@@ -1,6 +1,8 @@
 """Many tensors allreduced in one host call: flattened into one buffer per
 dtype inside the framework's step (graph, jit or eager), the buffers reduced
 by the engine, the results split back into tensors of the original shapes.
+A framework with a front end of its own for its tensors (torch) hands the
+buffers to that front end instead, wherever they live (a GPU included).
 TensorFlow's ``DistributedGradientTape`` and Keras' ``DistributedOptimizer``
 reduce their gradients this way.
 
@@ -12,7 +14,7 @@ rank (local variables and layers), shared by TensorFlow and Keras.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -42,6 +44,14 @@ class Flattener:
     def host_call(fn: Any, flats: List[Any]) -> List[Any]:
         """``fn`` (numpy arrays in and out, same shapes and dtypes) run on the host."""
         raise NotImplementedError
+
+    @staticmethod
+    def native_allreduce(flats: List[Any], names: List[str], op: int, prescale: float, postscale: float,
+                         process_set: ProcessSet) -> Optional[List[Any]]:
+        """The flat buffers reduced by a front end that takes the framework's
+        tensors where they are (a GPU included), ``flats[i]`` under
+        ``names[i]``; None (the default) sends them through :meth:`host_call`."""
+        return None
 
 
 def by_dtype(dtype_names: Sequence[str]) -> Dict[str, List[int]]:
@@ -80,8 +90,11 @@ def fused_allreduce(flattener: type, tensors: Sequence[Any], name: str, op: int,
                    for a, nm in zip(arrays, names)]
         return [ops.synchronize(h) for h in handles]
 
+    reduced = flattener.native_allreduce(flats, names, op, prescale, postscale, process_set)
+    if reduced is None:
+        reduced = flattener.host_call(reduce_on_host, flats)
     out: List[Any] = [None] * len(tensors)
-    for idx, flat in zip(groups.values(), flattener.host_call(reduce_on_host, flats)):
+    for idx, flat in zip(groups.values(), reduced):
         for k, piece in zip(idx, flattener.split(flat, [tensors[k] for k in idx])):
             out[k] = piece
     return out

@@ -11,7 +11,10 @@
 #      2.30: each rank gets its own NCCL_HOSTID, an unsupported setting, for
 #      correctness only; 2.30 and later: NCCL_MULTI_RANK_GPU_ENABLE=1),
 #      and np=4 as two hosts of two ranks with RING_HIERARCHICAL_ALLREDUCE=1;
-#   4. the benchmark at np=1 against raw NCCL (cupy.cuda.nccl) and
+#   4. Keras 3 at np=2 on the torch backend (gradients through NCCL) and
+#      the JAX backend (through host memory): a fit on the GPU, replicas
+#      identical; needs build/gpu-wheels (`make gpu-wheels` here, carried);
+#   5. the benchmark at np=1 against raw NCCL (cupy.cuda.nccl) and
 #      torch.distributed NCCL: 4 B to 256 MiB, and 200 x 16 KiB.
 # Output goes to $OUT (or ./gpu-check-out): check.log (every step's whole
 # output), summary.txt and the benchmark's JSON rows; the console gets each
@@ -75,6 +78,17 @@ step np2-nccl 150 env "${SHARE[@]}" RING_FUSION_THRESHOLD=1048576 "${RUN[@]}" -n
 # Two "hosts" (two names of this machine) of two ranks: NCCL inside each, the CPU ring across.
 step np4-hierarchical 180 env "${SHARE[@]}" RING_HIERARCHICAL_ALLREDUCE=1 RING_FUSION_THRESHOLD=1048576 \
   "${RUN[@]}" -np 4 -H localhost:2,127.0.0.1:2 "$PY" $WORKER ops
+
+# Keras 3 on the GPU, torch and JAX backends (the image has no TensorFlow), from
+# the wheels `make gpu-wheels` put in build/gpu-wheels (the image has no Keras).
+KERAS_SITE="$PWD/build/gpu-site"
+step keras-install 60 bash -c "ls build/gpu-wheels/keras-*.whl && \
+  $PY -m pip install -q --no-index --no-deps --target '$KERAS_SITE' build/gpu-wheels/*.whl"
+KERAS_ENV=(PYTHONPATH="$KERAS_SITE:$PYTHONPATH" XLA_PYTHON_CLIENT_PREALLOCATE=false)
+step np2-keras-torch 150 env "${KERAS_ENV[@]}" "${SHARE[@]}" KERAS_BACKEND=torch \
+  "${RUN[@]}" -np 2 "$PY" tests/gpu/workers/keras_gpu_worker.py
+step np2-keras-jax 150 env "${KERAS_ENV[@]}" KERAS_BACKEND=jax \
+  "${RUN[@]}" -np 2 "$PY" tests/gpu/workers/keras_gpu_worker.py
 
 BENCH=("$PY" -m ring_strategy.bench --device cuda --compare nccl,torch-nccl --check)
 step bench-sizes 150 "${RUN[@]}" -np 1 "${BENCH[@]}" --sizes 4,4K,1M,64M,256M --json "$OUT/bench_sizes.json"
