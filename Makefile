@@ -3,7 +3,8 @@
 #
 #   make venv         .venv with torch (CPU, first) and the build tools
 #   make build        (re)build ring_strategy._native in place, install `ringrun`
-#   make native-test  C++ unit tests (build/native/ring_native_tests)
+#   make native-test  C++ unit tests (build/py/ring_native_tests, next to the extension,
+#                     so the engine compiles once for both)
 #   make sysdeps      system packages the tests use (mpirun, ip/tc, ssh, sshd, java, faketime), as root only
 #   make test         venv + build + native-test + sysdeps + pytest
 #   make slow-test    the slow-marked tests (pytest -m slow), outside make test
@@ -38,7 +39,6 @@ PIP         := $(VPY) -m pip
 CONSTRAINTS := -c $(CURDIR)/constraints.txt
 BUILD_TYPE  ?= Release
 PY_BUILD    := build/py
-NATIVE_BUILD := build/native
 PYTEST_TIMEOUT ?= 300
 PYTEST_ARGS ?=
 
@@ -87,13 +87,13 @@ $(VENV)/.editable-stamp: $(VENV)/.deps-stamp pyproject.toml constraints.txt
 $(PY_BUILD)/build.ninja: $(VENV)/.deps-stamp
 	cmake -S . -B $(PY_BUILD) -G Ninja \
 	  -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
-	  -DRING_BUILD_PYTHON=ON -DRING_BUILD_TESTS=OFF \
+	  -DRING_BUILD_PYTHON=ON -DRING_BUILD_TESTS=ON \
 	  -DPython_EXECUTABLE=$(VPY) \
 	  -Dnanobind_DIR="$$($(VPY) -m nanobind --cmake_dir)" \
 	  -DCMAKE_LIBRARY_OUTPUT_DIRECTORY=$(CURDIR)/ring_strategy
 
 build: $(VENV)/.editable-stamp $(PY_BUILD)/build.ninja
-	cmake --build $(PY_BUILD)
+	cmake --build $(PY_BUILD) --target _native
 
 # ---------------------------------------------------------------- tests
 # tests/cluster runs real mpirun jobs; tests/multihost builds hosts from network
@@ -121,10 +121,11 @@ sysdeps:
 	  echo "sysdeps: could not install $$missing (no network?); the tests that need them will fail"; \
 	fi
 
-native-test:
-	cmake -S . -B $(NATIVE_BUILD) -G Ninja -DRING_BUILD_PYTHON=OFF -DRING_BUILD_TESTS=ON
-	ninja -C $(NATIVE_BUILD)
-	$(NATIVE_BUILD)/ring_native_tests
+# The C++ unit tests share build/py (and its compiled engine) with the extension.
+native-test: $(PY_BUILD)/build.ninja
+	cmake -S . -B $(PY_BUILD) -DRING_BUILD_TESTS=ON >/dev/null
+	cmake --build $(PY_BUILD) --target ring_native_tests
+	$(PY_BUILD)/ring_native_tests
 
 test: venv build native-test sysdeps
 	$(VPY) -m pytest -q --timeout=$(PYTEST_TIMEOUT) tests $(PYTEST_ARGS)

@@ -104,6 +104,7 @@ def test_worker_killed_in_validation_after_an_epoch(tmp_path: Path) -> None:
     _clean(run)
 
 
+@pytest.mark.slow  # 11 s of make test's budget; growth is tested at make test on torch (tests/elastic_e2e)
 def test_host_added_2_to_3(tmp_path: Path) -> None:
     """A host the discovery script starts listing gets a worker, which joins at
     the next commit with rank 0's state; training goes on with three."""

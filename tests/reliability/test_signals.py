@@ -6,17 +6,21 @@ collectives are the numpy core's); the operation stays in flight and can be
 synchronized again, or shutdown() ends the job on every rank with a clear
 error. Workers: tests/reliability/workers/signals.py."""
 
+import pytest
 from reliability_jobs import WORKERS, run_job
 
 from tests.workers.checks import passed_ranks
 
-SCENARIOS = ["numpy_async", "numpy_barrier", "torch_handle", "tensorflow_eager"]
+SCENARIOS = ["numpy_async", "numpy_barrier", "torch_handle"]
 
 
-def test_signals_come_out_of_waits():
-    job = run_job(2, [WORKERS / "signals.py", *SCENARIOS], timeout=180,
+# TensorFlow's eager wait is the engine wait torch's is; importing TensorFlow in
+# both workers costs 10 s of make test's budget: slow-marked (pytest -m slow).
+@pytest.mark.parametrize("scenarios", [SCENARIOS, pytest.param(["tensorflow_eager"], marks=pytest.mark.slow)])
+def test_signals_come_out_of_waits(scenarios):
+    job = run_job(2, [WORKERS / "signals.py", *scenarios], timeout=180,
                   env={"TF_CPP_MIN_LOG_LEVEL": "2", "OMP_NUM_THREADS": "1"})
-    for s in SCENARIOS:
+    for s in scenarios:
         assert len(passed_ranks(job.output, s)) == 2, f"{s}:\n{job.tail(8000)}"
     assert job.returncode == 0, job.tail()
     assert job.leftover_processes == [] and job.leftover_segments == []

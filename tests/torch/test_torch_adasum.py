@@ -20,7 +20,9 @@ def run(np_, scenarios):
         assert out.count(f": {s} ok") == np_, out[-6000:]
 
 
-@pytest.mark.parametrize("np_", [1, 2, 4])
+# np=4 (Adasum's recursive halving past one pair) is also tested on the numpy core
+# (tests/test_adasum.py); here it costs 5 s of make test's budget: slow-marked.
+@pytest.mark.parametrize("np_", [1, 2, pytest.param(4, marks=pytest.mark.slow)])
 def test_collectives(np_):
     run(np_, ["collectives", "autograd", "errors"])
 
