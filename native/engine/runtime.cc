@@ -100,6 +100,7 @@ void Runtime::start() {
   // at np=2 the spin still helps many small tensors at once).
   constexpr double kSpinCpusPerRank = 1.0;
   Backoff::set_spin(cpus_per_rank(opts_.local_size) >= kSpinCpusPerRank);
+  queue_.set_doorbell(control_->doorbell());
   executor_ = std::make_unique<Executor>(&handles_);
   auto cpu = std::make_unique<CpuRingBackend>(data_.get(), &handles_, &sets_);
   setup_hierarchy(*cpu);

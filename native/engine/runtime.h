@@ -173,6 +173,11 @@ class Runtime {
   // progress comes quickly; returns when it is done or when waiting longer
   // is better left to the background thread.
   void drive(int64_t handle);
+  // The background thread's wait for news (a peer's control message, a
+  // queued entry, a notify()): on the control mesh's doorbell once blocking
+  // is due, when it has one; with `backoff` otherwise. Called without
+  // progress_mu_.
+  void idle_wait(Backoff& backoff);
   // Ends the job on this rank. A failure (not a shutdown) is first matched
   // against a peer's note of an earlier failure (its root cause wins), gets
   // this rank's unfinished tensors named, and is passed on to the peers

@@ -13,6 +13,7 @@
 
 #include "common/error.h"
 #include "engine/runtime.h"
+#include "transport/doorbell.h"
 #include "transport/waiter.h"
 
 namespace ring {
@@ -50,7 +51,7 @@ void Runtime::loop() {
     // Quiet: linger a little (a burst of asynchronous submissions then finds
     // us awake, with no wake-up per entry), then sleep on the queue.
     if (idle_here && backoff.idle_seconds() >= kLingerSeconds) queue_.wait_new(kQuietWaitSeconds);
-    else backoff.wait();
+    else idle_wait(backoff);
   }
   // Closing tells peers still waiting on us that we are gone.
   data_->close();
@@ -81,6 +82,28 @@ void Runtime::drive(int64_t handle) {
   // The background thread may be asleep on the queue (entries queued with
   // wake = false, or it found us stepping): wake it for what is in flight.
   if (!done || left) queue_.notify();
+}
+
+void Runtime::idle_wait(Backoff& backoff) {
+  Doorbell* bell = control_->doorbell();
+  if (!bell || !backoff.blocking_due()) return backoff.wait();
+  auto news = [&] {
+    // The mesh is driven by one thread at a time: a caller stepping now
+    // (holding progress_mu_) will hand back to us when it stops.
+    std::unique_lock<std::mutex> lock(progress_mu_, std::try_to_lock);
+    if (!lock.owns_lock() || loop_.finished) return true;
+    try {
+      if (queue_.has_news()) return true;
+      if (opts_.rank != 0) return control_->readable(0);
+      for (int peer = 1; peer < opts_.size; ++peer)
+        if (control_->readable(peer)) return true;
+      return false;
+    } catch (const RingError&) {
+      return true;  // a lost peer: the next step says so
+    }
+  };
+  sleep_on_doorbell(bell, kQuietWaitSeconds, news);
+  queue_.clear_notified();
 }
 
 bool Runtime::step() {

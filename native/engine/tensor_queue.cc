@@ -5,24 +5,28 @@
 namespace ring {
 
 void TensorQueue::push(Entry entry, bool wake) {
-  std::lock_guard<std::mutex> lock(mu_);
-  entries_.push_back(std::move(entry));
-  count_.store(entries_.size(), std::memory_order_release);
-  if (wake) cv_.notify_one();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    entries_.push_back(std::move(entry));
+    count_.store(entries_.size(), std::memory_order_release);
+    if (wake) cv_.notify_one();
+  }
+  if (wake) ring_doorbell(bell_);
 }
 
 void TensorQueue::wait_new(double timeout_s) {
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] { return !entries_.empty() || notified_; });
-  notified_ = false;
+  cv_.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] { return !entries_.empty() || notified_.load(); });
+  notified_.store(false);
 }
 
 void TensorQueue::notify() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    notified_ = true;
+    notified_.store(true);
   }
   cv_.notify_one();
+  ring_doorbell(bell_);
 }
 
 std::vector<Entry> TensorQueue::take_all() {

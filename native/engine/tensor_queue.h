@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/message.h"
+#include "transport/doorbell.h"
 
 namespace ring {
 
@@ -29,7 +30,7 @@ struct Entry {
 
 class TensorQueue {
  public:
-  // wake: notify a thread blocked in wait_new().
+  // wake: notify a thread blocked in wait_new() or on the doorbell.
   void push(Entry entry, bool wake = true);
   std::vector<Entry> take_all();
   // Names of the entries not yet taken by the background thread.
@@ -39,11 +40,19 @@ class TensorQueue {
   // Blocks until an entry is pushed, notify() is called or timeout_s passes.
   void wait_new(double timeout_s);
   void notify();
+  // Also rings `bell` (doorbell.h) on a waking push and on notify(), for a
+  // background thread that sleeps there. Set before the thread starts.
+  void set_doorbell(Doorbell* bell) { bell_ = bell; }
+  // An entry is queued, or notify() was called since the last wait_new()
+  // or clear_notified().
+  bool has_news() const { return has_new() || notified_.load(std::memory_order_acquire); }
+  void clear_notified() { notified_.store(false, std::memory_order_relaxed); }
 
  private:
   std::mutex mu_;
   std::condition_variable cv_;
-  bool notified_ = false;
+  std::atomic<bool> notified_{false};
+  Doorbell* bell_ = nullptr;
   std::vector<Entry> entries_;
   std::atomic<size_t> count_{0};
 };

@@ -11,6 +11,8 @@
 
 namespace ring {
 
+struct Doorbell;
+
 class Channel {
  public:
   virtual ~Channel() = default;
@@ -33,6 +35,14 @@ class Channel {
   // A file descriptor that poll() reports readable/writable when progress is
   // possible, or -1 when the channel has none (shared memory).
   virtual int fd() const { return -1; }
+
+  // The doorbell (doorbell.h) the peer rings when this channel may progress
+  // (shared memory: this rank's segment's), or null when it has none.
+  virtual Doorbell* doorbell() { return nullptr; }
+
+  // False when a try_write() now would certainly accept nothing (the
+  // channel is full). Never blocks, never throws.
+  virtual bool writable() { return true; }
 
   // Throws RingError(PeerFailure) when the peer is known to be dead (process
   // gone, socket closed). Cheap enough to call every few milliseconds.

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "transport/doorbell.h"
 #include "transport/waiter.h"
 
 namespace ring {
@@ -26,6 +27,15 @@ uint64_t read_u64(const uint8_t in[8]) {
   uint64_t v = 0;
   for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(in[i]) << (8 * i);
   return v;
+}
+
+// The one doorbell that rings for both channels (either may be null), or
+// null when one involved channel has none (a socket) or they differ.
+Doorbell* shared_doorbell(Channel* out, Channel* in) {
+  Doorbell* a = out ? out->doorbell() : nullptr;
+  Doorbell* b = in ? in->doorbell() : nullptr;
+  if ((out && !a) || (in && !b)) return nullptr;
+  return a && b && a != b ? nullptr : (a ? a : b);
 }
 
 }  // namespace
@@ -267,8 +277,19 @@ void Mesh::wait_for_progress(const Transfer& t, int to, int from, Backoff& backo
       throw_error(ErrorKind::Timeout, os.str());
     }
   }
-  const int fd_out = t.sending() ? channels_[to]->fd() : -2;
-  const int fd_in = t.receiving() ? channels_[from]->fd() : -2;
+  Channel* out = t.sending() ? channels_[to].get() : nullptr;
+  Channel* in = t.receiving() ? channels_[from].get() : nullptr;
+  Doorbell* bell = shared_doorbell(out, in);
+  if (bell && backoff.blocking_due()) {
+    // Only shared memory involved: sleep until a peer rings (the timeout
+    // keeps abort() and the liveness checks above within a few ms).
+    constexpr double kDoorbellSleepSeconds = 0.005;
+    sleep_on_doorbell(bell, kDoorbellSleepSeconds,
+                      [&] { return (out && out->writable()) || (in && in->peek(1).second > 0); });
+    return;
+  }
+  const int fd_out = out ? out->fd() : -2;
+  const int fd_in = in ? in->fd() : -2;
   if (fd_out != -1 && fd_in != -1 && backoff.idle_seconds() > 20e-6) {
     // Only sockets involved and the short spin is over: let the kernel wake us.
     pollfd fds[2];
@@ -279,6 +300,17 @@ void Mesh::wait_for_progress(const Transfer& t, int to, int from, Backoff& backo
   } else {
     backoff.wait();
   }
+}
+
+Doorbell* Mesh::doorbell() const {
+  Doorbell* bell = nullptr;
+  for (const auto& c : channels_) {
+    if (!c) continue;  // this rank
+    Doorbell* b = c->doorbell();
+    if (!b || (bell && b != bell)) return nullptr;
+    bell = b;
+  }
+  return bell;
 }
 
 bool Mesh::readable(int from) {

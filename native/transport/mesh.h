@@ -3,9 +3,11 @@
 //
 // Every method except abort() must be called from one thread (the engine's
 // background thread, or a test's rank thread). Blocking calls wait with a
-// short spin, then yield, then sleep with backoff (poll() when every channel
-// involved is a socket), so ranks that outnumber cores do not starve each
-// other. Peers that die or stall turn into RingError(PeerFailure) or
+// short spin, then yield, then block in the kernel: on the segment's
+// doorbell (doorbell.h) when every channel involved is shared memory, in
+// poll() when every one is a socket, in a backoff sleep otherwise; with
+// more ranks than cores they skip the spin and yield, so ranks that
+// outnumber cores do not starve each other. Peers that die or stall turn into RingError(PeerFailure) or
 // RingError(Timeout) naming the peer rank; abort() from any thread turns
 // every blocked or later call into RingError(PeerFailure) with its reason.
 #pragma once
@@ -24,6 +26,7 @@
 namespace ring {
 
 class Backoff;
+struct Doorbell;
 
 class Mesh {
  public:
@@ -100,6 +103,9 @@ class Mesh {
   // Non-blocking: true when bytes from `from` are waiting to be received.
   // Throws RingError(PeerFailure) naming the peer when it is gone.
   bool readable(int from);
+  // The doorbell (doorbell.h) every channel of this mesh rings (all shared
+  // memory: this rank's segment's), or null (a socket among them).
+  Doorbell* doorbell() const;
   // Throws RingError(PeerFailure) naming the peer when it is known dead.
   void check_alive(int peer);
 

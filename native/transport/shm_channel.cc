@@ -30,7 +30,7 @@ bool valid_job_id(const std::string& job_id) {
 namespace {
 
 constexpr uint64_t kSegmentMagic = 0x31474e49522d6d73ull;  // "sm-RING1"
-constexpr uint32_t kSegmentVersion = 1;
+constexpr uint32_t kSegmentVersion = 2;
 constexpr size_t kPage = 4096;
 
 struct SegmentHeader {
@@ -106,6 +106,8 @@ std::shared_ptr<ShmSegment> ShmSegment::create(const std::string& name, int rank
     throw_error(ErrorKind::Internal, msg);
   }
   ::close(fd);
+  static_assert(sizeof(SegmentHeader) <= kShmLine && sizeof(Doorbell) <= kShmLine, "both fit before the rings");
+  new (static_cast<uint8_t*>(base) + kShmLine) Doorbell();
   for (int i = 0; i < size; ++i)
     new (static_cast<uint8_t*>(base) + kPage + i * sizeof(ShmRingHeader)) ShmRingHeader();
   SegmentHeader* h = header(base);
@@ -151,6 +153,10 @@ size_t ShmSegment::ring_bytes() const { return header(base_)->ring_bytes; }
 
 ShmRingHeader* ShmSegment::ring(int sender) const {
   return reinterpret_cast<ShmRingHeader*>(static_cast<uint8_t*>(base_) + kPage + sender * sizeof(ShmRingHeader));
+}
+
+Doorbell* ShmSegment::doorbell() const {
+  return reinterpret_cast<Doorbell*>(static_cast<uint8_t*>(base_) + kShmLine);
 }
 
 uint8_t* ShmSegment::data(int sender) const {
@@ -210,7 +216,14 @@ size_t ShmChannel::try_write(const uint8_t* buf, size_t len) {
   std::memcpy(out_data_ + pos, buf, n);
   out_head_ += n;
   out_->head.store(out_head_, std::memory_order_release);  // publishes the bytes
+  ring_doorbell(peer_->doorbell());
   return n;
+}
+
+bool ShmChannel::writable() {
+  if (closed_ || in_->closed.load(std::memory_order_relaxed)) return true;  // try_write will say why
+  out_tail_seen_ = out_->tail.load(std::memory_order_acquire);
+  return out_head_ - out_tail_seen_ < out_cap_;
 }
 
 std::pair<const uint8_t*, size_t> ShmChannel::peek(size_t max) {
@@ -235,6 +248,7 @@ void ShmChannel::consume(size_t n) {
   if (n == 0) return;
   in_tail_ += n;
   in_->tail.store(in_tail_, std::memory_order_release);  // we are done reading those bytes
+  ring_doorbell(peer_->doorbell());  // the peer may be waiting for space
 }
 
 void ShmChannel::check_alive() {
@@ -261,6 +275,7 @@ void ShmChannel::close() {
   if (closed_) return;
   closed_ = true;
   out_->closed.store(1, std::memory_order_release);  // after our last head store
+  ring_doorbell(peer_->doorbell());
 }
 
 }  // namespace ring

@@ -10,6 +10,7 @@
 //
 // Segment layout (offsets in bytes):
 //   0                      SegmentHeader (magic, version, rank, size, pid, ring capacity)
+//   kShmLine               Doorbell (the owner's: doorbell.h)
 //   kPage                  RingHeader[size]: head | tail | closed+attached, each on its own 128-byte line
 //   data_offset            ring data, one stride (capacity rounded up to a page) per sender
 #pragma once
@@ -23,6 +24,7 @@
 #include <string>
 
 #include "transport/channel.h"
+#include "transport/doorbell.h"
 
 namespace ring {
 
@@ -63,6 +65,8 @@ class ShmSegment {
   int pid() const;
   size_t ring_bytes() const;
   ShmRingHeader* ring(int sender) const;
+  // The owner's doorbell: peers ring it when the owner may progress.
+  Doorbell* doorbell() const;
   uint8_t* data(int sender) const;
   // shm_unlink()s the name once; mappings stay valid. Never throws.
   void unlink();
@@ -98,6 +102,10 @@ class ShmChannel : public Channel {
   // The peer has mapped our segment (and made its ShmChannel to us).
   bool peer_attached() const { return in_->attached.load(std::memory_order_acquire) != 0; }
   void close() override;
+  // Our segment's doorbell; we ring the peer's after every head or tail
+  // store and when closing.
+  Doorbell* doorbell() override { return own_->doorbell(); }
+  bool writable() override;
 
  private:
   [[noreturn]] void fail_closed();

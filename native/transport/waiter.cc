@@ -42,7 +42,7 @@ void Backoff::wait() {
   double idle_us = std::chrono::duration<double, std::micro>(Clock::now() - idle_since_).count();
   if (idle_us < 20 && g_spin.load(std::memory_order_relaxed)) {
     for (int i = 0; i < 32; ++i) cpu_relax();
-  } else if (idle_us < 500) {
+  } else if (idle_us < kYieldSeconds * 1e6) {
     sched_yield();
   } else {
     // Sleep about a tenth of the time already waited: short waits stay
@@ -52,6 +52,15 @@ void Backoff::wait() {
     timespec ts{0, ns};
     nanosleep(&ts, nullptr);
   }
+}
+
+bool Backoff::blocking_due() {
+  if (!idle_since_valid_) {
+    idle_since_valid_ = true;
+    idle_since_ = Clock::now();
+    idle_iterations_ = 0;
+  }
+  return idle_seconds() >= kYieldSeconds;
 }
 
 double Backoff::idle_seconds() const {

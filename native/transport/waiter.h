@@ -17,6 +17,11 @@ class Backoff {
   void wait();
   // Seconds since the last reset().
   double idle_seconds() const;
+  // True once waiting should block in the kernel (a futex, poll()) rather
+  // than spin or yield: at once on an oversubscribed host (no spin), after
+  // kYieldSeconds otherwise. Starts the idle clock.
+  bool blocking_due();
+  static constexpr double kYieldSeconds = 500e-6;
   // Whether waits start with a spin (process-wide; on by default).
   static void set_spin(bool on);
 
