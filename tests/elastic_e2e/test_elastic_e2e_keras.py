@@ -70,6 +70,9 @@ def test_killed_worker_3_to_2(killed):
     every_sample_once(run, script.SAMPLES, EPOCHS, script.STEPS_PER_EPOCH)
 
 
+# 15 s of make test's budget: slow-marked (pytest -m slow); growth runs in make test on torch
+# (test_elastic_e2e_torch.py) and Keras' shrinking above.
+@pytest.mark.slow
 def test_host_added_2_to_3(added):
     run, added_at, backend = added
     reset_step = check_added(run, added_at, f"keras ({backend})")
