@@ -94,8 +94,9 @@ BENCH=("$PY" -m ring_strategy.bench --device cuda --compare nccl,torch-nccl --ch
 step bench-sizes 150 "${RUN[@]}" -np 1 "${BENCH[@]}" --sizes 4,4K,1M,64M,256M --json "$OUT/bench_sizes.json"
 step bench-small 90 "${RUN[@]}" -np 1 "${BENCH[@]}" --case small-tensors --json "$OUT/bench_small.json"
 
-# The batched-copy kernel (PTX) loaded wherever fused tensors were copied.
-step kernel-loaded 5 bash -c "! grep -n 'batched-copy kernel did not load' '$LOG'"
+# The batched-copy kernel (PTX) loaded wherever fused tensors were copied (the
+# bracket keeps the pattern from matching this step's own line in the log).
+step kernel-loaded 5 bash -c "! grep -n 'batched-copy kernel did not [l]oad' '$LOG'"
 
 echo "device check: $([ $failed -eq 0 ] && echo PASSED || echo FAILED) (NCCL $NCCL)" | tee "$OUT/summary.txt"
 exit $failed
