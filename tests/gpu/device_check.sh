@@ -60,6 +60,10 @@ step build 300 bash -c "cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Rele
 
 "$PY" -c "from ring_strategy.build_queries import gpu_info; import json; print(json.dumps(gpu_info(), indent=1))" \
   | tee -a "$LOG"
+if ! "$PY" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"; then
+  echo "device check: FAILED: torch sees no CUDA GPU here; every step needs one" | tee -a "$LOG" "$OUT/summary.txt"
+  exit 1
+fi
 NCCL=$("$PY" -c "from ring_strategy.build_queries import nccl_built; print(nccl_built())")
 RUN=("$PY" -m ring_strategy.runner.launch)
 WORKER=tests/gpu/workers/device_worker.py

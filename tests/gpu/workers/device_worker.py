@@ -187,6 +187,9 @@ def main() -> None:
     hvd.init()
     if os.environ.get("RING_DEVICE_NCCL_HOSTID"):  # several ranks on one GPU, NCCL before 2.30
         os.environ["NCCL_HOSTID"] = f"ring-rank-{hvd.rank()}"
+    if torch.cuda.device_count() == 0:
+        raise SystemExit(f"device_worker: torch {torch.__version__} sees no CUDA GPU "
+                         f"(torch.version.cuda={torch.version.cuda}); run this on a GPU machine")
     local = hvd.local_rank() % torch.cuda.device_count()
     torch.cuda.set_device(local)
     dev = torch.device("cuda", local)
