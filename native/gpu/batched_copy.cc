@@ -46,26 +46,21 @@ CUfunction kernel_on(int device) {
 
 std::vector<CopyLaunch> plan_copies(const std::vector<CopyJob>& jobs, std::vector<CopyJob>* large) {
   std::vector<CopyLaunch> launches;
-  size_t largest = 0;
   for (const CopyJob& j : jobs) {
     if (j.bytes == 0) continue;
     if (j.bytes >= kBatchedCopyMaxBytes) {
       large->push_back(j);
       continue;
     }
-    if (launches.empty() || launches.back().args.count == kBatchedCopyCapacity) {
-      if (!launches.empty()) launches.back().blocks_per_copy = blocks_for(largest);
-      launches.emplace_back();
-      largest = 0;
-    }
+    if (launches.empty() || launches.back().args.count == kBatchedCopyCapacity) launches.emplace_back();
     BatchedCopyArgs& a = launches.back().args;
     a.dst[a.count] = j.dst;
     a.src[a.count] = j.src;
     a.bytes[a.count] = j.bytes;
     ++a.count;
-    largest = std::max(largest, j.bytes);
   }
-  if (!launches.empty()) launches.back().blocks_per_copy = blocks_for(largest);
+  for (CopyLaunch& l : launches)
+    l.blocks_per_copy = blocks_for(*std::max_element(l.args.bytes, l.args.bytes + l.args.count));
   return launches;
 }
 

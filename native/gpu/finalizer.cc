@@ -31,13 +31,13 @@ void Finalizer::abort() {
 
 void Finalizer::drain() {
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return queue_.empty() && busy_ == 0; });
+  cv_.wait(lock, [&] { return idle(); });
 }
 
 bool Finalizer::drain_for(double timeout_seconds) {
   std::unique_lock<std::mutex> lock(mu_);
   return cv_.wait_for(lock, std::chrono::duration<double>(timeout_seconds),
-                      [&] { return queue_.empty() && busy_ == 0; });
+                      [&] { return idle(); });
 }
 
 bool Finalizer::failure(GpuFailure* out) {

@@ -53,6 +53,8 @@ class Finalizer {
   bool uses(ncclComm_t comm);
 
  private:
+  // Nothing queued or waited for; mu_ is held.
+  bool idle() const { return queue_.empty() && busy_ == 0; }
   void loop();
   // Waits for w's event; false (and `failure` filled) when the work failed.
   bool wait(const GpuWork& w, GpuFailure* failure);

@@ -11,7 +11,7 @@ namespace ring::gpu {
 
 NcclCommunicators::~NcclCommunicators() {
   // None left after abort_all(); none at all in a job without NCCL.
-  for (auto& [key, comm] : comms_) destroy(std::get<1>(key), comm);
+  retire_locked([](int64_t) { return true; });
   for (auto& [device, comm] : retired_) destroy(device, comm);
 }
 
@@ -22,14 +22,7 @@ void NcclCommunicators::destroy(int device, ncclComm_t comm) {
 
 void NcclCommunicators::retire(int64_t group) {
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto it = comms_.begin(); it != comms_.end();) {
-    if (std::get<0>(it->first) == group) {
-      retired_.emplace_back(std::get<1>(it->first), it->second);
-      it = comms_.erase(it);
-    } else {
-      ++it;
-    }
-  }
+  retire_locked([group](int64_t g) { return g == group; });
 }
 
 bool NcclCommunicators::usable(int64_t group, Mesh& mesh) {
@@ -68,16 +61,11 @@ ncclComm_t NcclCommunicators::get(int64_t group, Mesh& mesh, int device, int str
 void NcclCommunicators::abort_all() {
   std::lock_guard<std::mutex> lock(mu_);
   aborted_ = true;
-  if (comms_.empty()) return;  // never used: do not load NCCL now
-  for (auto& [key, comm] : comms_) {
-    ScopedDevice current(std::get<1>(key));
-    nccl_library().ncclCommAbort(comm);
-  }
-  for (auto& [device, comm] : retired_) {
+  retire_locked([](int64_t) { return true; });
+  for (auto& [device, comm] : retired_) {  // none when NCCL was never used: it is not loaded now
     ScopedDevice current(device);
     nccl_library().ncclCommAbort(comm);
   }
-  comms_.clear();
   retired_.clear();
 }
 

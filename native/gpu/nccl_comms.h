@@ -52,6 +52,10 @@ class NcclCommunicators {
 
  private:
   static void destroy(int device, ncclComm_t comm);
+  // Moves the communicators of every group `which` (int64_t) picks from
+  // comms_ to retired_; mu_ is held (or no other thread is left).
+  template <class Which>
+  void retire_locked(Which which);
 
   std::map<int64_t, bool> usable_;  // engine thread only
   std::mutex mu_;                   // guards comms_ and aborted_ (never held across an NCCL call that waits)
@@ -59,6 +63,18 @@ class NcclCommunicators {
   bool aborted_ = false;
   std::vector<std::pair<int, ncclComm_t>> retired_;  // (device, comm); guarded by mu_
 };
+
+template <class Which>
+void NcclCommunicators::retire_locked(Which which) {
+  for (auto it = comms_.begin(); it != comms_.end();) {
+    if (which(std::get<0>(it->first))) {
+      retired_.emplace_back(std::get<1>(it->first), it->second);
+      it = comms_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
 
 template <class Idle>
 void NcclCommunicators::destroy_retired(Idle idle) {

@@ -6,6 +6,7 @@
 #include <poll.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <sstream>
@@ -29,13 +30,18 @@ uint64_t read_u64(const uint8_t in[8]) {
   return v;
 }
 
-// The one doorbell that rings for both channels (either may be null), or
-// null when one involved channel has none (a socket) or they differ.
-Doorbell* shared_doorbell(Channel* out, Channel* in) {
-  Doorbell* a = out ? out->doorbell() : nullptr;
-  Doorbell* b = in ? in->doorbell() : nullptr;
-  if ((out && !a) || (in && !b)) return nullptr;
-  return a && b && a != b ? nullptr : (a ? a : b);
+// The one doorbell every channel of `channels` rings (null entries are not
+// involved), or null when one has none (a socket) or they differ.
+template <class Channels>
+Doorbell* common_doorbell(const Channels& channels) {
+  Doorbell* bell = nullptr;
+  for (const auto& c : channels) {
+    if (!c) continue;
+    Doorbell* b = c->doorbell();
+    if (!b || (bell && b != bell)) return nullptr;
+    bell = b;
+  }
+  return bell;
 }
 
 }  // namespace
@@ -46,11 +52,14 @@ Mesh::Mesh(int rank, int size, std::vector<std::unique_ptr<Channel>> channels,
   for (auto& c : channels) channels_.push_back(std::move(c));
   if (static_cast<int>(channels_.size()) != size_ || static_cast<int>(peer_names_.size()) != size_)
     throw_error(ErrorKind::Internal, "Mesh: channels and peer_names must have one entry per rank");
+  doorbell_ = common_doorbell(channels_);
 }
 
 Mesh::Mesh(int rank, int size, std::vector<std::shared_ptr<Channel>> channels, std::vector<std::string> peer_names,
            Mesh* parent)
-    : rank_(rank), size_(size), channels_(std::move(channels)), parent_(parent), peer_names_(std::move(peer_names)) {}
+    : rank_(rank), size_(size), channels_(std::move(channels)), parent_(parent), peer_names_(std::move(peer_names)) {
+  doorbell_ = common_doorbell(channels_);
+}
 
 Mesh::~Mesh() { close(); }
 
@@ -279,7 +288,7 @@ void Mesh::wait_for_progress(const Transfer& t, int to, int from, Backoff& backo
   }
   Channel* out = t.sending() ? channels_[to].get() : nullptr;
   Channel* in = t.receiving() ? channels_[from].get() : nullptr;
-  Doorbell* bell = shared_doorbell(out, in);
+  Doorbell* bell = common_doorbell(std::array<Channel*, 2>{out, in});
   if (bell && backoff.blocking_due()) {
     // Only shared memory involved: sleep until a peer rings (the timeout
     // keeps abort() and the liveness checks above within a few ms).
@@ -300,17 +309,6 @@ void Mesh::wait_for_progress(const Transfer& t, int to, int from, Backoff& backo
   } else {
     backoff.wait();
   }
-}
-
-Doorbell* Mesh::doorbell() const {
-  Doorbell* bell = nullptr;
-  for (const auto& c : channels_) {
-    if (!c) continue;  // this rank
-    Doorbell* b = c->doorbell();
-    if (!b || (bell && b != bell)) return nullptr;
-    bell = b;
-  }
-  return bell;
 }
 
 bool Mesh::readable(int from) {

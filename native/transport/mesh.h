@@ -105,7 +105,7 @@ class Mesh {
   bool readable(int from);
   // The doorbell (doorbell.h) every channel of this mesh rings (all shared
   // memory: this rank's segment's), or null (a socket among them).
-  Doorbell* doorbell() const;
+  Doorbell* doorbell() const { return doorbell_; }
   // Throws RingError(PeerFailure) naming the peer when it is known dead.
   void check_alive(int peer);
 
@@ -136,6 +136,7 @@ class Mesh {
   int rank_;
   int size_;
   std::vector<std::shared_ptr<Channel>> channels_;
+  Doorbell* doorbell_ = nullptr;  // common_doorbell(channels_), found at construction
   Mesh* parent_ = nullptr;
   std::vector<std::string> peer_names_;
   double timeout_s_ = 30.0;

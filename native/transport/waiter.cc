@@ -32,12 +32,15 @@ double cpus_per_rank(int local_size) {
   return static_cast<double>(cpus) / std::max(local_size, 1);
 }
 
+void Backoff::start_idle_clock() {
+  if (idle_since_valid_) return;
+  idle_since_valid_ = true;
+  idle_since_ = Clock::now();
+  idle_iterations_ = 0;
+}
+
 void Backoff::wait() {
-  if (!idle_since_valid_) {
-    idle_since_valid_ = true;
-    idle_since_ = Clock::now();
-    idle_iterations_ = 0;
-  }
+  start_idle_clock();
   ++idle_iterations_;
   double idle_us = std::chrono::duration<double, std::micro>(Clock::now() - idle_since_).count();
   if (idle_us < 20 && g_spin.load(std::memory_order_relaxed)) {
@@ -55,11 +58,7 @@ void Backoff::wait() {
 }
 
 bool Backoff::blocking_due() {
-  if (!idle_since_valid_) {
-    idle_since_valid_ = true;
-    idle_since_ = Clock::now();
-    idle_iterations_ = 0;
-  }
+  start_idle_clock();
   return idle_seconds() >= kYieldSeconds;
 }
 

@@ -27,6 +27,8 @@ class Backoff {
 
  private:
   using Clock = std::chrono::steady_clock;
+  // The idle time counts from the first wait after a reset().
+  void start_idle_clock();
   bool idle_since_valid_ = false;
   Clock::time_point idle_since_;
   long idle_iterations_ = 0;
