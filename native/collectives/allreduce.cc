@@ -44,18 +44,25 @@ void ring_allreduce(Mesh& mesh, void* buf, const std::vector<size_t>& chunk_coun
 
 void ring_allreduce(Mesh& mesh, const void* src, void* dst, const std::vector<size_t>& chunk_counts,
                     DataType dtype, ReduceOp op, double post_factor) {
+  size_t total = 0;
+  for (size_t c : chunk_counts) total += c;
+  ring_allreduce(mesh, Parts(src, dst, total * dtype_size(dtype)), chunk_counts, dtype, op, post_factor);
+}
+
+void ring_allreduce(Mesh& mesh, const Parts& buf, const std::vector<size_t>& chunk_counts, DataType dtype,
+                    ReduceOp op, double post_factor) {
   const int n = mesh.size();
   if (static_cast<int>(chunk_counts.size()) != n)
     throw_error(ErrorKind::BadArgument, "allreduce: " + std::to_string(chunk_counts.size()) +
                                             " chunk counts for " + std::to_string(n) + " ranks");
   const size_t esize = dtype_size(dtype);
   if (n == 2 && (chunk_counts[0] + chunk_counts[1]) * esize >= kPairMinBytes)
-    return pair_allreduce(mesh, src, dst, chunk_counts, dtype, op, post_factor);
+    return pair_allreduce(mesh, buf, chunk_counts, dtype, op, post_factor);
   // Only the complete chunk is scaled, by its owner; the allgather copies it.
-  ring_reducescatter(mesh, src, dst, chunk_counts, dtype, op, post_factor);
+  ring_reducescatter(mesh, buf, chunk_counts, dtype, op, post_factor);
   std::vector<size_t> chunk_bytes(n);
   for (int c = 0; c < n; ++c) chunk_bytes[c] = chunk_counts[c] * esize;
-  if (n > 1) ring_allgather(mesh, dst, chunk_bytes);
+  if (n > 1) ring_allgather(mesh, buf, chunk_bytes);
 }
 
 }  // namespace ring

@@ -39,7 +39,7 @@ void reduce_block(uint8_t* dst, const uint8_t* src, const uint8_t* piece, size_t
 
 }  // namespace
 
-void pair_allreduce(Mesh& mesh, const void* src, void* dst, const std::vector<size_t>& chunk_counts, DataType dtype,
+void pair_allreduce(Mesh& mesh, const Parts& buf, const std::vector<size_t>& chunk_counts, DataType dtype,
                     ReduceOp op, double post_factor) {
   if (mesh.size() != 2 || chunk_counts.size() != 2)
     throw_error(ErrorKind::BadArgument, "pair_allreduce needs exactly two ranks and two chunks");
@@ -48,22 +48,23 @@ void pair_allreduce(Mesh& mesh, const void* src, void* dst, const std::vector<si
   const size_t block = kBlockBytes / esize * esize;
   const size_t bytes[2] = {chunk_counts[0] * esize, chunk_counts[1] * esize};
   const size_t offset[2] = {0, bytes[0]};
-  const uint8_t* in = static_cast<const uint8_t*>(src);
-  uint8_t* out = static_cast<uint8_t*>(dst);
   const size_t longest = std::max(bytes[0], bytes[1]);
   for (size_t pos = 0; pos < longest; pos += block) {
     const size_t mine = pos < bytes[me] ? std::min(block, bytes[me] - pos) : 0;
     const size_t theirs = pos < bytes[peer] ? std::min(block, bytes[peer] - pos) : 0;
-    uint8_t* own_out = out + offset[me] + pos;
-    const uint8_t* own_in = in + offset[me] + pos;
-    mesh.sendrecv_sink(peer, in + offset[peer] + pos, theirs, peer, mine, esize,
+    const size_t own_at = offset[me] + pos, their_at = offset[peer] + pos;
+    mesh.sendrecv_sink(peer, buf.pieces(their_at, theirs, false), peer, mine, esize,
                        [&](const uint8_t* piece, size_t at, size_t len) {
-                         reduce_block(own_out + at, own_in + at, piece, len, esize, dtype, op, post_factor);
+                         buf.visit(own_at + at, len, [&](const uint8_t* in, uint8_t* out, size_t k, size_t n) {
+                           reduce_block(out, in, piece + k, n, esize, dtype, op, post_factor);
+                         });
                        });
-    uint8_t* their_out = out + offset[peer] + pos;
-    mesh.sendrecv_sink(peer, own_out, mine, peer, theirs, 1, [&](const uint8_t* piece, size_t at, size_t len) {
-      stream_copy(their_out + at, piece, len);
-    });
+    mesh.sendrecv_sink(peer, buf.pieces(own_at, mine, true), peer, theirs, 1,
+                       [&](const uint8_t* piece, size_t at, size_t len) {
+                         buf.visit(their_at + at, len, [&](const uint8_t*, uint8_t* out, size_t k, size_t n) {
+                           stream_copy(out, piece + k, n);
+                         });
+                       });
   }
 }
 

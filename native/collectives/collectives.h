@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <vector>
 
+#include "collectives/parts.h"
 #include "common/types.h"
 #include "transport/mesh.h"
 
@@ -28,6 +29,11 @@ void ring_allreduce(Mesh& mesh, void* buf, const std::vector<size_t>& chunk_coun
 // completes before the allgather, so every rank gets the same bits).
 void ring_allreduce(Mesh& mesh, const void* src, void* dst, const std::vector<size_t>& chunk_counts,
                     DataType dtype, ReduceOp op, double post_factor);
+// The same on a buffer in parts (parts.h): what the input pointer reads
+// above is read from each part's input, what dst receives goes to each
+// part's output. Every collective below that takes Parts works this way.
+void ring_allreduce(Mesh& mesh, const Parts& buf, const std::vector<size_t>& chunk_counts, DataType dtype,
+                    ReduceOp op, double post_factor);
 
 // In-place ring reduce-scatter with the same chunk layout as ring_allreduce:
 // afterwards chunk rank() of `buf` holds the reduction of that chunk over all
@@ -37,7 +43,7 @@ void ring_reducescatter(Mesh& mesh, void* buf, const std::vector<size_t>& chunk_
 // The same result as the out-of-place ring_allreduce for exactly two ranks,
 // block by block so each completed block is sent back while in cache, and
 // received results are written with streaming stores. allreduce_pair.cc.
-void pair_allreduce(Mesh& mesh, const void* src, void* dst, const std::vector<size_t>& chunk_counts, DataType dtype,
+void pair_allreduce(Mesh& mesh, const Parts& buf, const std::vector<size_t>& chunk_counts, DataType dtype,
                     ReduceOp op, double post_factor);
 
 // Out of place: reads `src`; the reduced chunks land in `dst` (chunk rank()
@@ -45,20 +51,24 @@ void pair_allreduce(Mesh& mesh, const void* src, void* dst, const std::vector<si
 // this rank hold partial results, the one this rank only sent is untouched).
 void ring_reducescatter(Mesh& mesh, const void* src, void* dst, const std::vector<size_t>& chunk_counts,
                         DataType dtype, ReduceOp op, double factor);
+void ring_reducescatter(Mesh& mesh, const Parts& buf, const std::vector<size_t>& chunk_counts, DataType dtype,
+                        ReduceOp op, double factor);
 
-// Allreduce from `src` into `dst`, split into local.size() chunks of
+// Allreduce of `buf` (inputs into outputs), split into local.size() chunks of
 // chunk_counts[c] elements, in three stages:
 // reduce-scatter within `local` (the ranks of this host), allreduce of this
 // rank's chunk within `cross` (the ranks with this local rank, one per
 // host), allgather within `local`. Every rank of the job calls it with
 // meshes of the same shape. See hierarchical_allreduce.cc.
-void hierarchical_allreduce(Mesh& local, Mesh& cross, const void* src, void* dst,
-                            const std::vector<size_t>& chunk_counts, DataType dtype, ReduceOp op, double post_factor);
+void hierarchical_allreduce(Mesh& local, Mesh& cross, const Parts& buf, const std::vector<size_t>& chunk_counts,
+                            DataType dtype, ReduceOp op, double post_factor);
 
 // Ring allgather of variable-size blocks into `buf` (total = sum of
 // block_bytes, block r at offset sum(block_bytes[0..r))). This rank's block
 // must already be in place.
 void ring_allgather(Mesh& mesh, void* buf, const std::vector<size_t>& block_bytes);
+// The same over the outputs of `buf` (the inputs are not read).
+void ring_allgather(Mesh& mesh, const Parts& buf, const std::vector<size_t>& block_bytes);
 
 // Broadcast of `bytes` bytes in `buf` from `root` to every rank, pipelined
 // along a chain that starts at root.

@@ -21,8 +21,8 @@
 
 namespace ring {
 
-void hierarchical_allreduce(Mesh& local, Mesh& cross, const void* src, void* dst,
-                            const std::vector<size_t>& chunks, DataType dtype, ReduceOp op, double post_factor) {
+void hierarchical_allreduce(Mesh& local, Mesh& cross, const Parts& buf, const std::vector<size_t>& chunks,
+                            DataType dtype, ReduceOp op, double post_factor) {
   const int l = local.rank();
   const size_t esize = dtype_size(dtype);
   if (static_cast<int>(chunks.size()) != local.size())
@@ -30,12 +30,12 @@ void hierarchical_allreduce(Mesh& local, Mesh& cross, const void* src, void* dst
                                             " chunk counts for " + std::to_string(local.size()) + " local ranks");
   size_t offset = 0;
   for (int c = 0; c < l; ++c) offset += chunks[c] * esize;
-  ring_reducescatter(local, src, dst, chunks, dtype, op, 1.0);
-  uint8_t* mine = static_cast<uint8_t*>(dst) + offset;
-  ring_allreduce(cross, mine, mine, slice_counts(chunks[l], cross.size()), dtype, op, post_factor);
+  ring_reducescatter(local, buf, chunks, dtype, op, 1.0);
+  ring_allreduce(cross, buf.output_range(offset, chunks[l] * esize), slice_counts(chunks[l], cross.size()), dtype,
+                 op, post_factor);
   std::vector<size_t> bytes(chunks.size());
   for (size_t c = 0; c < chunks.size(); ++c) bytes[c] = chunks[c] * esize;
-  if (local.size() > 1) ring_allgather(local, dst, bytes);
+  if (local.size() > 1) ring_allgather(local, buf, bytes);
 }
 
 }  // namespace ring

@@ -63,6 +63,13 @@ void ring_reducescatter(Mesh& mesh, void* buf, const std::vector<size_t>& chunk_
 
 void ring_reducescatter(Mesh& mesh, const void* src, void* dst, const std::vector<size_t>& chunk_counts,
                         DataType dtype, ReduceOp op, double factor) {
+  size_t total = 0;
+  for (size_t c : chunk_counts) total += c;
+  ring_reducescatter(mesh, Parts(src, dst, total * dtype_size(dtype)), chunk_counts, dtype, op, factor);
+}
+
+void ring_reducescatter(Mesh& mesh, const Parts& buf, const std::vector<size_t>& chunk_counts, DataType dtype,
+                        ReduceOp op, double factor) {
   const int n = mesh.size(), r = mesh.rank();
   if (static_cast<int>(chunk_counts.size()) != n)
     throw_error(ErrorKind::BadArgument, "reducescatter: " + std::to_string(chunk_counts.size()) +
@@ -72,11 +79,11 @@ void ring_reducescatter(Mesh& mesh, const void* src, void* dst, const std::vecto
   const size_t esize = dtype_size(dtype);
   std::vector<size_t> chunk_offset(n, 0);  // in bytes
   for (int c = 1; c < n; ++c) chunk_offset[c] = chunk_offset[c - 1] + chunk_counts[c - 1] * esize;
-  const uint8_t* in = static_cast<const uint8_t*>(src);
-  uint8_t* out = static_cast<uint8_t*>(dst);
   if (n == 1) {
-    if (in != out && chunk_counts[0]) std::memcpy(out, in, chunk_counts[0] * esize);
-    if (factor != 1.0) scale_buffer(out, chunk_counts[0], dtype, factor);
+    buf.visit(0, chunk_counts[0] * esize, [&](const uint8_t* in, uint8_t* out, size_t, size_t len) {
+      if (in != out) std::memcpy(out, in, len);
+      if (factor != 1.0) scale_buffer(out, len / esize, dtype, factor);
+    });
     return;
   }
 
@@ -84,14 +91,15 @@ void ring_reducescatter(Mesh& mesh, const void* src, void* dst, const std::vecto
   for (int step = 0; step < n - 1; ++step) {
     const int send_chunk = ((r - step - 1) % n + n) % n;
     const int recv_chunk = ((r - step - 2) % n + n) % n;
-    const uint8_t* send_from = (step == 0 ? in : out) + chunk_offset[send_chunk];
-    uint8_t* own_out = out + chunk_offset[recv_chunk];
-    const uint8_t* own_in = in + chunk_offset[recv_chunk];
+    const size_t recv_at = chunk_offset[recv_chunk];
     const double f = step == n - 2 ? factor : 1.0;  // the last step completes chunk r
-    mesh.sendrecv_sink(right, send_from, chunk_counts[send_chunk] * esize, left,
+    // Step 0 sends this rank's own input; later steps forward partial results.
+    mesh.sendrecv_sink(right, buf.pieces(chunk_offset[send_chunk], chunk_counts[send_chunk] * esize, step > 0), left,
                        chunk_counts[recv_chunk] * esize, esize,
-                       [own_out, own_in, esize, dtype, op, f](const uint8_t* piece, size_t offset, size_t len) {
-                         reduce_from(own_out + offset, own_in + offset, piece, len, esize, dtype, op, f);
+                       [&](const uint8_t* piece, size_t offset, size_t len) {
+                         buf.visit(recv_at + offset, len, [&](const uint8_t* in, uint8_t* out, size_t at, size_t k) {
+                           reduce_from(out, in, piece + at, k, esize, dtype, op, f);
+                         });
                        });
   }
 }

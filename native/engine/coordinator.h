@@ -61,9 +61,10 @@ class Coordinator {
   // Negotiation events go to `timeline` (null: none).
   void set_timeline(Timeline* timeline) { timeline_ = timeline; }
   void set_fusion_threshold(size_t bytes) { fusion_threshold_ = bytes; }
-  // Allreduces of at least this many bytes are never fused: copying them
-  // into and out of the fusion buffer costs more than the operation they
-  // would share, so each runs alone, straight from its own memory.
+  // Allreduces of at least this many bytes are never fused: each starts as
+  // soon as every rank has it, without waiting for a batch, since sharing
+  // an operation saves it little (and on GPUs fusing it would cost a copy
+  // into and out of the fusion buffer).
   void set_alone_bytes(size_t bytes) { alone_bytes_ = bytes; }
   // The job's process sets (must outlive the coordinator); null: only the
   // global set.

@@ -21,8 +21,7 @@ void Runtime::start_coordinator() {
   const int n = opts_.size;
   s.coord = std::make_unique<Coordinator>(n, &cache_, config_.fusion_threshold_bytes);
   s.coord->set_process_sets(&sets_);
-  // Over shared memory a 128 KiB allreduce already runs near full speed,
-  // and copying it through the fusion buffer costs more than running it
+  // Over shared memory a 128 KiB allreduce already runs near full speed
   // alone; across hosts each operation's latency weighs more.
   s.coord->set_alone_bytes(opts_.local_size == n ? kAloneBytesOneHost : kAloneBytesSeveralHosts);
   s.coord->set_timeline(&timeline_);

@@ -1,6 +1,6 @@
 // OpTimeline: the timeline events of the response a backend is running, for
 // any backend. open() starts the operation on the rows of the response's
-// tensors, phase_begin / phase_end time an inner phase (MEMCPY_IN_FUSION_BUFFER,
+// tensors, phase_begin / phase_end time an inner phase (PRESCALE,
 // RING_ALLREDUCE, ...; they do not nest), close() ends the operation with
 // each tensor's dtype and shape. Everything is a no-op while the timeline is
 // off, and on ranks without one (only rank 0 writes it).

@@ -532,7 +532,7 @@ void hierarchical_case(Wire w, int hosts, int per_host, size_t count) {
     for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>((i % 7) + m.rank());
     std::vector<size_t> chunks(per_host);
     for (int c = 0; c < per_host; ++c) chunks[c] = count / per_host + (static_cast<size_t>(c) < count % per_host);
-    ring::hierarchical_allreduce(*lm, *cm, in.data(), out.data(), chunks, DataType::Float32, ReduceOp::Average,
+    ring::hierarchical_allreduce(*lm, *cm, ring::Parts(in.data(), out.data(), count * sizeof(float)), chunks, DataType::Float32, ReduceOp::Average,
                                  1.0 / n);
     for (size_t i = 0; i < count; ++i) {
       float expected = static_cast<float>((i % 7) * n + n * (n - 1) / 2) / n;

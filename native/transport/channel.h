@@ -13,6 +13,12 @@ namespace ring {
 
 struct Doorbell;
 
+// A run of bytes to send; a message may be a list of them (a gather send).
+struct Piece {
+  const uint8_t* data;
+  size_t len;
+};
+
 class Channel {
  public:
   virtual ~Channel() = default;
@@ -21,6 +27,19 @@ class Channel {
   // returns the number of bytes accepted (0 when the channel is full).
   // Throws RingError(PeerFailure) when the peer is gone.
   virtual size_t try_write(const uint8_t* buf, size_t len) = 0;
+
+  // try_write() of the concatenation of `count` pieces (each non-empty):
+  // returns how many of their bytes, from the front, were accepted. The
+  // default writes them one by one; a channel may take them in one go.
+  virtual size_t try_write_pieces(const Piece* pieces, size_t count) {
+    size_t total = 0;
+    for (size_t i = 0; i < count; ++i) {
+      const size_t n = try_write(pieces[i].data, pieces[i].len);
+      total += n;
+      if (n < pieces[i].len) break;
+    }
+    return total;
+  }
 
   // Returns a span of received, not yet consumed bytes, at most `max` long;
   // {nullptr, 0} when none are available. Never blocks. The span stays valid

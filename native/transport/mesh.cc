@@ -113,10 +113,11 @@ void Mesh::sendrecv(int to, const void* sbuf, size_t slen, int from, void* rbuf,
 // channel throws.
 class Mesh::Transfer {
  public:
-  Transfer(Channel* out, const void* sbuf, size_t slen, Channel* in, size_t rlen, size_t granule, const Sink& sink)
-      : out_(out), sp_(static_cast<const uint8_t*>(sbuf)), slen_(slen), in_(in), rlen_(rlen), granule_(granule),
-        sink_(sink) {
-    spad_ = slen ? pad_for(out->stream_out, slen) : 0;
+  // Sends `pieces` back to back (none empty) as one message.
+  Transfer(Channel* out, std::vector<Piece> pieces, Channel* in, size_t rlen, size_t granule, const Sink& sink)
+      : out_(out), left_(std::move(pieces)), in_(in), rlen_(rlen), granule_(granule), sink_(sink) {
+    for (const Piece& p : left_) slen_ += p.len;
+    spad_ = slen_ ? pad_for(out->stream_out, slen_) : 0;
     rpad_ = rlen ? pad_for(in->stream_in, rlen) : 0;
   }
 
@@ -136,10 +137,23 @@ class Mesh::Transfer {
   // True when bytes moved.
   bool pump_send() {
     if (!sending()) return false;
-    const bool pad = spad_done_ < spad_;
-    size_t n = pad ? out_->try_write(kZeros, spad_ - spad_done_) : out_->try_write(sp_ + sent_, slen_ - sent_);
-    (pad ? spad_done_ : sent_) += n;
+    if (spad_done_ < spad_) {
+      const size_t n = out_->try_write(kZeros, spad_ - spad_done_);
+      spad_done_ += n;
+      out_->stream_out += n;
+      return n > 0;
+    }
+    const size_t n = out_->try_write_pieces(left_.data() + next_, left_.size() - next_);
+    sent_ += n;
     out_->stream_out += n;
+    for (size_t k = n; k > 0;) {  // drops what went out from the front of the list
+      Piece& p = left_[next_];
+      const size_t take = std::min(k, p.len);
+      p.data += take;
+      p.len -= take;
+      k -= take;
+      if (p.len == 0) ++next_;
+    }
     return n > 0;
   }
 
@@ -201,8 +215,9 @@ class Mesh::Transfer {
   }
 
   Channel* out_;
-  const uint8_t* sp_;
-  size_t slen_, spad_ = 0, sent_ = 0, spad_done_ = 0;
+  std::vector<Piece> left_;  // what is still to send: left_[next_..]
+  size_t next_ = 0;
+  size_t slen_ = 0, spad_ = 0, sent_ = 0, spad_done_ = 0;
   Channel* in_;
   size_t rlen_, rpad_ = 0, received_ = 0, rpad_done_ = 0;
   size_t granule_;
@@ -223,12 +238,22 @@ void Mesh::check_pair(int to, size_t slen, int from, size_t rlen, size_t granule
 
 void Mesh::sendrecv_sink(int to, const void* sbuf, size_t slen, int from, size_t rlen, size_t granule,
                          const Sink& sink) {
-  if (to == -1) slen = 0;
+  std::vector<Piece> pieces;
+  if (to != -1 && slen) pieces.push_back({static_cast<const uint8_t*>(sbuf), slen});
+  sendrecv_sink(to, std::move(pieces), from, rlen, granule, sink);
+}
+
+void Mesh::sendrecv_sink(int to, std::vector<Piece> pieces, int from, size_t rlen, size_t granule,
+                         const Sink& sink) {
+  if (to == -1) pieces.clear();
+  pieces.erase(std::remove_if(pieces.begin(), pieces.end(), [](const Piece& p) { return p.len == 0; }),
+               pieces.end());
   if (from == -1) rlen = 0;
-  if (slen == 0 && rlen == 0) return;
-  check_pair(to, slen, from, rlen, granule);
-  Transfer t(slen ? channels_[to].get() : nullptr, sbuf, slen, rlen ? channels_[from].get() : nullptr, rlen, granule,
-             sink);
+  if (pieces.empty() && rlen == 0) return;
+  check_pair(to, pieces.empty() ? 0 : 1, from, rlen, granule);
+  Channel* out = pieces.empty() ? nullptr : channels_[to].get();
+  Channel* in = rlen ? channels_[from].get() : nullptr;
+  Transfer t(out, std::move(pieces), in, rlen, granule, sink);
   Backoff backoff;
   double last_liveness = 0.0;
   int peer = -1;  // the peer being served, for naming it in errors raised by a channel

@@ -86,6 +86,9 @@ class Mesh {
   // Used to reduce straight out of the transport's memory.
   void sendrecv_sink(int to, const void* sbuf, size_t slen, int from, size_t rlen, size_t granule,
                      const Sink& sink);
+  // The same, sending the concatenation of `pieces` (a gather send: the
+  // peer receives one message of their total length).
+  void sendrecv_sink(int to, std::vector<Piece> pieces, int from, size_t rlen, size_t granule, const Sink& sink);
 
   void send(int to, const void* buf, size_t len) { sendrecv(to, buf, len, -1, nullptr, 0); }
   void recv(int from, void* buf, size_t len) { sendrecv(-1, nullptr, 0, from, buf, len); }

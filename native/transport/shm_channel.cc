@@ -198,26 +198,51 @@ ShmChannel::ShmChannel(std::shared_ptr<ShmSegment> own, std::shared_ptr<ShmSegme
 
 void ShmChannel::fail_closed() { throw_error(ErrorKind::PeerFailure, "peer closed its channel"); }
 
-size_t ShmChannel::try_write(const uint8_t* buf, size_t len) {
+size_t ShmChannel::space_for(size_t wanted) {
   if (closed_) throw_error(ErrorKind::PeerFailure, "channel already closed by this rank");
   // The peer closing its side means it will not read ours any more. The
   // flag sits on a line that is written once, so this load stays in cache.
   if (in_->closed.load(std::memory_order_relaxed)) fail_closed();
   size_t space = out_cap_ - static_cast<size_t>(out_head_ - out_tail_seen_);
-  if (space < len) {
+  if (space < wanted) {
     // Acquire: the consumer finished reading those bytes before moving
     // tail, so we may overwrite them.
     out_tail_seen_ = out_->tail.load(std::memory_order_acquire);
     space = out_cap_ - static_cast<size_t>(out_head_ - out_tail_seen_);
   }
-  size_t pos = static_cast<size_t>(out_head_ % out_cap_);
-  size_t n = std::min({len, space, out_cap_ - pos});
-  if (n == 0) return 0;
-  std::memcpy(out_data_ + pos, buf, n);
-  out_head_ += n;
+  return space;
+}
+
+void ShmChannel::put(const uint8_t* buf, size_t len) {
+  const size_t pos = static_cast<size_t>(out_head_ % out_cap_);
+  const size_t first = std::min(len, out_cap_ - pos);
+  std::memcpy(out_data_ + pos, buf, first);
+  if (first < len) std::memcpy(out_data_, buf + first, len - first);
+  out_head_ += len;
+}
+
+void ShmChannel::publish() {
   out_->head.store(out_head_, std::memory_order_release);  // publishes the bytes
   ring_doorbell(peer_->doorbell());
-  return n;
+}
+
+size_t ShmChannel::try_write(const uint8_t* buf, size_t len) {
+  const Piece one{buf, len};
+  return try_write_pieces(&one, 1);
+}
+
+size_t ShmChannel::try_write_pieces(const Piece* pieces, size_t count) {
+  size_t wanted = 0;
+  for (size_t i = 0; i < count; ++i) wanted += pieces[i].len;
+  size_t space = space_for(wanted), total = 0;
+  for (size_t i = 0; i < count && space > 0; ++i) {
+    const size_t n = std::min(pieces[i].len, space);
+    put(pieces[i].data, n);
+    space -= n;
+    total += n;
+  }
+  if (total > 0) publish();
+  return total;
 }
 
 bool ShmChannel::writable() {

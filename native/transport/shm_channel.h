@@ -89,9 +89,12 @@ class ShmChannel : public Channel {
   // may unlink the name.
   ShmChannel(std::shared_ptr<ShmSegment> own, std::shared_ptr<ShmSegment> peer, int my_rank, int peer_rank);
 
-  // memcpy into the peer's ring up to the wrap point; 0 when full.
+  // memcpy into the peer's ring (across its wrap point); 0 when full.
   // PeerFailure once the peer has closed its channel.
   size_t try_write(const uint8_t* buf, size_t len) override;
+  // As many of the pieces as fit, across the wrap point, published with
+  // one head store (and one doorbell ring).
+  size_t try_write_pieces(const Piece* pieces, size_t count) override;
   // The contiguous readable part of our ring (up to the wrap point).
   std::pair<const uint8_t*, size_t> peek(size_t max) override;
   void consume(size_t n) override;
@@ -109,6 +112,14 @@ class ShmChannel : public Channel {
 
  private:
   [[noreturn]] void fail_closed();
+  // Free bytes of the outgoing ring, reloading the peer's tail when fewer
+  // than `wanted` look free. Throws when either side has closed.
+  size_t space_for(size_t wanted);
+  // Copies `len` bytes (at most the free space) at our head, across the
+  // wrap point, without publishing them.
+  void put(const uint8_t* buf, size_t len);
+  // Publishes the bytes put so far and rings the peer.
+  void publish();
   std::shared_ptr<ShmSegment> own_, peer_;
   int peer_pid_;
   std::optional<std::chrono::steady_clock::time_point> stopped_since_;  // peer seen stopped since

@@ -7,6 +7,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -63,6 +64,23 @@ size_t TcpChannel::try_write(const uint8_t* buf, size_t len) {
   if (closed_) throw_error(ErrorKind::PeerFailure, "channel already closed by this rank");
   for (;;) {
     ssize_t n = ::send(fd_, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n >= 0) return static_cast<size_t>(n);
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+    fail(errno);
+  }
+}
+
+size_t TcpChannel::try_write_pieces(const Piece* pieces, size_t count) {
+  if (closed_) throw_error(ErrorKind::PeerFailure, "channel already closed by this rank");
+  constexpr size_t kMaxIov = 64;
+  iovec iov[kMaxIov];
+  msghdr msg{};
+  msg.msg_iov = iov;
+  msg.msg_iovlen = std::min(count, kMaxIov);
+  for (size_t i = 0; i < msg.msg_iovlen; ++i) iov[i] = {const_cast<uint8_t*>(pieces[i].data), pieces[i].len};
+  for (;;) {
+    ssize_t n = ::sendmsg(fd_, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n >= 0) return static_cast<size_t>(n);
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;

@@ -23,6 +23,8 @@ class TcpChannel : public Channel {
   // Non-blocking send; 0 when the socket buffer is full. PeerFailure on
   // EPIPE / ECONNRESET / any other socket error.
   size_t try_write(const uint8_t* buf, size_t len) override;
+  // One sendmsg() of up to kMaxIov pieces.
+  size_t try_write_pieces(const Piece* pieces, size_t count) override;
   // Returns staged bytes; recv()s a new stage only when none are left.
   // PeerFailure on EOF (once the stage is empty) or a socket error.
   std::pair<const uint8_t*, size_t> peek(size_t max) override;

@@ -1,7 +1,7 @@
 """Draws a timeline as a picture: one row per tensor, a bar per phase.
 
 Outer phases (NEGOTIATE_*, ALLREDUCE, ...) are full-height bars; phases
-nested in them (MEMCPY_IN_FUSION_BUFFER, RING_ALLREDUCE, ...) are drawn
+nested in them (PRESCALE, RING_ALLREDUCE, ...) are drawn
 inside as thinner bars; each rank's readiness is a tick labelled with the
 rank under the negotiation bar. The time axis is in milliseconds since the
 trace's first event; the legend stands to the right of the plot, clear of
@@ -16,8 +16,7 @@ __all__ = ["figure", "render"]
 
 _COLORS = {
     "NEGOTIATE": "#c9c9c9",
-    "MEMCPY_IN_FUSION_BUFFER": "#f2b134",
-    "MEMCPY_OUT_FUSION_BUFFER": "#ef8a17",
+    "PRESCALE": "#f2b134",
     "RING": "#2f7ed8",
     "CHAIN": "#2f7ed8",
     "PAIRWISE": "#2f7ed8",
@@ -51,9 +50,8 @@ def _legend(ax: Any) -> None:
 
     handles = [Patch(color=c, label=label) for label, c in [
         ("NEGOTIATE_<OP>\n(ticks: ranks ready)", _COLORS["NEGOTIATE"]), ("<OP> on rank 0", "#7fbf7b"),
-        ("MEMCPY_IN_FUSION_BUFFER", _COLORS["MEMCPY_IN_FUSION_BUFFER"]),
-        ("the collective\n(RING_ALLREDUCE,\nNCCL_ALLREDUCE, ...)", _COLORS["RING"]),
-        ("MEMCPY_OUT_FUSION_BUFFER", _COLORS["MEMCPY_OUT_FUSION_BUFFER"])]]
+        ("PRESCALE", _COLORS["PRESCALE"]),
+        ("the collective\n(RING_ALLREDUCE,\nNCCL_ALLREDUCE, ...)", _COLORS["RING"])]]
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize=8)
 
 

@@ -109,14 +109,13 @@ std::vector<OpResult> CpuRingBackend::collective(std::vector<Entry>& entries, Ru
   return results;
 }
 
-void CpuRingBackend::reduce(const Request& q, const void* src, void* dst, const std::vector<size_t>& chunks,
-                            double post) {
+void CpuRingBackend::reduce(const Request& q, const Parts& buf, const std::vector<size_t>& chunks, double post) {
   if (hierarchical()) {
     timeline_.phase_begin("HIERARCHICAL_ALLREDUCE");
-    hierarchical_allreduce(*local_, *cross_, src, dst, chunks, q.dtype, q.reduce_op, post);
+    hierarchical_allreduce(*local_, *cross_, buf, chunks, q.dtype, q.reduce_op, post);
   } else {
     timeline_.phase_begin("RING_ALLREDUCE");
-    ring_allreduce(*mesh_, src, dst, chunks, q.dtype, q.reduce_op, post);
+    ring_allreduce(*mesh_, buf, chunks, q.dtype, q.reduce_op, post);
   }
   timeline_.phase_end();
 }
@@ -124,56 +123,35 @@ void CpuRingBackend::reduce(const Request& q, const void* src, void* dst, const 
 void CpuRingBackend::allreduce(std::vector<Entry>& entries) {
   const Request& q = entries[0].req;
   if (q.reduce_op == ReduceOp::Adasum) return adasum(entries);
-  const double post = post_factor(q, mesh_->size());
-  if (entries.size() > 1) return allreduce_fused(entries, post);
-  // One tensor: reduce straight from the input into the output. The layout's
-  // chunks are the first stage's: the ranks of the ring, or of this host for
-  // the hierarchical allreduce.
-  const int n = hierarchical() ? local_->size() : mesh_->size();
-  Entry& e = entries[0];
-  const size_t total = static_cast<size_t>(q.num_elements());
-  const void* src = e.input;
-  if (q.prescale != 1.0 && total) {
-    if (e.output != e.input) std::memcpy(e.output, e.input, total * dtype_size(q.dtype));
-    scale_buffer(e.output, total, q.dtype, q.prescale);
-    src = e.output;
-  }
-  reduce(q, src, e.output, slice_counts(total, n), post);
-}
-
-void CpuRingBackend::allreduce_fused(std::vector<Entry>& entries, double post) {
-  const Request& q = entries[0].req;
-  const int n = hierarchical() ? local_->size() : mesh_->size();
   const size_t esize = dtype_size(q.dtype);
-  timeline_.phase_begin("MEMCPY_IN_FUSION_BUFFER");
-  size_t total = 0;
-  for (auto& e : entries) total += static_cast<size_t>(e.req.num_elements());
-  uint8_t* work = fusion(total * esize);
+  if (q.prescale != 1.0) {
+    // The inputs are read-only: each is scaled into its output, which
+    // the reduction then reads and writes in place.
+    timeline_.phase_begin("PRESCALE");
+    for (auto& e : entries) {
+      const size_t count = static_cast<size_t>(e.req.num_elements());
+      if (count && e.output != e.input) std::memcpy(e.output, e.input, count * esize);
+      scale_buffer(e.output, count, q.dtype, q.prescale);
+      e.input = e.output;
+    }
+    timeline_.phase_end();
+  }
+  // The chunk-major layout (see cpu_ring.h) with the chunks of the first
+  // stage: the ranks of the ring, or of this host for the hierarchical
+  // allreduce. Chunk c is slice c of every tensor, read from and written to
+  // the tensors themselves; one tensor's slices make one contiguous part.
+  const int n = hierarchical() ? local_->size() : mesh_->size();
   std::vector<size_t> chunks(n, 0);
-  size_t pos = 0;
+  Parts buf;
   for (int c = 0; c < n; ++c) {
     for (auto& e : entries) {
-      size_t count = static_cast<size_t>(e.req.num_elements());
-      size_t len = slice_count(count, n, c) * esize;
-      std::memcpy(work + pos, static_cast<const uint8_t*>(e.input) + slice_offset(count, n, c) * esize, len);
-      pos += len;
+      const size_t count = static_cast<size_t>(e.req.num_elements());
+      const size_t at = slice_offset(count, n, c) * esize, len = slice_count(count, n, c) * esize;
+      buf.add(static_cast<const uint8_t*>(e.input) + at, static_cast<uint8_t*>(e.output) + at, len);
       chunks[c] += len / esize;
     }
   }
-  if (q.prescale != 1.0) scale_buffer(work, total, q.dtype, q.prescale);
-  timeline_.phase_end();
-  reduce(q, work, work, chunks, post);
-  timeline_.phase_begin("MEMCPY_OUT_FUSION_BUFFER");
-  pos = 0;
-  for (int c = 0; c < n; ++c) {
-    for (auto& e : entries) {
-      size_t count = static_cast<size_t>(e.req.num_elements());
-      size_t len = slice_count(count, n, c) * esize;
-      std::memcpy(static_cast<uint8_t*>(e.output) + slice_offset(count, n, c) * esize, work + pos, len);
-      pos += len;
-    }
-  }
-  timeline_.phase_end();
+  reduce(q, buf, chunks, post_factor(q, mesh_->size()));
 }
 
 void CpuRingBackend::adasum(std::vector<Entry>& entries) {

@@ -4,12 +4,14 @@
 //
 // Allreduce fusion layout (why results never depend on what was fused):
 // the ring splits its buffer into one chunk per rank, and the order in
-// which an element is reduced depends on the chunk it falls in. So the
-// fusion buffer is laid out chunk-major: chunk c holds slice c of every
-// tensor (tensor T of N elements contributes elements [c*N/n, (c+1)*N/n),
+// which an element is reduced depends on the chunk it falls in. So fused
+// tensors are laid out chunk-major: chunk c holds slice c of every tensor
+// (tensor T of N elements contributes elements [c*N/n, (c+1)*N/n),
 // collectives/slices.h), which puts every element of T in the same chunk
 // whatever else was fused with it. Results are bitwise identical across
-// runs and across ranks.
+// runs and across ranks. The layout is virtual (collectives/parts.h): the
+// ring sends from and reduces into the tensors themselves, with no copy
+// into a fusion buffer and back.
 //
 // Process sets: a response of set S runs on this rank's subgroup mesh of
 // S (flat ring; the hierarchical allreduce is for the global set), with
@@ -21,6 +23,7 @@
 #include <memory>
 #include <vector>
 
+#include "collectives/parts.h"
 #include "engine/backend.h"
 #include "engine/handle_table.h"
 #include "engine/op_timeline.h"
@@ -82,15 +85,15 @@ class CpuRingBackend : public Backend {
   // Points mesh_ (and set_) at the mesh of r's process set.
   void select_mesh(const Response& r);
   bool hierarchical() const { return mesh_ == world_ && local_ && cross_; }
-  // Entries' outputs are set; several entries are fused.
+  // Entries' outputs are set; several entries are fused, without a
+  // fusion buffer (collectives/parts.h).
   void allreduce(std::vector<Entry>& entries);
-  void allreduce_fused(std::vector<Entry>& entries, double post);
   // op=Adasum: the entries' tensors, scaled, reduced together on the flat
   // mesh (collectives.h: adasum_allreduce).
   void adasum(std::vector<Entry>& entries);
-  // The allreduce of `src` into `dst` (chunk layout `chunks` for the flat
-  // ring), flat or hierarchical, inside its timeline phase.
-  void reduce(const Request& q, const void* src, void* dst, const std::vector<size_t>& chunks, double post);
+  // The allreduce of `buf` (chunk layout `chunks` for the flat ring), flat
+  // or hierarchical, inside its timeline phase.
+  void reduce(const Request& q, const Parts& buf, const std::vector<size_t>& chunks, double post);
   std::vector<OpResult> run_allreduce(std::vector<Entry>& entries);
   // Runs a one-entry collective inside its timeline phase.
   template <class Run>

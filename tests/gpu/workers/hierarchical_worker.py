@@ -106,6 +106,7 @@ def check_sets() -> None:
     rt = _frontend._runtime()
     rt.add_process_set(1, [0, 1])
     rt.add_process_set(2, [1, 2])
+    ring.barrier()  # every rank has registered both sets before any uses them
     mine = [s for s, ranks in ((1, (0, 1)), (2, (1, 2))) if me in ranks]
     for step in range(4):
         x = (np.random.default_rng([me, step]).standard_normal(300) * 10).astype(np.float32)
@@ -117,6 +118,7 @@ def check_sets() -> None:
         for s in mine:
             assert outs[(s, True)].tobytes() == outs[(s, False)].tobytes(), (s, step)
     # Removed sets give back their communicators at the engine's next steps, before shutdown.
+    ring.barrier()  # no rank still uses them
     rt.remove_process_set(1)
     rt.remove_process_set(2)
     x = np.ones(8, np.float32)
