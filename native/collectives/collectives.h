@@ -63,6 +63,19 @@ void ring_reducescatter(Mesh& mesh, const Parts& buf, const std::vector<size_t>&
 void hierarchical_allreduce(Mesh& local, Mesh& cross, const Parts& buf, const std::vector<size_t>& chunk_counts,
                             DataType dtype, ReduceOp op, double post_factor);
 
+// The tree allreduces (tree_order.h): every element reduced in the binary
+// tree's order, the same in both, so results do not depend on which one
+// ran. A power-of-two number of ranks only.
+// Recursive doubling, for small buffers: log2 n steps, each exchanging the
+// whole buffer; for two ranks the chunks combine as in ring_allreduce
+// (chunk_counts gives them), so the two give identical results there.
+// doubling_allreduce.cc.
+void doubling_allreduce(Mesh& mesh, const Parts& buf, const std::vector<size_t>& chunk_counts, DataType dtype,
+                        ReduceOp op, double post_factor);
+// Recursive halving then doubling, for large buffers (at least 4 ranks):
+// 2 log2 n steps moving 2 (n-1)/n of the buffer. halving_doubling_allreduce.cc.
+void halving_doubling_allreduce(Mesh& mesh, const Parts& buf, DataType dtype, ReduceOp op, double post_factor);
+
 // Ring allgather of variable-size blocks into `buf` (total = sum of
 // block_bytes, block r at offset sum(block_bytes[0..r))). This rank's block
 // must already be in place.

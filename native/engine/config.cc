@@ -26,6 +26,10 @@ const std::vector<ConfigEntry> kTable = {
     {"RING_HIERARCHICAL_ALLREDUCE", "HOROVOD_HIERARCHICAL_ALLREDUCE", "auto",
      "1: reduce within each host, then across hosts, then share within each host; 0: one flat ring; auto: "
      "hierarchical when there are several hosts with several ranks each"},
+    {"RING_ALLREDUCE_ALGORITHM", "", "auto",
+     "auto: small tensors by recursive doubling or halving-doubling (binary-tree order) where the number of "
+     "ranks is a power of two, the rest by the ring; ring: always the ring; tree: the tree order for every "
+     "tensor where the number of ranks allows it (docs/scaling.md)"},
     {"RING_AUTOTUNE", "HOROVOD_AUTOTUNE", "0", "1: tune the fusion threshold and cycle time online, then settle"},
     {"RING_AUTOTUNE_LOG", "HOROVOD_AUTOTUNE_LOG", "", "path: rank 0 writes every autotune trial there (CSV)"},
     {"RING_AUTOTUNE_SAMPLE_SECONDS", "", "0.5", "seconds of work each autotune sample measures"},
@@ -181,6 +185,11 @@ Config Config::from(const Getter& get) {
     const auto t = parse_word(s.value, {"shm", "auto", "tcp"});
     if (!t) bad(s, "'shm' or 'tcp'");
     c.force_tcp = *t == 2;
+  }
+  if (const Setting s = r.find("RING_ALLREDUCE_ALGORITHM")) {
+    const auto a = parse_word(s.value, {"auto", "ring", "tree"});
+    if (!a) bad(s, "'auto', 'ring' or 'tree'");
+    c.allreduce_mode = static_cast<AllreduceMode>(*a);
   }
   if (const Setting s = r.find("RING_GPU_OPERATIONS")) {
     const auto g = parse_word(s.value, {"nccl", "host"});

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/allreduce_choice.h"
 #include "common/log.h"
 
 namespace ring {
@@ -31,6 +32,8 @@ struct Config {
   // Hierarchical allreduce: 1 on, 0 off, -1 (auto) on for jobs of several
   // hosts with several ranks on each.
   int hierarchical_allreduce = -1;
+  // RING_ALLREDUCE_ALGORITHM (collectives/allreduce_choice.h).
+  AllreduceMode allreduce_mode = AllreduceMode::Auto;
   bool autotune = false;
   std::string autotune_log;  // CSV of every trial; empty: none
   double autotune_sample_seconds = 0.5;

@@ -3,27 +3,19 @@
 // needs its acknowledgement) sends the ResponseList to every worker and
 // executes it. A batch is gathered while its tensors are still arriving, at
 // most one cycle (RING_CYCLE_TIME) from the first ready one.
+#include "collectives/allreduce_choice.h"
 #include "common/error.h"
 #include "engine/runtime.h"
 #include "transport/waiter.h"
 
 namespace ring {
-namespace {
-
-// Allreduces of at least this size run alone instead of fused.
-constexpr size_t kAloneBytesOneHost = 128 << 10;
-constexpr size_t kAloneBytesSeveralHosts = 1 << 20;
-
-}  // namespace
 
 void Runtime::start_coordinator() {
   LoopState& s = loop_;
   const int n = opts_.size;
   s.coord = std::make_unique<Coordinator>(n, &cache_, config_.fusion_threshold_bytes);
   s.coord->set_process_sets(&sets_);
-  // Over shared memory a 128 KiB allreduce already runs near full speed
-  // alone; across hosts each operation's latency weighs more.
-  s.coord->set_alone_bytes(opts_.local_size == n ? kAloneBytesOneHost : kAloneBytesSeveralHosts);
+  s.coord->set_alone_bytes(alone_bytes(opts_.local_size == n));
   s.coord->set_timeline(&timeline_);
   std::vector<std::string> names;
   for (int r = 0; r < n; ++r) names.push_back(control_->peer_name(r));

@@ -103,6 +103,7 @@ void Runtime::start() {
   queue_.set_doorbell(control_->doorbell());
   executor_ = std::make_unique<Executor>(&handles_);
   auto cpu = std::make_unique<CpuRingBackend>(data_.get(), &handles_, &sets_);
+  cpu->set_allreduce_choice(config_.allreduce_mode, opts_.local_size == opts_.size);
   setup_hierarchy(*cpu);
   if (opts_.rank == 0) {
     cpu->set_timeline(&timeline_);

@@ -22,6 +22,8 @@ _COLORS = {
     "PAIRWISE": "#2f7ed8",
     "DISSEMINATION": "#2f7ed8",
     "NCCL": "#2f7ed8",
+    "DOUBLING": "#2f7ed8",
+    "HALVING": "#2f7ed8",
 }
 
 

@@ -1,5 +1,6 @@
 #include "engine/backends/cpu_ring.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "collectives/collectives.h"
@@ -109,13 +110,20 @@ std::vector<OpResult> CpuRingBackend::collective(std::vector<Entry>& entries, Ru
   return results;
 }
 
-void CpuRingBackend::reduce(const Request& q, const Parts& buf, const std::vector<size_t>& chunks, double post) {
+void CpuRingBackend::reduce(const Request& q, const Parts& buf, const std::vector<size_t>& chunks, size_t largest,
+                            double post) {
   if (hierarchical()) {
     timeline_.phase_begin("HIERARCHICAL_ALLREDUCE");
     hierarchical_allreduce(*local_, *cross_, buf, chunks, q.dtype, q.reduce_op, post);
-  } else {
-    timeline_.phase_begin("RING_ALLREDUCE");
-    ring_allreduce(*mesh_, buf, chunks, q.dtype, q.reduce_op, post);
+    timeline_.phase_end();
+    return;
+  }
+  const AllreduceAlgorithm a = choose_allreduce(mode_, mesh_->size(), one_host_, largest, buf.bytes());
+  timeline_.phase_begin(allreduce_phase(a));
+  switch (a) {
+    case AllreduceAlgorithm::Doubling: doubling_allreduce(*mesh_, buf, chunks, q.dtype, q.reduce_op, post); break;
+    case AllreduceAlgorithm::HalvingDoubling: halving_doubling_allreduce(*mesh_, buf, q.dtype, q.reduce_op, post); break;
+    case AllreduceAlgorithm::Ring: ring_allreduce(*mesh_, buf, chunks, q.dtype, q.reduce_op, post); break;
   }
   timeline_.phase_end();
 }
@@ -143,6 +151,8 @@ void CpuRingBackend::allreduce(std::vector<Entry>& entries) {
   const int n = hierarchical() ? local_->size() : mesh_->size();
   std::vector<size_t> chunks(n, 0);
   Parts buf;
+  size_t largest = 0;
+  for (auto& e : entries) largest = std::max(largest, static_cast<size_t>(e.req.num_elements()) * esize);
   for (int c = 0; c < n; ++c) {
     for (auto& e : entries) {
       const size_t count = static_cast<size_t>(e.req.num_elements());
@@ -151,7 +161,7 @@ void CpuRingBackend::allreduce(std::vector<Entry>& entries) {
       chunks[c] += len / esize;
     }
   }
-  reduce(q, buf, chunks, post_factor(q, mesh_->size()));
+  reduce(q, buf, chunks, largest, post_factor(q, mesh_->size()));
 }
 
 void CpuRingBackend::adasum(std::vector<Entry>& entries) {

@@ -23,6 +23,7 @@
 #include <memory>
 #include <vector>
 
+#include "collectives/allreduce_choice.h"
 #include "collectives/parts.h"
 #include "engine/backend.h"
 #include "engine/handle_table.h"
@@ -44,6 +45,12 @@ class CpuRingBackend : public Backend {
   void set_hierarchy(std::unique_ptr<Mesh> local, std::unique_ptr<Mesh> cross) {
     local_ = std::move(local);
     cross_ = std::move(cross);
+  }
+  // How allreduces choose their algorithm (collectives/allreduce_choice.h);
+  // `one_host`: every rank of the job is on this host.
+  void set_allreduce_choice(AllreduceMode mode, bool one_host) {
+    mode_ = mode;
+    one_host_ = one_host;
   }
   // Execution phases go to `timeline` (null: none).
   void set_timeline(Timeline* timeline) { timeline_.set_timeline(timeline); }
@@ -92,8 +99,9 @@ class CpuRingBackend : public Backend {
   // mesh (collectives.h: adasum_allreduce).
   void adasum(std::vector<Entry>& entries);
   // The allreduce of `buf` (chunk layout `chunks` for the flat ring), flat
-  // or hierarchical, inside its timeline phase.
-  void reduce(const Request& q, const Parts& buf, const std::vector<size_t>& chunks, double post);
+  // or hierarchical, inside its timeline phase; `largest` is the largest
+  // tensor's bytes.
+  void reduce(const Request& q, const Parts& buf, const std::vector<size_t>& chunks, size_t largest, double post);
   std::vector<OpResult> run_allreduce(std::vector<Entry>& entries);
   // Runs a one-entry collective inside its timeline phase.
   template <class Run>
@@ -117,6 +125,8 @@ class CpuRingBackend : public Backend {
   std::vector<uint8_t> fusion_;
   std::vector<std::vector<uint8_t>> stand_ins_;  // zero buffers of a joined rank
   OpTimeline timeline_;
+  AllreduceMode mode_ = AllreduceMode::Auto;
+  bool one_host_ = true;
 };
 
 }  // namespace ring
