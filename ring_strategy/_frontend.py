@@ -11,7 +11,7 @@ layer (:mod:`ring_strategy._handles`), which keeps them in their world.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 from ring_strategy import _native
 from ring_strategy._rules import check_op, check_root
@@ -64,6 +64,47 @@ def enqueue(
     )
 
 
+def enqueue_group(
+    kind: int,
+    names: Sequence[str],
+    inputs: List[Any],
+    outputs: Optional[List[Any]],
+    dtype_codes: Sequence[int],
+    *,
+    op: int = 0,
+    root: int = 0,
+    prescale: float = 1.0,
+    postscale: float = 1.0,
+    wake: bool = True,
+    process_set: int = 0,
+    streams: Sequence[int] = (),
+) -> List[int]:
+    """Queues one operation per name in one engine call; returns their
+    handle ids, in order. ``inputs[i]`` (a list), ``outputs[i]`` (a list,
+    entries None where the engine allocates; None for all) and
+    ``dtype_codes[i]`` describe member ``i``, whose shape is its input's;
+    the other arguments, as for :func:`enqueue`, are shared by the group
+    (``streams``: one per member, or empty for 0). Dtypes may differ.
+
+    Every member is checked before any is queued: a bad one raises its
+    error (``BadArgumentError`` naming its tensor) and nothing is queued.
+    The buffers must stay alive until the handles are released."""
+    return _runtime().enqueue_group(
+        kind, names, inputs, outputs, dtype_codes, None, check_op(op), check_root(root), float(prescale),
+        float(postscale), wake, process_set, streams,
+    )
+
+
+def wait_all(handle_ids: Sequence[int]) -> List[Tuple[Optional[Any], list, list]]:
+    """:func:`wait` for every handle: their results in order. When some
+    failed, the first one's error is raised once every handle is released.
+    When a signal handler raises meanwhile, its exception comes out and no
+    handle is released (each can be waited for again)."""
+    if len(handle_ids) == 1:
+        return [_runtime().wait_release(handle_ids[0])]
+    return _runtime().wait_release_group(handle_ids)
+
+
 def release(handle_id: int) -> Tuple[Optional[Any], list, list]:
     """Forgets a finished handle; returns its result or raises its error."""
     return _runtime().release(handle_id)
@@ -78,11 +119,5 @@ def wait(handle_id: int) -> Tuple[Optional[Any], list, list]:
     flat uint8 numpy array or None, output shape, received splits) or raises
     the operation's error. Python's signal handlers run meanwhile (at least
     every 100 ms); when one raises, its exception comes out and the handle
-    is neither finished nor released (see :func:`wait_done`)."""
+    is neither finished nor released (it can be waited for again)."""
     return _runtime().wait_release(handle_id)
-
-
-def wait_done(handle_id: int) -> None:
-    """Blocks, as :func:`wait` does, until the operation has finished,
-    without releasing the handle."""
-    _runtime().wait_interruptibly(handle_id)

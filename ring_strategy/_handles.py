@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from ring_strategy import _frontend
 from ring_strategy.basics import _state
@@ -118,25 +118,6 @@ def _ended_error(number: int, world: int) -> ShutdownError:
     )
 
 
-# ---------------------------------------------------------------- submitting
-def enqueue_all(submits: Sequence[Callable[[], int]]) -> List[int]:
-    """Engine ids of a group's operations, queued in order. When one fails to
-    queue (a local error), the ones already queued are waited for and
-    released before the error propagates."""
-    ids: List[int] = []
-    try:
-        for submit in submits:
-            ids.append(submit())
-    except BaseException:
-        for i in ids:
-            try:
-                _frontend.wait(i)
-            except RingError:
-                pass
-        raise
-    return ids
-
-
 # ---------------------------------------------------------------- integer handles
 def register(ids: List[int], keep: Any, finish: Finish) -> int:
     """An :class:`Operation` kept in this module's table; returns its number
@@ -193,29 +174,22 @@ def synchronize(op: Operation) -> Any:
         raise _ended_error(op.number, op.world)
     if op.done:
         raise BadArgumentError(f"unknown {op!r} (already synchronized?)")
-    ids = op.ids
-    for i in ids[:-1]:  # every one finished before any is released
-        _frontend.wait_done(i)
-    last: Any = None
-    last_error: Optional[RingError] = None
     try:
-        last = _frontend.wait(ids[-1])  # a signal's exception leaves it unreleased
-    except RingError as e:  # the operation's own error: the handle is released
-        last_error = e
+        results = _frontend.wait_all(op.ids)  # a signal's exception leaves every handle unreleased
+    except RingError:  # an operation's own error: every handle is released
+        _retire(op)
+        raise
+    try:
+        return op.finish(results)
+    finally:
+        _retire(op)
+
+
+def _retire(op: Operation) -> None:
+    """Forgets ``op``, whose engine handles are released."""
     op.done = True
     _live.pop(op.number, None)
-    try:
-        results, errors = [], []
-        for i in ids[:-1]:  # finished: these waits return at once
-            try:
-                results.append(_frontend.wait(i))
-            except RingError as e:
-                errors.append(e)
-        if errors or last_error is not None:
-            raise (errors + [last_error])[0]
-        return op.finish(results + [last])
-    finally:
-        op.keep = None
+    op.keep = None
 
 
 # ---------------------------------------------------------------- abandoned operations

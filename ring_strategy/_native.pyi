@@ -101,6 +101,30 @@ class Runtime:
         stream). ``process_set``
         is the id of a set this rank belongs to (0: every rank); a broadcast's
         root is a global rank of that set."""
+    def enqueue_group(
+        self,
+        op: int,
+        names: Sequence[str],
+        inputs: list[Any],
+        outputs: Optional[list[Optional[Any]]],
+        dtypes: Sequence[int],
+        shapes: Optional[Sequence[Sequence[int]]] = None,
+        reduce_op: int = 0,
+        root: int = 0,
+        prescale: float = 1.0,
+        postscale: float = 1.0,
+        wake: bool = True,
+        process_set: int = 0,
+        streams: Sequence[int] = (),
+    ) -> list[int]:
+        """Queues one operation per name in one call, as ``enqueue`` queues
+        one; returns their handles in order. Member ``i`` is ``inputs[i]``
+        into ``outputs[i]`` (None: the engine allocates; ``outputs`` None:
+        for every member) with ``dtypes[i]`` and ``shapes[i]`` (None: each
+        input's own shape) and ``streams[i]`` (empty: 0); the other fields
+        are shared. Dtypes may differ. Every member is checked before any is
+        queued: a bad one raises (BadArgumentError naming its tensor) and
+        nothing is queued. The background thread is woken once."""
     def add_process_set(self, id: int, ranks: Sequence[int]) -> None:
         """Registers set ``id`` (> 0, unused) over ``ranks`` on this rank."""
     def remove_process_set(self, id: int) -> bool:
@@ -112,6 +136,12 @@ class Runtime:
         """(engine-allocated output bytes or None, output shape, received splits)."""
     def wait_release(self, handle: int) -> tuple[Optional[np.ndarray], list[int], list[int]]:
         """wait_interruptibly(handle) then release(handle) in one call."""
+    def wait_release_group(self, handles: Sequence[int]) -> list[tuple[Optional[np.ndarray], list[int], list[int]]]:
+        """wait_release of every handle: waits for all with the GIL released
+        once, running Python's signal handlers at least every 100 ms (an
+        exception one raises propagates and leaves every handle as it was),
+        then releases all and returns their results in order, or raises the
+        first failed one's error once every handle is released."""
     def wait_interruptibly(self, handle: int) -> None:
         """Blocks until the handle has finished, running Python's signal
         handlers at least every 100 ms; an exception one raises propagates

@@ -9,6 +9,7 @@ Process sets are checked by :func:`ring_strategy.process_sets._check_process_set
 
 from __future__ import annotations
 
+import functools
 import numbers
 import warnings
 from typing import Any, List, Optional, Tuple
@@ -146,7 +147,9 @@ def reducescatter_rows(rows: int, size: int, rank: int) -> int:
     return _native.reducescatter_rows(rows, size, rank)
 
 
-def group_names(base: str, count: int, grouped: bool) -> List[str]:
+@functools.lru_cache(maxsize=256)
+def group_names(base: str, count: int, grouped: bool) -> Tuple[str, ...]:
     """Engine names of a group's tensors: ``"<base>.<i>"``; a single
-    operation's tensor is ``base`` itself."""
-    return [f"{base}.{i}" for i in range(count)] if grouped else [base]
+    operation's tensor is ``base`` itself. Cached: a training loop's groups
+    (fixed names) get theirs without formatting them again."""
+    return tuple(f"{base}.{i}" for i in range(count)) if grouped else (base,)

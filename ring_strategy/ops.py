@@ -25,6 +25,7 @@ from ring_strategy._rules import (  # noqa: F401  (the reduction ops are part of
     Product,
     Sum,
     alltoall_splits,
+    group_names,
     reducescatter_rows,
     require_rows,
 )
@@ -87,6 +88,20 @@ def _dtype_code(arr: np.ndarray) -> int:
     raise BadArgumentError(f"dtype should be one of {supported}. Got: '{arr.dtype}'")
 
 
+def _dtype_codes(arrs: Sequence[Any], names: Sequence[str]) -> List[int]:
+    """:func:`_dtype_code` of each array; BadArgumentError naming the first
+    array (by ``names``) whose dtype the engine does not take."""
+    codes = [_DTYPE_CODES.get(a.dtype) for a in arrs]  # fast path: dict hits
+    if None in codes:
+        for i, code in enumerate(codes):
+            if code is None:
+                try:
+                    codes[i] = _dtype_code(arrs[i])
+                except BadArgumentError as e:
+                    raise BadArgumentError(f"tensor '{names[i]}': {e}") from None
+    return codes
+
+
 def _raw(arr: np.ndarray, code: int) -> np.ndarray:
     """The array as the engine sees it (bfloat16 travels as uint16 bits)."""
     return arr.view(np.uint16) if code == _BFLOAT16 else arr
@@ -137,6 +152,8 @@ def _from_engine(like: Any) -> Callable[[List[tuple]], np.ndarray]:
 
 
 def _empty_like(arr: Any) -> Any:
+    if arr.__class__ is np.ndarray:
+        return np.empty(arr.shape, arr.dtype)  # C-contiguous like arr; twice as fast as np.empty_like
     return np.empty_like(arr) if isinstance(arr, np.ndarray) else _gpu.empty_like(arr)
 
 
@@ -231,6 +248,89 @@ def allreduce(
         The reduced values (``out`` when given), identical on every rank of the set.
     """
     return synchronize(_allreduce(tensor, op, name, prescale_factor, postscale_factor, False, out, process_set))
+
+
+def _allreduce_group(tensors: Sequence[Any], names: Sequence[str], op: int, prescale: float, postscale: float,
+                     wake: bool, process_set: ProcessSet) -> Handle:
+    """Queues the allreduce of every array of ``tensors`` (``tensors[i]``
+    named ``names[i]``) in one engine call; synchronize() returns the list of
+    results. Dtypes may differ; a bad member queues nothing. The grouped
+    allreduce of every front end that hands the engine host arrays (this
+    module's, TensorFlow's, MXNet's, the fused buffers of :mod:`_fused`)."""
+    place = _check_process_set(process_set)
+    if all(t.__class__ is np.ndarray for t in tensors):  # the common case, kept lean: < 1 us a tensor in all
+        arrs = [t if t.flags.c_contiguous else t.copy(order="C") for t in tensors]
+        outs = [np.empty(a.shape, a.dtype) for a in arrs]
+        streams: Sequence[int] = ()
+    else:
+        arrs = [_as_array(t) for t in tensors]
+        outs = [_empty_like(a) for a in arrs]
+        streams = [0 if isinstance(a, np.ndarray) else _gpu.stream_of(a) for a in arrs]
+    codes = _dtype_codes(arrs, names)
+    ins, raw_outs = arrs, outs
+    if _BFLOAT16 in codes:
+        ins = [_raw(a, c) for a, c in zip(arrs, codes)]
+        raw_outs = [_raw(o, c) for o, c in zip(outs, codes)]
+    ids = _frontend.enqueue_group(
+        _native.OP_ALLREDUCE, names, ins, raw_outs, codes, op=op, prescale=prescale, postscale=postscale,
+        wake=wake, process_set=place.id, streams=streams,
+    )
+    return Handle(ids, (arrs, outs), lambda _: outs)
+
+
+def grouped_allreduce_async(
+    tensors: Sequence[Any],
+    op: int = Average,
+    name: Optional[str] = None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+    *,
+    process_set: ProcessSet = global_process_set,
+) -> Handle:
+    """Starts reducing every array of ``tensors``; see :func:`grouped_allreduce`."""
+    return _grouped(tensors, op, name, prescale_factor, postscale_factor, True, process_set)
+
+
+def _grouped(tensors: Sequence[Any], op: int, name: Optional[str], prescale: float, postscale: float, wake: bool,
+             process_set: ProcessSet) -> Handle:
+    if not isinstance(tensors, (list, tuple)):
+        raise BadArgumentError(f"tensors should be a list of arrays. Got: {type(tensors).__name__}")
+    base = _handles.auto_name("grouped_allreduce", name, _check_process_set(process_set).id)
+    return _allreduce_group(tensors, group_names(base, len(tensors), True), op, prescale, postscale, wake,
+                            process_set)
+
+
+def grouped_allreduce(
+    tensors: Sequence[Any],
+    op: int = Average,
+    name: Optional[str] = None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+    *,
+    process_set: ProcessSet = global_process_set,
+) -> List[np.ndarray]:
+    """Reduces every array of ``tensors`` over the ranks of ``process_set``,
+    as one group submitted in one engine call (the engine fuses them where
+    they fit), as Horovod's ``grouped_allreduce``.
+
+    Args:
+        tensors: a list of arrays; each of the same shape and dtype on every
+            rank. Their dtypes may differ from each other.
+        op: ``Average`` (default), ``Sum``, ``Min``, ``Max``, ``Product`` or ``Adasum``,
+            for every array.
+        name: the group's name; array ``i`` is named ``"<name>.<i>"``
+            (generated in call order when omitted).
+        prescale_factor: multiplies every input before the reduction.
+        postscale_factor: multiplies every result after it.
+        process_set: the ranks taking part (default: every rank).
+
+    Returns:
+        The reduced arrays, in order (new arrays).
+
+    Raises:
+        BadArgumentError: an array is invalid (naming it); no array is sent.
+    """
+    return synchronize(_grouped(tensors, op, name, prescale_factor, postscale_factor, False, process_set))
 
 
 def allgather_async(tensor: Any, name: Optional[str] = None, process_set: ProcessSet = global_process_set) -> Handle:

@@ -248,7 +248,7 @@ def small_tensors(run_output, tmp_path_factory):
     return run_output(2, args, timeout=120), folder
 
 
-def test_small_tensors_times_ring_gloo_and_coalesced_gloo(small_tensors):
+def test_small_tensors_times_ring_grouped_ring_gloo_and_coalesced_gloo(small_tensors):
     output, folder = small_tensors
     assert output.startswith("[ringrun exit code 0]"), output[-4000:]
     lines = rank0_lines(output)
@@ -256,14 +256,14 @@ def test_small_tensors_times_ring_gloo_and_coalesced_gloo(small_tensors):
     variants = {}
     for line in lines:
         fields = line.split()
-        if fields and fields[0] in ("ring", "gloo", "gloo-coalesced"):
+        if fields and fields[0] in ("ring", "ring-grouped", "gloo", "gloo-coalesced"):
             variants[fields[0]] = fields
-    assert list(variants) == ["ring", "gloo", "gloo-coalesced"], lines
+    assert list(variants) == ["ring", "ring-grouped", "gloo", "gloo-coalesced"], lines
     for fields in variants.values():
         assert float(fields[1]) > 0 and fields[4] == "0" and fields[5].endswith("x")
     assert variants["ring"][5] == "1.00x"
     objects = json.loads((folder / "case.json").read_text())
-    assert [obj["peer"] for obj in objects] == ["gloo", "gloo-coalesced"]
+    assert [obj["peer"] for obj in objects] == ["ring-grouped", "gloo", "gloo-coalesced"]
     assert all(obj["op"] == "small-tensors" and obj["size_bytes"] == 20 * 1024 for obj in objects)
 
 

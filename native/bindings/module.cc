@@ -148,35 +148,110 @@ void check_array(const Array& a, const ring::Request& req, const char* which) {
                               " bytes; its shape and dtype need " + std::to_string(expected));
 }
 
-int64_t enqueue(ring::Runtime& rt, int op, const std::string& name, ReadOnlyArray input, std::optional<AnyArray> output,
-                int dtype, int reduce_op, int root, double prescale, double postscale,
-                const std::vector<int64_t>& shape, const std::vector<int64_t>& splits, bool wake,
-                const std::string& device, int32_t process_set, uint64_t stream) {
-  if (op < 0 || op >= ring::kNumOpTypes) throw ring::RingError(ring::ErrorKind::BadArgument, "unknown operation");
-  if (!ring::is_valid_dtype(dtype)) throw ring::RingError(ring::ErrorKind::BadArgument, "unsupported dtype code");
-  if (!ring::is_valid_reduce_op(reduce_op)) throw ring::RingError(ring::ErrorKind::BadArgument, "unknown reduce op");
+// The fields every member of a group shares with the others (a single
+// enqueue's too), as the front end passes them.
+struct SharedFields {
+  int op = 0;
+  int reduce_op = 0;
+  int root = 0;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  int32_t process_set = 0;
+  bool wake = true;
+};
+
+// One operation's EnqueueArgs, after the checks of its codes, devices and
+// byte counts (BadArgument naming the tensor). `input`/`output` stay owned
+// by the caller's arrays.
+ring::EnqueueArgs make_args(const SharedFields& f, const std::string& name, const ReadOnlyArray& input,
+                            const std::optional<AnyArray>& output, int dtype, std::vector<int64_t> shape,
+                            std::vector<int64_t> splits, const std::string& device, uint64_t stream) {
+  auto bad = [&](const std::string& what) {
+    throw ring::RingError(ring::ErrorKind::BadArgument, "tensor '" + name + "': " + what);
+  };
+  if (f.op < 0 || f.op >= ring::kNumOpTypes) bad("unknown operation");
+  if (!ring::is_valid_dtype(dtype)) bad("unsupported dtype code " + std::to_string(dtype));
+  if (!ring::is_valid_reduce_op(f.reduce_op)) bad("unknown reduce op");
   ring::EnqueueArgs args;
   args.req.name = name;
-  args.req.op = static_cast<ring::OpType>(op);
+  args.req.op = static_cast<ring::OpType>(f.op);
   args.req.dtype = static_cast<ring::DataType>(dtype);
-  args.req.reduce_op = static_cast<ring::ReduceOp>(reduce_op);
-  args.req.root = root;
-  args.req.prescale = prescale;
-  args.req.postscale = postscale;
-  args.req.shape = shape;
-  args.req.splits = splits;
+  args.req.reduce_op = static_cast<ring::ReduceOp>(f.reduce_op);
+  args.req.root = f.root;
+  args.req.prescale = f.prescale;
+  args.req.postscale = f.postscale;
+  args.req.shape = std::move(shape);
+  args.req.splits = std::move(splits);
   args.req.device = check_devices(input, output, device, name);
   if (args.req.device.type == ring::DeviceType::CUDA) search_nccl_once();
   args.stream = stream;
-  args.req.process_set = process_set;
+  args.req.process_set = f.process_set;
   check_array(input, args.req, "input");
   args.input = input.data();
   if (output) {
     args.output = output->data();
     args.output_bytes = output->nbytes();
   }
-  args.wake = wake;
-  return rt.enqueue(std::move(args));
+  args.wake = f.wake;
+  return args;
+}
+
+int64_t enqueue(ring::Runtime& rt, int op, const std::string& name, ReadOnlyArray input, std::optional<AnyArray> output,
+                int dtype, int reduce_op, int root, double prescale, double postscale,
+                const std::vector<int64_t>& shape, const std::vector<int64_t>& splits, bool wake,
+                const std::string& device, int32_t process_set, uint64_t stream) {
+  const SharedFields f{op, reduce_op, root, prescale, postscale, process_set, wake};
+  return rt.enqueue(make_args(f, name, input, output, dtype, shape, splits, device, stream));
+}
+
+// `list[i]` as an array (None allowed when `optional`), without conversion;
+// BadArgument naming the tensor otherwise.
+template <class Array>
+std::optional<Array> group_array(const nb::list& list, size_t i, const std::string& name, const char* which,
+                                 bool optional) {
+  nb::handle item = list[i];
+  if (optional && item.is_none()) return std::nullopt;
+  Array a;
+  if (!nb::try_cast(item, a, false))
+    throw ring::RingError(ring::ErrorKind::BadArgument, std::string(which) + " of tensor '" + name +
+                                                            "' should be a C-contiguous array. Got: " +
+                                                            nb::type_name(item.type()).c_str());
+  return a;
+}
+
+// Runtime::enqueue_group of one operation per name, all with the fields `f`:
+// inputs[i] and outputs[i] (None: the engine allocates; `outputs` None: for
+// every member), dtypes[i], shapes[i] (None: each input's own shape),
+// streams[i] (empty: 0 for every member). Nothing is queued when a member
+// is bad.
+std::vector<int64_t> enqueue_group(ring::Runtime& rt, int op, const std::vector<std::string>& names,
+                                   const nb::list& inputs, const std::optional<nb::list>& outputs,
+                                   const std::vector<int>& dtypes,
+                                   const std::optional<std::vector<std::vector<int64_t>>>& shapes, int reduce_op,
+                                   int root, double prescale, double postscale, bool wake, int32_t process_set,
+                                   const std::vector<uint64_t>& streams) {
+  const size_t n = names.size();
+  auto length = [&](const char* what, size_t got) {
+    if (got != n)
+      throw ring::RingError(ring::ErrorKind::BadArgument, std::string("enqueue_group: ") + std::to_string(n) +
+                                                              " names but " + std::to_string(got) + " " + what);
+  };
+  length("inputs", nb::len(inputs));
+  if (outputs) length("outputs", nb::len(*outputs));
+  length("dtypes", dtypes.size());
+  if (shapes) length("shapes", shapes->size());
+  if (!streams.empty()) length("streams", streams.size());
+  const SharedFields f{op, reduce_op, root, prescale, postscale, process_set, wake};
+  std::vector<ring::EnqueueArgs> group;
+  group.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    const std::string& name = names[i];
+    ReadOnlyArray in = *group_array<ReadOnlyArray>(inputs, i, name, "input", false);
+    std::optional<AnyArray> out = outputs ? group_array<AnyArray>(*outputs, i, name, "output", true) : std::nullopt;
+    std::vector<int64_t> shape = shapes ? (*shapes)[i] : std::vector<int64_t>(in.shape_ptr(), in.shape_ptr() + in.ndim());
+    group.push_back(make_args(f, name, in, out, dtypes[i], std::move(shape), {}, "", streams.empty() ? 0 : streams[i]));
+  }
+  return rt.enqueue_group(std::move(group));
 }
 
 // A result in GPU memory, as Python sees it: an object of the DLPack
@@ -214,8 +289,8 @@ void register_device_array(nb::module_& m) {
       .def_ro("nbytes", &DeviceArray::nbytes);
 }
 
-nb::tuple release(ring::Runtime& rt, int64_t handle) {
-  ring::OpResult res = rt.release(handle);
+// A released result as Python sees it: (data, shape, received_splits).
+nb::tuple result_tuple(ring::OpResult& res) {
   nb::object data = nb::none();
   if (res.device_data) {
     data = device_result(res);
@@ -226,6 +301,11 @@ nb::tuple release(ring::Runtime& rt, int64_t handle) {
     data = nb::cast(nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>>((*owner)->data(), {n}, deleter));
   }
   return nb::make_tuple(data, res.shape, res.received_splits);
+}
+
+nb::tuple release(ring::Runtime& rt, int64_t handle) {
+  ring::OpResult res = rt.release(handle);
+  return result_tuple(res);
 }
 
 nb::dict config_dict(const ring::Config& c) {
@@ -326,26 +406,45 @@ void new_runtime(ring::Runtime* self, int rank, int size, int local_rank, int lo
   new (self) ring::Runtime(std::move(o));
 }
 
-// Blocks until `handle` has finished, with the GIL released, running
-// Python's signal handlers at least every kSignalCheckSeconds: an exception a
-// handler raises (KeyboardInterrupt, a SIGALRM timeout) propagates, and the
-// handle stays as it was (it can be waited for again).
-void wait_interruptibly(ring::Runtime& rt, int64_t handle) {
+// Calls `wait(timeout_s)` (true: finished) with the GIL released until it
+// returns true, running Python's signal handlers at least every
+// kSignalCheckSeconds: an exception a handler raises (KeyboardInterrupt, a
+// SIGALRM timeout) propagates, and what was waited for stays as it was (it
+// can be waited for again).
+template <class Wait>
+void wait_with_signals(Wait wait) {
   constexpr double kSignalCheckSeconds = 0.1;
   while (true) {
     bool done;
     {
       nb::gil_scoped_release unlocked;
-      done = rt.wait(handle, kSignalCheckSeconds);
+      done = wait(kSignalCheckSeconds);
     }
     if (done) return;
     if (PyErr_CheckSignals() != 0) throw nb::python_error();
   }
 }
 
+// Blocks until `handle` has finished (see wait_with_signals).
+void wait_interruptibly(ring::Runtime& rt, int64_t handle) {
+  wait_with_signals([&](double timeout_s) { return rt.wait(handle, timeout_s); });
+}
+
 nb::tuple wait_release(ring::Runtime& rt, int64_t handle) {
   wait_interruptibly(rt, handle);
   return release(rt, handle);
+}
+
+// wait_release() of a group: waits for every handle (see wait_with_signals:
+// when a signal handler raises, every handle stays as it was), then
+// releases all and returns their results in order, or raises the first
+// failed one's error once all are released.
+nb::list wait_release_group(ring::Runtime& rt, const std::vector<int64_t>& handles) {
+  wait_with_signals([&](double timeout_s) { return rt.wait_all(handles, timeout_s); });
+  std::vector<ring::OpResult> results = rt.release_all(handles);
+  nb::list out;
+  for (ring::OpResult& res : results) out.append(result_tuple(res));
+  return out;
 }
 
 void register_runtime(nb::module_& m) {
@@ -359,6 +458,10 @@ void register_runtime(nb::module_& m) {
       .def("enqueue", &enqueue, "op"_a, "name"_a, "input"_a.noconvert(), "output"_a.noconvert().none(), "dtype"_a,
            "reduce_op"_a, "root"_a, "prescale"_a, "postscale"_a, "shape"_a, "splits"_a, "wake"_a = true,
            "device"_a = "", "process_set"_a = 0, "stream"_a = 0)
+      .def("enqueue_group", &enqueue_group, "op"_a, "names"_a, "inputs"_a, "outputs"_a.none(), "dtypes"_a,
+           "shapes"_a.none() = nb::none(), "reduce_op"_a = 0, "root"_a = 0, "prescale"_a = 1.0, "postscale"_a = 1.0,
+           "wake"_a = true, "process_set"_a = 0, "streams"_a = std::vector<uint64_t>())
+      .def("wait_release_group", &wait_release_group, "handles"_a)
       .def("add_process_set", &ring::Runtime::add_process_set, "id"_a, "ranks"_a)
       .def("remove_process_set", &ring::Runtime::remove_process_set, "id"_a)
       .def("poll", &ring::Runtime::poll, "handle"_a)

@@ -1,20 +1,35 @@
 #include "engine/handle_table.h"
 
+#include <algorithm>
 #include <chrono>
+#include <optional>
 
 namespace ring {
 
-int64_t HandleTable::create(const std::string& name) {
+int64_t HandleTable::create(const std::string& name) { return create_all({name})[0]; }
+
+std::vector<int64_t> HandleTable::create_all(const std::vector<std::string>& names) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!in_flight_.insert(name).second)
-    throw_error(ErrorKind::BadArgument, "a tensor named '" + name +
-                                            "' is already in flight on this rank; a name is free again once its "
-                                            "operation has completed");
-  int64_t h = next_++;
-  State s;
-  s.name = name;
-  states_.emplace(h, std::move(s));
-  return h;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (!in_flight_.insert(names[i]).second) {
+      const bool twice = std::find(names.begin(), names.begin() + i, names[i]) != names.begin() + i;
+      for (size_t k = 0; k < i; ++k) in_flight_.erase(names[k]);  // nothing is taken
+      throw_error(ErrorKind::BadArgument,
+                  "a tensor named '" + names[i] +
+                      (twice ? "' appears twice in one group; names must be unique while in flight"
+                             : "' is already in flight on this rank; a name is free again once its "
+                               "operation has completed"));
+    }
+  }
+  std::vector<int64_t> handles;
+  handles.reserve(names.size());
+  for (const std::string& name : names) {
+    State s;
+    s.name = name;
+    states_.emplace(next_, std::move(s));
+    handles.push_back(next_++);
+  }
+  return handles;
 }
 
 HandleTable::State& HandleTable::find(int64_t handle) {
@@ -94,6 +109,29 @@ OpResult HandleTable::release(int64_t handle) {
   states_.erase(handle);
   if (copy.failed) throw RingError(copy.kind, copy.message);
   return std::move(copy.result);
+}
+
+std::vector<OpResult> HandleTable::release_all(const std::vector<int64_t>& handles) {
+  std::vector<int64_t> sorted = handles;
+  std::sort(sorted.begin(), sorted.end());
+  auto twice = std::adjacent_find(sorted.begin(), sorted.end());
+  if (twice != sorted.end())
+    throw_error(ErrorKind::BadArgument, "handle " + std::to_string(*twice) + " appears twice in one release");
+  std::lock_guard<std::mutex> lock(mu_);
+  for (int64_t h : handles)
+    if (!find(h).done) throw_error(ErrorKind::BadArgument, "handle " + std::to_string(h) + " is not finished");
+  std::vector<OpResult> results;
+  results.reserve(handles.size());
+  std::optional<RingError> first;
+  for (int64_t h : handles) {
+    auto it = states_.find(h);
+    State& s = it->second;
+    if (s.failed && !first) first.emplace(s.kind, s.message);
+    results.push_back(std::move(s.result));
+    states_.erase(it);
+  }
+  if (first) throw *first;
+  return results;
 }
 
 void HandleTable::discard(int64_t handle) {

@@ -40,6 +40,9 @@ class HandleTable {
   // `name`: the tensor's name, taken until the operation completes or
   // fails. Throws RingError(BadArgument) when it is already taken.
   int64_t create(const std::string& name = "");
+  // One handle per name, in order, or none: throws RingError(BadArgument)
+  // naming the first name that is taken or appears twice in `names`.
+  std::vector<int64_t> create_all(const std::vector<std::string>& names);
   void complete(int64_t handle, OpResult result);
   void fail(int64_t handle, ErrorKind kind, const std::string& message);
   // Fails every unfinished handle (lost peer, shutdown).
@@ -52,6 +55,10 @@ class HandleTable {
   bool wait(int64_t handle, double timeout_s = -1.0);
   // Removes a finished handle: returns its result or throws its error.
   OpResult release(int64_t handle);
+  // Removes every handle of `handles` (all finished, else BadArgument and
+  // none is removed) and returns their results in order; when some failed,
+  // throws the first one's error once all are removed.
+  std::vector<OpResult> release_all(const std::vector<int64_t>& handles);
   // True when the name of some unfinished operation starts with `prefix`.
   bool has_name_prefix(const std::string& prefix) const;
   // Forgets a handle whatever its state (an enqueue that was rejected),

@@ -265,37 +265,53 @@ void Runtime::validate_output(const EnqueueArgs& args, const ProcessSet& set) co
                                             std::to_string(expected));
 }
 
-int64_t Runtime::enqueue(EnqueueArgs args) {
+Entry Runtime::checked_entry(EnqueueArgs args) const {
   auto set = process_set_of(args.req);
   validate(args.req, *set);
   validate_output(args, *set);
   if (args.req.process_set != 0) args.req.name = qualified_name(args.req.name, args.req.process_set);
-  if (args.req.op == OpType::Allgather || args.req.op == OpType::Alltoall) args.output = nullptr;
-  std::lock_guard<std::mutex> lock(state_mu_);
-  if (state_ == State::Created) throw_error(ErrorKind::Shutdown, "ring is not initialized: call init() first");
-  if (state_ == State::Stopped)
-    throw RingError(stop_kind_, not_started(stop_reason_, args.req));
   Entry e;
   e.req = std::move(args.req);
   e.input = args.input;
-  e.output = args.output;
+  e.output = e.req.op == OpType::Allgather || e.req.op == OpType::Alltoall ? nullptr : args.output;
   e.stream = args.stream;
-  if (!executor_->prepare(e, args.stream)) {
-    const Device& d = e.req.device;
-    const std::string why = d.type == DeviceType::CUDA ? gpu::cuda_refusal(d.index) : "";
-    throw_error(ErrorKind::BadArgument, std::string(op_type_name(e.req.op)) + " of tensor '" + e.req.name +
-                                            "': no backend for device " + device_name(d) +
-                                            (why.empty() ? "" : ": " + why));
+  return e;
+}
+
+void Runtime::prepare_locked(Entry& e) {
+  if (executor_->prepare(e, e.stream)) return;
+  const Device& d = e.req.device;
+  const std::string why = d.type == DeviceType::CUDA ? gpu::cuda_refusal(d.index) : "";
+  throw_error(ErrorKind::BadArgument, std::string(op_type_name(e.req.op)) + " of tensor '" + e.req.name +
+                                          "': no backend for device " + device_name(d) +
+                                          (why.empty() ? "" : ": " + why));
+}
+
+std::vector<int64_t> Runtime::enqueue_group(std::vector<EnqueueArgs> group) {
+  std::vector<Entry> entries;
+  std::vector<std::string> names;
+  entries.reserve(group.size());
+  names.reserve(group.size());
+  bool wake = false;
+  for (EnqueueArgs& args : group) {
+    wake = wake || args.wake;
+    entries.push_back(checked_entry(std::move(args)));
+    names.push_back(entries.back().req.name);
   }
-  e.handle = handles_.create(e.req.name);
-  int64_t h = e.handle;
+  if (entries.empty()) return {};
+  std::lock_guard<std::mutex> lock(state_mu_);
+  if (state_ == State::Created) throw_error(ErrorKind::Shutdown, "ring is not initialized: call init() first");
+  if (state_ == State::Stopped) throw RingError(stop_kind_, not_started(stop_reason_, entries.front().req));
+  for (Entry& e : entries) prepare_locked(e);
+  std::vector<int64_t> handles = handles_.create_all(names);
+  for (size_t i = 0; i < entries.size(); ++i) entries[i].handle = handles[i];
   try {
-    queue_.push(std::move(e), args.wake);
+    queue_.push(std::move(entries), wake);
   } catch (...) {
-    handles_.discard(h);
+    for (int64_t h : handles) handles_.discard(h);
     throw;
   }
-  return h;
+  return handles;
 }
 
 OpResult Runtime::release(int64_t handle) { return handles_.release(handle); }

@@ -89,15 +89,27 @@ class Runtime {
   // Validates and queues; returns a handle. Throws BadArgument for invalid
   // arguments (a device no backend serves among them), Shutdown when not
   // running, the job's failure when it failed.
-  int64_t enqueue(EnqueueArgs args);
+  int64_t enqueue(EnqueueArgs args) { return enqueue_group({std::move(args)})[0]; }
+  // Queues several operations at once, in order, as enqueue() queues one;
+  // returns their handles. Every member is validated (and its name taken)
+  // before any is queued: a bad member throws enqueue()'s error, naming its
+  // tensor, and nothing is queued. The background thread is woken once,
+  // when any member asks for it (EnqueueArgs::wake).
+  std::vector<int64_t> enqueue_group(std::vector<EnqueueArgs> group);
   bool poll(int64_t handle) { return handles_.poll(handle); }
   // Blocks until the operation finished (true) or timeout_s passed (false;
   // < 0: no limit). Makes progress itself while it can (drive(), which may
   // run past timeout_s while progress keeps coming).
   bool wait(int64_t handle, double timeout_s = -1.0);
+  // wait() for every handle of `handles`: true once all have finished,
+  // false when timeout_s (for all of them together; < 0: no limit) passed.
+  bool wait_all(const std::vector<int64_t>& handles, double timeout_s = -1.0);
   // Returns the result (or throws the error) and forgets the handle. The
   // tensor's name was freed when the operation finished.
   OpResult release(int64_t handle);
+  // release() of every handle (all finished): the results in order, or,
+  // once every handle is forgotten, the first failed one's error.
+  std::vector<OpResult> release_all(const std::vector<int64_t>& handles) { return handles_.release_all(handles); }
 
   // Process sets (engine/process_sets.h), while running. The front end adds
   // and removes a set on every rank, and has the ranks agree on it, before
@@ -127,6 +139,12 @@ class Runtime {
   // local rank's subgroups of the data mesh.
   void setup_hierarchy(CpuRingBackend& cpu);
   void validate_output(const EnqueueArgs& args, const ProcessSet& set) const;
+  // The queue entry for `args` once validated (every check that needs no
+  // lock), its name qualified by its process set; the backend prepares it later.
+  Entry checked_entry(EnqueueArgs args) const;
+  // Backend::prepare of the backend serving `e`'s device; BadArgument
+  // naming the tensor when none does. Caller holds state_mu_.
+  void prepare_locked(Entry& e);
   // The longest control message accepted from a peer.
   static constexpr size_t kMaxControlMessage = 64u << 20;
   // A rank with nothing moving checks that its peers are alive this often.

@@ -63,6 +63,15 @@ bool Runtime::wait(int64_t handle, double timeout_s) {
   return handles_.wait(handle, timeout_s);
 }
 
+bool Runtime::wait_all(const std::vector<int64_t>& handles, double timeout_s) {
+  const auto start = std::chrono::steady_clock::now();
+  for (int64_t h : handles) {
+    const double left = timeout_s < 0 ? -1.0 : std::max(0.0, timeout_s - seconds_since(start));
+    if (!wait(h, left)) return false;
+  }
+  return true;
+}
+
 void Runtime::drive(int64_t handle) {
   Backoff backoff;
   bool done = false, left = false;

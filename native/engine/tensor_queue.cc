@@ -4,10 +4,14 @@
 
 namespace ring {
 
-void TensorQueue::push(Entry entry, bool wake) {
+void TensorQueue::push(std::vector<Entry> entries, bool wake) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    entries_.push_back(std::move(entry));
+    if (entries_.empty()) {
+      entries_.swap(entries);
+    } else {
+      for (Entry& e : entries) entries_.push_back(std::move(e));
+    }
     count_.store(entries_.size(), std::memory_order_release);
     if (wake) cv_.notify_one();
   }

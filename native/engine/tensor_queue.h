@@ -30,8 +30,9 @@ struct Entry {
 
 class TensorQueue {
  public:
-  // wake: notify a thread blocked in wait_new() or on the doorbell.
-  void push(Entry entry, bool wake = true);
+  // Appends `entries` in order, under one lock; wake: notify a thread
+  // blocked in wait_new() or on the doorbell (once for all of them).
+  void push(std::vector<Entry> entries, bool wake = true);
   std::vector<Entry> take_all();
   // Names of the entries not yet taken by the background thread.
   std::vector<std::string> queued_names();

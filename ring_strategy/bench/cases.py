@@ -3,7 +3,10 @@
 ``small-tensors``: the gradients of one training step of a model with many
 small layers. Every step submits ``--num-tensors`` allreduces (sums) of
 ``--tensor-bytes`` each at once and then waits for all of them; the time is
-the median per-step time of the slowest rank. With ``--compare gloo`` gloo
+the median per-step time of the slowest rank. ring runs it two ways: one
+``allreduce_async`` per tensor and a ``synchronize`` of each (``ring``), and
+one ``grouped_allreduce_async`` of them all and one ``synchronize``
+(``ring-grouped``). With ``--compare gloo`` gloo
 runs the same step two ways: one ``all_reduce(async_op=True)`` per tensor and
 then a wait for each (``gloo``), and the tensors copied into one flat buffer,
 one ``all_reduce``, and copied back (``gloo-coalesced``, what DDP's buckets
@@ -29,6 +32,7 @@ __all__ = ["VARIANTS", "run_small_tensors"]
 #: What each variant of the small-tensors case does in one step.
 VARIANTS: Dict[str, str] = {
     "ring": "allreduce_async of every tensor, then synchronize every handle",
+    "ring-grouped": "one grouped_allreduce_async of every tensor (one engine call), then one synchronize",
     "gloo": "all_reduce(async_op=True) of every tensor, then wait for every one",
     "gloo-coalesced": "tensors copied into one flat buffer, one all_reduce, copied back",
     "mpi": "Iallreduce of every tensor, then Waitall",

@@ -18,9 +18,8 @@ from typing import Any, List, Optional, Sequence
 import mxnet as mx
 import numpy as np
 
-from ring_strategy import _handles
 from ring_strategy import ops as _np
-from ring_strategy._rules import Average, Sum, group_names
+from ring_strategy._rules import Average, Sum
 from ring_strategy.basics import (  # noqa: F401  (re-exported, as Horovod's mpi_ops does)
     cross_rank,
     cross_size,
@@ -119,13 +118,9 @@ def _grouped_allreduce(tensors: Sequence[Any], average: Any, name: Optional[str]
     them) under the names ``"<name>.<i>"``."""
     if not isinstance(tensors, (list, tuple)):
         raise BadArgumentError(f"tensors should be a list of NDArrays. Got: {type(tensors).__name__}")
-    names = group_names(_handles.auto_name("grouped_allreduce", name, _check_process_set(process_set).id),
-                        len(tensors), True)
-    handles = [
-        _allreduce_async(t, average, n, prescale_factor, postscale_factor, process_set)
-        for t, n in zip(tensors, names)
-    ]
-    return [_np.synchronize(h) for h in handles]
+    op = _reduce_op(average)
+    return _np.synchronize(_np.grouped_allreduce_async([_host(t) for t in tensors], op, name, prescale_factor,
+                                                       postscale_factor, process_set=process_set))
 
 
 def grouped_allreduce(tensors: Sequence[Any], average: bool = True, name: Optional[str] = None, priority: int = 0,

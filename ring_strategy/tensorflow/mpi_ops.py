@@ -94,10 +94,7 @@ def _grouped(xs: List[tf.Tensor], op: int, prescale: float, postscale: float, na
     names = group_names(_op_name(label, name, _check_process_set(process_set).id), len(xs), not single)
 
     def reduce(arrays):
-        handles = [_np.allreduce_async(a, op, nm, prescale, postscale, process_set=process_set)
-                   for a, nm in zip(arrays, names)]
-        # The numpy API returns 0-d inputs as shape (1,); keep the input's shape.
-        return [_np.synchronize(h).reshape(a.shape) for h, a in zip(handles, arrays)]
+        return _np.synchronize(_np._allreduce_group(arrays, names, op, prescale, postscale, False, process_set))
 
     @tf.custom_gradient
     def forward(*inputs):

@@ -16,7 +16,6 @@ device.
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any, Callable, List, Optional, Sequence
 
 import numpy as np
@@ -66,12 +65,25 @@ def _contiguous(tensor: torch.Tensor) -> torch.Tensor:
     return tensor if tensor.is_contiguous() else tensor.contiguous()
 
 
+def _stream(t: torch.Tensor) -> int:
+    """The stream the engine waits for before reading ``t``: for a CUDA
+    tensor, torch's current stream of its device (the work queued so far);
+    0 for a CPU tensor."""
+    return torch.cuda.current_stream(t.device).cuda_stream if t.is_cuda else 0
+
+
 def _enqueue(kind: int, name: str, inp: torch.Tensor, out: Optional[torch.Tensor], **kw: Any) -> int:
     # inp and out are contiguous; the caller keeps them alive until the handle is released.
-    # A CUDA tensor is read after the work queued so far on torch's current stream of its device.
-    if inp.is_cuda:
-        kw["stream"] = torch.cuda.current_stream(inp.device).cuda_stream
-    return _frontend.enqueue(kind, name, inp, out, _DTYPE_CODES[inp.dtype], inp.shape, **kw)
+    return _frontend.enqueue(kind, name, inp, out, _DTYPE_CODES[inp.dtype], inp.shape, stream=_stream(inp), **kw)
+
+
+def _enqueue_group(kind: int, names: List[str], bufs: List[torch.Tensor], outs: Optional[List[Optional[torch.Tensor]]],
+                   **kw: Any) -> List[int]:
+    """:func:`_enqueue` of every buffer, in one engine call (nothing is
+    queued when one is refused)."""
+    streams = [_stream(b) for b in bufs] if any(b.is_cuda for b in bufs) else ()
+    return _frontend.enqueue_group(kind, names, bufs, outs, [_DTYPE_CODES[b.dtype] for b in bufs], streams=streams,
+                                   **kw)
 
 
 def _same_memory(tensor: torch.Tensor, buf: torch.Tensor) -> bool:
@@ -135,11 +147,8 @@ def _allreduce_group(tensors: Sequence[Any], label: str, name: Optional[str], op
     bufs = [_contiguous(_checked(t)) for t in tensors]
     names = group_names(_handles.auto_name(label, name, ps), len(bufs), grouped)
     outs = bufs if inplace else [torch.empty_like(b) for b in bufs]
-    ids = _handles.enqueue_all([
-        partial(_enqueue, _frontend.ALLREDUCE, nm, b, o, op=op, prescale=prescale_factor, postscale=postscale_factor,
-                process_set=ps)
-        for b, o, nm in zip(bufs, outs, names)
-    ])
+    ids = _enqueue_group(_frontend.ALLREDUCE, names, bufs, outs, op=op, prescale=prescale_factor,
+                         postscale=postscale_factor, process_set=ps)
 
     copies = [(t, b) for t, b in zip(tensors, bufs) if inplace and not _same_memory(t, b)]
 
@@ -240,9 +249,7 @@ def _allgather_group(tensors: Sequence[Any], label: str, name: Optional[str], pr
         b = _contiguous(_checked(t))
         bufs.append(b.reshape(1) if b.dim() == 0 else b)
     names = group_names(_handles.auto_name(label, name, ps), len(bufs), grouped)
-    ids = _handles.enqueue_all([
-        partial(_enqueue, _frontend.ALLGATHER, nm, b, None, process_set=ps) for b, nm in zip(bufs, names)
-    ])
+    ids = _enqueue_group(_frontend.ALLGATHER, names, bufs, None, process_set=ps)
     def finish(results: list) -> Any:
         outs = [_from_engine(r, b) for r, b in zip(results, bufs)]
         return outs if grouped else outs[0]
@@ -342,11 +349,8 @@ def _reducescatter_group(tensors: Sequence[Any], label: str, name: Optional[str]
     outs = [torch.empty((reducescatter_rows(b.shape[0], place.size, place.rank),) + tuple(b.shape[1:]), dtype=b.dtype,
                         device=b.device)
             for b in bufs]
-    ids = _handles.enqueue_all([
-        partial(_enqueue, _frontend.REDUCESCATTER, nm, b, o, op=op, prescale=prescale_factor,
-                postscale=postscale_factor, process_set=place.id)
-        for b, o, nm in zip(bufs, outs, names)
-    ])
+    ids = _enqueue_group(_frontend.REDUCESCATTER, names, bufs, outs, op=op, prescale=prescale_factor,
+                         postscale=postscale_factor, process_set=place.id)
     return _handles.register(ids, (tuple(bufs), tuple(outs)), lambda _r: outs if grouped else outs[0])
 
 

@@ -1,7 +1,7 @@
 """A rank blocked in a wait answers Python signals (issue: reliability,
 round two, item 1): SIGALRM (pytest-timeout's method, job wrappers) and
-SIGINT (Ctrl-C) raise out of synchronize, blocking collectives and barrier
-within a fraction of a second, for numpy, torch and TensorFlow eager (Keras'
+SIGINT (Ctrl-C) raise out of synchronize (of a grouped operation too),
+blocking collectives and barrier within a fraction of a second, for numpy, torch and TensorFlow eager (Keras'
 collectives are the numpy core's); the operation stays in flight and can be
 synchronized again, or shutdown() ends the job on every rank with a clear
 error. Workers: tests/reliability/workers/signals.py."""
@@ -11,7 +11,7 @@ from reliability_jobs import WORKERS, run_job
 
 from tests.workers.checks import passed_ranks
 
-SCENARIOS = ["numpy_async", "numpy_barrier", "torch_handle"]
+SCENARIOS = ["numpy_async", "numpy_group", "numpy_barrier", "torch_handle"]
 
 
 # TensorFlow's eager wait is the engine wait torch's is; importing TensorFlow in

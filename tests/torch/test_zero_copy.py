@@ -12,7 +12,8 @@ from ring_strategy.torch import mpi_ops
 
 @pytest.fixture
 def engine(monkeypatch):
-    """Records each enqueue; wait() 'reduces' by writing 2 * input into the output.
+    """Records each enqueue (a group's member by member); waiting 'reduces' by
+    writing 2 * input into the output.
     A world of one is started so that the front end finds its place (the
     global process set); its engine is never called."""
     calls = {}
@@ -22,6 +23,10 @@ def engine(monkeypatch):
         calls[hid] = dict(kind=kind, name=name, inp=inp, out=out, dtype_code=dtype_code, shape=list(shape), **kw)
         return hid
 
+    def enqueue_group(kind, names, inputs, outputs, dtype_codes, **kw):
+        outputs = outputs or [None] * len(names)
+        return [enqueue(kind, nm, i, o, c, i.shape, **kw) for nm, i, o, c in zip(names, inputs, outputs, dtype_codes)]
+
     def wait(hid):
         c = calls[hid]
         if c["out"] is not None:
@@ -29,9 +34,9 @@ def engine(monkeypatch):
         return None, c["shape"], []
 
     monkeypatch.setattr(_frontend, "enqueue", enqueue)
-    monkeypatch.setattr(_frontend, "wait", wait)
+    monkeypatch.setattr(_frontend, "enqueue_group", enqueue_group)
+    monkeypatch.setattr(_frontend, "wait_all", lambda hids: [wait(h) for h in hids])
     monkeypatch.setattr(_frontend, "poll", lambda hid: True)
-    monkeypatch.setattr(_frontend, "wait_done", lambda hid: None)
     ring_strategy.init()
     yield calls
     ring_strategy.shutdown()

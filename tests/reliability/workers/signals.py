@@ -72,6 +72,21 @@ def numpy_async() -> None:
         equal(late(lambda: rs.allreduce(x, op=rs.Sum, name="sig.np")), x * 2, "late peer")
 
 
+def numpy_group() -> None:
+    """Ctrl-C out of the one wait of a grouped allreduce's synchronize(); the
+    same handle synchronized again gives every member's result."""
+    xs = [np.ones(3, np.float32), np.arange(4), np.ones(2, np.float16)]
+    if rs.rank() == 0:
+        h = rs.grouped_allreduce_async(xs, op=rs.Sum, name="sig.group")
+        interrupted("sigint", lambda: rs.synchronize(h))
+        rs.poll(h)  # still a known handle: nothing was released
+        outs = rs.synchronize(h)
+    else:
+        outs = late(lambda: rs.grouped_allreduce(xs, op=rs.Sum, name="sig.group"))
+    for i, (out, x) in enumerate(zip(outs, xs)):
+        equal(out, x * 2, f"member {i}")
+
+
 def numpy_barrier() -> None:
     """Ctrl-C out of a blocking barrier; the next operations work."""
     if rs.rank() == 0:
@@ -127,7 +142,7 @@ def leave() -> None:
     raise AssertionError("rank 1's allreduce completed after rank 0 left")
 
 
-SCENARIOS = {f.__name__: f for f in [numpy_async, numpy_barrier, torch_handle, tensorflow_eager]}
+SCENARIOS = {f.__name__: f for f in [numpy_async, numpy_group, numpy_barrier, torch_handle, tensorflow_eager]}
 
 
 def main() -> None:
