@@ -251,20 +251,21 @@ def allreduce(
 
 
 def _allreduce_group(tensors: Sequence[Any], names: Sequence[str], op: int, prescale: float, postscale: float,
-                     wake: bool, process_set: ProcessSet) -> Handle:
+                     wake: bool, process_set: ProcessSet, out: Optional[Sequence[Any]] = None) -> Handle:
     """Queues the allreduce of every array of ``tensors`` (``tensors[i]``
     named ``names[i]``) in one engine call; synchronize() returns the list of
-    results. Dtypes may differ; a bad member queues nothing. The grouped
+    results (``out``, when given: where each result goes). Dtypes may differ;
+    a bad member queues nothing. The grouped
     allreduce of every front end that hands the engine host arrays (this
     module's, TensorFlow's, MXNet's, the fused buffers of :mod:`_fused`)."""
     place = _check_process_set(process_set)
     if all(t.__class__ is np.ndarray for t in tensors):  # the common case, kept lean: < 1 us a tensor in all
         arrs = [t if t.flags.c_contiguous else t.copy(order="C") for t in tensors]
-        outs = [np.empty(a.shape, a.dtype) for a in arrs]
+        outs = [np.empty(a.shape, a.dtype) for a in arrs] if out is None else _check_outs(out, arrs)
         streams: Sequence[int] = ()
     else:
         arrs = [_as_array(t) for t in tensors]
-        outs = [_empty_like(a) for a in arrs]
+        outs = [_empty_like(a) for a in arrs] if out is None else _check_outs(out, arrs)
         streams = [0 if isinstance(a, np.ndarray) else _gpu.stream_of(a) for a in arrs]
     codes = _dtype_codes(arrs, names)
     ins, raw_outs = arrs, outs
@@ -278,6 +279,14 @@ def _allreduce_group(tensors: Sequence[Any], names: Sequence[str], op: int, pres
     return Handle(ids, (arrs, outs), lambda _: outs)
 
 
+def _check_outs(out: Sequence[Any], arrs: Sequence[Any]) -> List[Any]:
+    """``out`` if it holds one valid output (see :func:`_check_out`) per array."""
+    if not isinstance(out, (list, tuple)) or len(out) != len(arrs):
+        raise BadArgumentError(f"out should be a list of {len(arrs)} arrays, one per tensor. Got: {type(out).__name__}"
+                               + (f" of {len(out)}" if isinstance(out, (list, tuple)) else ""))
+    return [_check_out(o, a) for o, a in zip(out, arrs)]
+
+
 def grouped_allreduce_async(
     tensors: Sequence[Any],
     op: int = Average,
@@ -285,19 +294,20 @@ def grouped_allreduce_async(
     prescale_factor: float = 1.0,
     postscale_factor: float = 1.0,
     *,
+    out: Optional[Sequence[np.ndarray]] = None,
     process_set: ProcessSet = global_process_set,
 ) -> Handle:
     """Starts reducing every array of ``tensors``; see :func:`grouped_allreduce`."""
-    return _grouped(tensors, op, name, prescale_factor, postscale_factor, True, process_set)
+    return _grouped(tensors, op, name, prescale_factor, postscale_factor, True, process_set, out)
 
 
 def _grouped(tensors: Sequence[Any], op: int, name: Optional[str], prescale: float, postscale: float, wake: bool,
-             process_set: ProcessSet) -> Handle:
+             process_set: ProcessSet, out: Optional[Sequence[Any]] = None) -> Handle:
     if not isinstance(tensors, (list, tuple)):
         raise BadArgumentError(f"tensors should be a list of arrays. Got: {type(tensors).__name__}")
     base = _handles.auto_name("grouped_allreduce", name, _check_process_set(process_set).id)
     return _allreduce_group(tensors, group_names(base, len(tensors), True), op, prescale, postscale, wake,
-                            process_set)
+                            process_set, out)
 
 
 def grouped_allreduce(
@@ -307,6 +317,7 @@ def grouped_allreduce(
     prescale_factor: float = 1.0,
     postscale_factor: float = 1.0,
     *,
+    out: Optional[Sequence[np.ndarray]] = None,
     process_set: ProcessSet = global_process_set,
 ) -> List[np.ndarray]:
     """Reduces every array of ``tensors`` over the ranks of ``process_set``,
@@ -322,15 +333,18 @@ def grouped_allreduce(
             (generated in call order when omitted).
         prescale_factor: multiplies every input before the reduction.
         postscale_factor: multiplies every result after it.
+        out: where to write the results, one array per tensor (same shape and
+            dtype; ``tensors`` itself for an in-place reduction). New arrays
+            when omitted.
         process_set: the ranks taking part (default: every rank).
 
     Returns:
-        The reduced arrays, in order (new arrays).
+        The reduced arrays, in order (``out`` when given).
 
     Raises:
         BadArgumentError: an array is invalid (naming it); no array is sent.
     """
-    return synchronize(_grouped(tensors, op, name, prescale_factor, postscale_factor, False, process_set))
+    return synchronize(_grouped(tensors, op, name, prescale_factor, postscale_factor, False, process_set, out))
 
 
 def allgather_async(tensor: Any, name: Optional[str] = None, process_set: ProcessSet = global_process_set) -> Handle:

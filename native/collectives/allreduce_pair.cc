@@ -59,12 +59,15 @@ void pair_allreduce(Mesh& mesh, const Parts& buf, const std::vector<size_t>& chu
                            reduce_block(out, in, piece + k, n, esize, dtype, op, post_factor);
                          });
                        });
+    const bool stream = theirs >= kMinStreamBytes;  // decided by the block, not by its parts
     mesh.sendrecv_sink(peer, buf.pieces(own_at, mine, true), peer, theirs, 1,
                        [&](const uint8_t* piece, size_t at, size_t len) {
                          buf.visit(their_at + at, len, [&](const uint8_t*, uint8_t* out, size_t k, size_t n) {
-                           stream_copy(out, piece + k, n);
+                           if (stream) stream_store(out, piece + k, n);
+                           else std::memcpy(out, piece + k, n);
                          });
                        });
+    if (stream) stream_fence();
   }
 }
 

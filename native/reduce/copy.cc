@@ -1,5 +1,6 @@
 #include "reduce/copy.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -10,16 +11,20 @@
 namespace ring {
 
 void stream_copy(void* dst, const void* src, size_t len) {
-#if defined(__x86_64__)
-  constexpr size_t kMinStreamBytes = 16 << 10;
   if (len < kMinStreamBytes) {
     std::memcpy(dst, src, len);
     return;
   }
+  stream_store(dst, src, len);
+  stream_fence();
+}
+
+void stream_store(void* dst, const void* src, size_t len) {
+#if defined(__x86_64__)
   auto* d = static_cast<uint8_t*>(dst);
   const auto* s = static_cast<const uint8_t*>(src);
   // Whole cache lines only: a partly written line costs a read of the rest.
-  size_t head = (64 - reinterpret_cast<uintptr_t>(d) % 64) % 64;
+  size_t head = std::min(len, (64 - reinterpret_cast<uintptr_t>(d) % 64) % 64);
   std::memcpy(d, s, head);
   d += head;
   s += head;
@@ -36,9 +41,14 @@ void stream_copy(void* dst, const void* src, size_t len) {
     _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 48), e);
   }
   std::memcpy(d + i, s + i, len - i);
-  _mm_sfence();
 #else
   std::memcpy(dst, src, len);
+#endif
+}
+
+void stream_fence() {
+#if defined(__x86_64__)
+  _mm_sfence();
 #endif
 }
 

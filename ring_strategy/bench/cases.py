@@ -31,8 +31,9 @@ __all__ = ["VARIANTS", "run_small_tensors"]
 
 #: What each variant of the small-tensors case does in one step.
 VARIANTS: Dict[str, str] = {
-    "ring": "allreduce_async of every tensor, then synchronize every handle",
-    "ring-grouped": "one grouped_allreduce_async of every tensor (one engine call), then one synchronize",
+    "ring": "allreduce_async of every tensor (out= an array made once), then synchronize every handle",
+    "ring-grouped": "one grouped_allreduce_async of every tensor (out= arrays made once; one engine call), then "
+                    "one synchronize",
     "gloo": "all_reduce(async_op=True) of every tensor, then wait for every one",
     "gloo-coalesced": "tensors copied into one flat buffer, one all_reduce, copied back",
     "mpi": "Iallreduce of every tensor, then Waitall",

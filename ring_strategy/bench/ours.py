@@ -1,7 +1,8 @@
 """ring's own collectives, through the public numpy API (``ring_strategy.ops``).
 
 Allreduce reduces a copy of the input in place (``out=`` the array itself),
-as gloo's ``all_reduce`` does; the other operations return a new array per
+as gloo's ``all_reduce`` does, and the small-tensors case reduces into
+output arrays made once, as MPI's does; the other operations return a new array per
 call, as the numpy API does, so their times include allocating it.
 Tensors get fixed names, as in a training loop, so ranks agree on them and
 the engine's response cache applies from the second step on.
@@ -41,12 +42,13 @@ class RingBackend(Backend):
 
     def small_tensor_steps(self, tensors: List[np.ndarray]) -> Dict[str, StepCall]:
         names = [f"bench.small.{i}" for i in range(len(tensors))]
+        outs = [np.empty_like(t) for t in tensors]  # written every step, as MPI's receive buffers are
 
         def step() -> List[np.ndarray]:
-            handles = [rs.allreduce_async(t, op=rs.Sum, name=nm) for t, nm in zip(tensors, names)]
+            handles = [rs.allreduce_async(t, op=rs.Sum, name=nm, out=o) for t, nm, o in zip(tensors, names, outs)]
             return [rs.synchronize(h) for h in handles]
 
         def grouped_step() -> List[np.ndarray]:
-            return rs.synchronize(rs.grouped_allreduce_async(tensors, op=rs.Sum, name="bench.grouped"))
+            return rs.synchronize(rs.grouped_allreduce_async(tensors, op=rs.Sum, name="bench.grouped", out=outs))
 
         return {"ring": step, "ring-grouped": grouped_step}

@@ -105,8 +105,20 @@ def bitwise_numpy() -> None:
         handles = [rs.allreduce_async(x, name=f"one.{i}", **kw) for i, x in enumerate(xs)]
         singles = [rs.synchronize(h) for h in handles]
         grouped = rs.synchronize(rs.grouped_allreduce_async(xs, name="grp", **kw))
-        for i, (a, b) in enumerate(zip(singles, grouped)):
-            assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes(), (step, i)
+        outs = [np.full_like(x, 7) for x in xs]
+        into = rs.grouped_allreduce(xs, name="grp.out", out=outs, **kw)  # into arrays made beforehand
+        inplace = [x.copy() for x in xs]
+        rs.grouped_allreduce(inplace, name="grp.inplace", out=inplace, **kw)
+        assert all(a is b for a, b in zip(into, outs))
+        for results in (grouped, outs, inplace):
+            for i, (a, b) in enumerate(zip(singles, results)):
+                assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes(), (step, i)
+    for bad in ([np.empty(3, np.float32)], [np.empty_like(x) for x in xs[:-1]] + [np.empty(64, np.float32)]):
+        try:
+            rs.grouped_allreduce(xs, name="grp.bad", out=bad)
+        except rs.BadArgumentError:
+            continue
+        raise AssertionError("a bad out list was accepted")
 
 
 def bitwise_torch() -> None:
