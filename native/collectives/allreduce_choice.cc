@@ -1,5 +1,6 @@
 #include "collectives/allreduce_choice.h"
 
+#include "collectives/collectives.h"
 #include "collectives/tree_order.h"
 
 namespace ring {
@@ -7,18 +8,20 @@ namespace {
 
 // Below these batch sizes recursive doubling beats the algorithm the batch
 // would take otherwise (measured: docs/scaling.md).
-constexpr size_t kDoublingMaxBytesTwoRanks = 4 << 10;
+constexpr size_t kDoublingMaxBytesTwoRanks = 16 << 10;
 constexpr size_t kDoublingMaxBytes = 64 << 10;
 
 }  // namespace
 
 AllreduceAlgorithm choose_allreduce(AllreduceMode mode, int n, bool one_host, size_t largest_tensor,
                                     size_t batch_bytes) {
-  if (mode == AllreduceMode::Ring || !is_power_of_two(n) || n < 2) return AllreduceAlgorithm::Ring;
-  if (n == 2)
-    return batch_bytes < kDoublingMaxBytesTwoRanks ? AllreduceAlgorithm::Doubling : AllreduceAlgorithm::Ring;
-  if (mode == AllreduceMode::Auto && largest_tensor >= alone_bytes(one_host)) return AllreduceAlgorithm::Ring;
-  return batch_bytes < kDoublingMaxBytes ? AllreduceAlgorithm::Doubling : AllreduceAlgorithm::HalvingDoubling;
+  using A = AllreduceAlgorithm;
+  if (mode == AllreduceMode::Ring || !is_power_of_two(n) || n < 2) return A::Ring;
+  if (mode == AllreduceMode::Doubling) return A::Doubling;
+  if (n == 2) return mode != AllreduceMode::Auto || batch_bytes < kDoublingMaxBytesTwoRanks ? A::Doubling : A::Ring;
+  if (mode == AllreduceMode::HalvingDoubling) return A::HalvingDoubling;
+  if (mode == AllreduceMode::Auto && (one_host || largest_tensor >= alone_bytes(one_host))) return A::Ring;
+  return batch_bytes < kDoublingMaxBytes ? A::Doubling : A::HalvingDoubling;
 }
 
 const char* allreduce_phase(AllreduceAlgorithm algorithm) {
@@ -28,6 +31,16 @@ const char* allreduce_phase(AllreduceAlgorithm algorithm) {
     case AllreduceAlgorithm::Ring: break;
   }
   return "RING_ALLREDUCE";
+}
+
+void allreduce_with(AllreduceAlgorithm algorithm, Mesh& mesh, const Parts& buf,
+                    const std::vector<size_t>& chunk_counts, DataType dtype, ReduceOp op, double post_factor) {
+  switch (algorithm) {
+    case AllreduceAlgorithm::Doubling: return doubling_allreduce(mesh, buf, chunk_counts, dtype, op, post_factor);
+    case AllreduceAlgorithm::HalvingDoubling: return halving_doubling_allreduce(mesh, buf, dtype, op, post_factor);
+    case AllreduceAlgorithm::Ring: break;
+  }
+  ring_allreduce(mesh, buf, chunk_counts, dtype, op, post_factor);
 }
 
 }  // namespace ring

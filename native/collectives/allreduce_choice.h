@@ -7,20 +7,31 @@
 //   - two ranks: every algorithm reduces in the ring's order, so the batch's
 //     size alone picks recursive doubling (one step) for small batches and
 //     the ring (or its pair form) for large ones;
-//   - a power of two of at least 4 ranks: tensors below alone_bytes() are
-//     reduced in the binary tree's order (collectives/tree_order.h), by
-//     recursive doubling for small batches and by recursive halving and
-//     doubling for large ones; larger tensors by the ring;
+//   - a power of two of at least 4 ranks on several hosts: tensors below
+//     alone_bytes() are reduced in the binary tree's order
+//     (collectives/tree_order.h), by recursive doubling for small batches
+//     and by recursive halving and doubling for large ones; larger tensors
+//     by the ring (within one host, where a step costs microseconds, the
+//     ring was as fast at every size: docs/scaling.md);
 //   - any other number of ranks: the ring.
 // RING_ALLREDUCE_ALGORITHM=ring or tree forces one order for every tensor
-// (tree: where the number of ranks allows it).
+// (tree: where the number of ranks allows it; for two ranks, recursive
+// doubling at every size).
 #pragma once
 
 #include <cstddef>
+#include <vector>
+
+#include "collectives/parts.h"
+#include "common/types.h"
+#include "transport/mesh.h"
 
 namespace ring {
 
-enum class AllreduceMode { Auto, Ring, Tree };
+// RING_ALLREDUCE_ALGORITHM's values, in this order: auto, ring, tree,
+// doubling, halving-doubling (the last two force one tree allreduce, for
+// measuring; they fall back as tree does).
+enum class AllreduceMode { Auto, Ring, Tree, Doubling, HalvingDoubling };
 enum class AllreduceAlgorithm { Ring, Doubling, HalvingDoubling };
 
 // Allreduces of at least this many bytes run alone instead of fused: over
@@ -35,5 +46,10 @@ AllreduceAlgorithm choose_allreduce(AllreduceMode mode, int n, bool one_host, si
 
 // The timeline phase of an algorithm (RING_ALLREDUCE, ...).
 const char* allreduce_phase(AllreduceAlgorithm algorithm);
+
+// Runs `algorithm` on `buf` (collectives.h: ring_allreduce and the tree
+// allreduces, which it must suit: see choose_allreduce).
+void allreduce_with(AllreduceAlgorithm algorithm, Mesh& mesh, const Parts& buf,
+                    const std::vector<size_t>& chunk_counts, DataType dtype, ReduceOp op, double post_factor);
 
 }  // namespace ring

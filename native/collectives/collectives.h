@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <vector>
 
+#include "collectives/allreduce_choice.h"
 #include "collectives/parts.h"
 #include "common/types.h"
 #include "transport/mesh.h"
@@ -58,10 +59,11 @@ void ring_reducescatter(Mesh& mesh, const Parts& buf, const std::vector<size_t>&
 // chunk_counts[c] elements, in three stages:
 // reduce-scatter within `local` (the ranks of this host), allreduce of this
 // rank's chunk within `cross` (the ranks with this local rank, one per
-// host), allgather within `local`. Every rank of the job calls it with
+// host) by `cross_algorithm` (allreduce_choice.h), allgather within `local`. Every rank of the job calls it with
 // meshes of the same shape. See hierarchical_allreduce.cc.
 void hierarchical_allreduce(Mesh& local, Mesh& cross, const Parts& buf, const std::vector<size_t>& chunk_counts,
-                            DataType dtype, ReduceOp op, double post_factor);
+                            DataType dtype, ReduceOp op, double post_factor,
+                            AllreduceAlgorithm cross_algorithm = AllreduceAlgorithm::Ring);
 
 // The tree allreduces (tree_order.h): every element reduced in the binary
 // tree's order, the same in both, so results do not depend on which one

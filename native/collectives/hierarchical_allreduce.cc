@@ -15,6 +15,7 @@
 // cross-host ring), though not bitwise equal to the flat ring's order.
 #include <string>
 
+#include "collectives/allreduce_choice.h"
 #include "collectives/collectives.h"
 #include "collectives/slices.h"
 #include "common/error.h"
@@ -22,7 +23,7 @@
 namespace ring {
 
 void hierarchical_allreduce(Mesh& local, Mesh& cross, const Parts& buf, const std::vector<size_t>& chunks,
-                            DataType dtype, ReduceOp op, double post_factor) {
+                            DataType dtype, ReduceOp op, double post_factor, AllreduceAlgorithm cross_algorithm) {
   const int l = local.rank();
   const size_t esize = dtype_size(dtype);
   if (static_cast<int>(chunks.size()) != local.size())
@@ -31,8 +32,8 @@ void hierarchical_allreduce(Mesh& local, Mesh& cross, const Parts& buf, const st
   size_t offset = 0;
   for (int c = 0; c < l; ++c) offset += chunks[c] * esize;
   ring_reducescatter(local, buf, chunks, dtype, op, 1.0);
-  ring_allreduce(cross, buf.output_range(offset, chunks[l] * esize), slice_counts(chunks[l], cross.size()), dtype,
-                 op, post_factor);
+  allreduce_with(cross_algorithm, cross, buf.output_range(offset, chunks[l] * esize),
+                 slice_counts(chunks[l], cross.size()), dtype, op, post_factor);
   std::vector<size_t> bytes(chunks.size());
   for (size_t c = 0; c < chunks.size(); ++c) bytes[c] = chunks[c] * esize;
   if (local.size() > 1) ring_allgather(local, buf, bytes);

@@ -27,9 +27,11 @@ const std::vector<ConfigEntry> kTable = {
      "1: reduce within each host, then across hosts, then share within each host; 0: one flat ring; auto: "
      "hierarchical when there are several hosts with several ranks each"},
     {"RING_ALLREDUCE_ALGORITHM", "", "auto",
-     "auto: small tensors by recursive doubling or halving-doubling (binary-tree order) where the number of "
-     "ranks is a power of two, the rest by the ring; ring: always the ring; tree: the tree order for every "
-     "tensor where the number of ranks allows it (docs/scaling.md)"},
+     "auto: the ring, except for small allreduces of a power-of-two number of ranks: recursive doubling for "
+     "two ranks, and across hosts the binary-tree order (recursive doubling or halving-doubling) for tensors "
+     "below the fusion limit; ring: always the ring; tree: the tree order for every tensor; doubling or "
+     "halving-doubling: that algorithm for every tensor (tree, doubling and halving-doubling need a "
+     "power-of-two number of ranks, else the ring runs; docs/scaling.md)"},
     {"RING_AUTOTUNE", "HOROVOD_AUTOTUNE", "0", "1: tune the fusion threshold and cycle time online, then settle"},
     {"RING_AUTOTUNE_LOG", "HOROVOD_AUTOTUNE_LOG", "", "path: rank 0 writes every autotune trial there (CSV)"},
     {"RING_AUTOTUNE_SAMPLE_SECONDS", "", "0.5", "seconds of work each autotune sample measures"},
@@ -187,8 +189,8 @@ Config Config::from(const Getter& get) {
     c.force_tcp = *t == 2;
   }
   if (const Setting s = r.find("RING_ALLREDUCE_ALGORITHM")) {
-    const auto a = parse_word(s.value, {"auto", "ring", "tree"});
-    if (!a) bad(s, "'auto', 'ring' or 'tree'");
+    const auto a = parse_word(s.value, {"auto", "ring", "tree", "doubling", "halving-doubling"});
+    if (!a) bad(s, "'auto', 'ring', 'tree', 'doubling' or 'halving-doubling'");
     c.allreduce_mode = static_cast<AllreduceMode>(*a);
   }
   if (const Setting s = r.find("RING_GPU_OPERATIONS")) {

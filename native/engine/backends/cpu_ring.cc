@@ -113,18 +113,18 @@ std::vector<OpResult> CpuRingBackend::collective(std::vector<Entry>& entries, Ru
 void CpuRingBackend::reduce(const Request& q, const Parts& buf, const std::vector<size_t>& chunks, size_t largest,
                             double post) {
   if (hierarchical()) {
+    // The cross-host stage reduces this rank's chunk: every rank of a cross
+    // mesh has the same one, so they all choose alike.
+    const size_t chunk = chunks[local_->rank()] * dtype_size(q.dtype);
+    const AllreduceAlgorithm a = choose_allreduce(mode_, cross_->size(), false, largest, chunk);
     timeline_.phase_begin("HIERARCHICAL_ALLREDUCE");
-    hierarchical_allreduce(*local_, *cross_, buf, chunks, q.dtype, q.reduce_op, post);
+    hierarchical_allreduce(*local_, *cross_, buf, chunks, q.dtype, q.reduce_op, post, a);
     timeline_.phase_end();
     return;
   }
   const AllreduceAlgorithm a = choose_allreduce(mode_, mesh_->size(), one_host_, largest, buf.bytes());
   timeline_.phase_begin(allreduce_phase(a));
-  switch (a) {
-    case AllreduceAlgorithm::Doubling: doubling_allreduce(*mesh_, buf, chunks, q.dtype, q.reduce_op, post); break;
-    case AllreduceAlgorithm::HalvingDoubling: halving_doubling_allreduce(*mesh_, buf, q.dtype, q.reduce_op, post); break;
-    case AllreduceAlgorithm::Ring: ring_allreduce(*mesh_, buf, chunks, q.dtype, q.reduce_op, post); break;
-  }
+  allreduce_with(a, *mesh_, buf, chunks, q.dtype, q.reduce_op, post);
   timeline_.phase_end();
 }
 
