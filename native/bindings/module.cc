@@ -14,6 +14,7 @@
 
 #include <cstring>
 
+#include "collectives/allreduce_choice.h"
 #include "collectives/slices.h"
 #include "common/device.h"
 #include "common/error.h"
@@ -324,6 +325,7 @@ nb::dict config_dict(const ring::Config& c) {
   d["dynamic_process_sets"] = c.dynamic_process_sets;
   d["encrypt"] = c.encrypt;
   d["hierarchical_allreduce"] = c.hierarchical_allreduce;
+  d["allreduce_algorithm"] = ring::kAllreduceModeNames[static_cast<int>(c.allreduce_mode)];
   d["autotune"] = c.autotune;
   d["autotune_log"] = c.autotune_log;
   d["autotune_sample_seconds"] = c.autotune_sample_seconds;
@@ -382,6 +384,18 @@ void register_rules(nb::module_& m) {
         return static_cast<int64_t>(ring::slice_count(static_cast<size_t>(rows), size, rank));
       },
       "rows"_a, "size"_a, "rank"_a);
+  m.def(
+      "allreduce_algorithm",
+      [](const std::string& mode, int size, bool one_host, size_t largest, size_t batch) {
+        for (size_t i = 0; i < std::size(ring::kAllreduceModeNames); ++i)
+          if (mode == ring::kAllreduceModeNames[i])
+            return std::string(ring::allreduce_phase(
+                ring::choose_allreduce(static_cast<ring::AllreduceMode>(i), size, one_host, largest, batch)));
+        throw ring::RingError(ring::ErrorKind::BadArgument, "unknown RING_ALLREDUCE_ALGORITHM value '" + mode + "'");
+      },
+      "mode"_a, "size"_a, "one_host"_a, "largest"_a, "batch"_a,
+      "The flat allreduce the engine runs for a batch of `batch` bytes whose largest tensor has `largest` bytes, "
+      "on `size` ranks (all on one host or not), as its timeline phase name (RING_ALLREDUCE, ...).");
   m.def("shm_segment_names", &ring::shm_segment_names, "job_id"_a, "rank"_a);
   m.def("cpus_per_rank", &ring::cpus_per_rank, "local_size"_a,
         "The CPUs this process may run on, divided by the ranks of its host (what decides whether the "

@@ -32,6 +32,7 @@ namespace ring {
 // doubling, halving-doubling (the last two force one tree allreduce, for
 // measuring; they fall back as tree does).
 enum class AllreduceMode { Auto, Ring, Tree, Doubling, HalvingDoubling };
+constexpr const char* kAllreduceModeNames[] = {"auto", "ring", "tree", "doubling", "halving-doubling"};
 enum class AllreduceAlgorithm { Ring, Doubling, HalvingDoubling };
 
 // Allreduces of at least this many bytes run alone instead of fused: over

@@ -189,7 +189,8 @@ Config Config::from(const Getter& get) {
     c.force_tcp = *t == 2;
   }
   if (const Setting s = r.find("RING_ALLREDUCE_ALGORITHM")) {
-    const auto a = parse_word(s.value, {"auto", "ring", "tree", "doubling", "halving-doubling"});
+    const char* const* m = kAllreduceModeNames;
+    const auto a = parse_word(s.value, {m[0], m[1], m[2], m[3], m[4]});
     if (!a) bad(s, "'auto', 'ring', 'tree', 'doubling' or 'halving-doubling'");
     c.allreduce_mode = static_cast<AllreduceMode>(*a);
   }

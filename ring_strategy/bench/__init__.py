@@ -19,7 +19,9 @@ Modules: :mod:`.options` (command line), :mod:`.sizes`, :mod:`.collectives`
 :mod:`.ours`, :mod:`.gloo`, :mod:`.mpi`, :mod:`.peers`, :mod:`.measure`
 (timing), :mod:`.sweep` (size rows), :mod:`.cases`, :mod:`.membw`,
 :mod:`.results`, :mod:`.table` (text and JSON), :mod:`.plot`, :mod:`.cli`,
-:mod:`.train` (training throughput against DDP).
+:mod:`.train` (training throughput against DDP), :mod:`.scaling` (the
+allreduce algorithms side by side, and :mod:`.alpha_beta`, their cost
+model fitted and extrapolated to large worlds: docs/scaling.md).
 
 Nothing heavy is imported here: torch loads only for ``--compare gloo`` and
 ``ring_strategy.bench.train``.
