@@ -55,7 +55,7 @@ BUILD_TOOLS := "scikit-build-core>=0.10" "nanobind>=2.4" "cmake>=3.18" ninja
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: venv build sysdeps native-test test docs ptx-check gpu-wheels slow-test mxnet-test oldest-test large-tensor-test chaos-test bench demo clean distclean
+.PHONY: venv build sysdeps native-test test docs ptx-check gpu-wheels slow-test mxnet-test oldest-test large-tensor-test chaos-test bench scaling demo clean distclean
 
 # ---------------------------------------------------------------- venv
 $(VPY):
@@ -200,6 +200,13 @@ chaos-test: build
 bench:
 	@ls ring_strategy/_native*.so >/dev/null 2>&1 || { echo "bench: no ring_strategy/_native*.so: run make build first"; exit 1; }
 	$(VPY) -m ring_strategy.bench.standard --docs docs/performance.md
+	$(VPY) -m ring_strategy.bench.standard --docs docs/scaling.md
+
+# Only the allreduce algorithms on 8 ranks of 4 namespace hosts 0.5 ms apart
+# (root), rewriting docs/scaling.md's tables.
+scaling:
+	@ls ring_strategy/_native*.so >/dev/null 2>&1 || { echo "scaling: no ring_strategy/_native*.so: run make build first"; exit 1; }
+	$(VPY) -m ring_strategy.bench.standard --docs docs/scaling.md
 
 # The engine ships its one GPU kernel as PTX, compiled by the driver when it
 # is loaded; ptxas (from NVIDIA's nvcc wheel) checks it assembles for every

@@ -46,7 +46,7 @@ def reducescatter_rows(rows: int, size: int, rank: int) -> int:
     Raises BadArgumentError unless rows >= 0 and 0 <= rank < size."""
 
 def cpus_per_rank(local_size: int) -> float: ...
-def allreduce_algorithm(mode: str, size: int, one_host: bool, largest: int, batch: int) -> str:
+def allreduce_algorithm(mode: str, size: int, one_host: bool, batch: int) -> str:
     """The flat allreduce the engine runs for a batch (its timeline phase
     name), by the engine's rule (native/collectives/allreduce_choice.h)."""
     ...

@@ -12,10 +12,11 @@ from ring_strategy.bench import alpha_beta
 
 
 def test_terms_count_only_what_crosses_hosts():
-    assert alpha_beta.terms("ring", 8, 2) == (14.0, 1.75)
-    assert alpha_beta.terms("doubling", 8, 2) == (2.0, 2.0)  # 4 hosts: 2 levels cross
-    assert alpha_beta.terms("halving-doubling", 8, 2) == (4.0, 2 * (1 / 2 - 1 / 8))
-    assert alpha_beta.terms("hierarchical+ring", 8, 2) == (6.0, 1.5 / 2)
+    # Two steps of negotiation, then the algorithm's own.
+    assert alpha_beta.terms("ring", 8, 2) == (16.0, 1.75)
+    assert alpha_beta.terms("doubling", 8, 2) == (4.0, 2.0)  # 4 hosts: 2 levels cross
+    assert alpha_beta.terms("halving-doubling", 8, 2) == (6.0, 2 * (1 / 2 - 1 / 8))
+    assert alpha_beta.terms("hierarchical+ring", 8, 2) == (8.0, 1.5 / 2)
     assert alpha_beta.terms("ring", 4, 4) == (0.0, 0.0)  # one host: nothing crosses
     with pytest.raises(ValueError):
         alpha_beta.terms("ring", 6, 4)
@@ -36,7 +37,7 @@ def test_cli_measures_every_configuration_in_one_job(ringrun, tmp_path):
     proc = ringrun(2, [sys.executable, "-m", "ring_strategy.bench.scaling", "--configs", "ring,doubling,auto",
                        "--sizes", "4,64K", "--iters", "3", "--warmup", "1", "--json", str(out)], timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    report = json.loads(out.read_text())
+    [report] = json.loads(out.read_text())
     assert report["ranks"] == 2 and report["sizes"] == [4, 65536]
     assert set(report["times_s"]) == {"ring", "doubling", "auto"}
     assert all(t > 0 for times in report["times_s"].values() for t in times)

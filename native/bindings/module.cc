@@ -386,16 +386,16 @@ void register_rules(nb::module_& m) {
       "rows"_a, "size"_a, "rank"_a);
   m.def(
       "allreduce_algorithm",
-      [](const std::string& mode, int size, bool one_host, size_t largest, size_t batch) {
+      [](const std::string& mode, int size, bool one_host, size_t batch) {
         for (size_t i = 0; i < std::size(ring::kAllreduceModeNames); ++i)
           if (mode == ring::kAllreduceModeNames[i])
             return std::string(ring::allreduce_phase(
-                ring::choose_allreduce(static_cast<ring::AllreduceMode>(i), size, one_host, largest, batch)));
+                ring::choose_allreduce(static_cast<ring::AllreduceMode>(i), size, one_host, batch)));
         throw ring::RingError(ring::ErrorKind::BadArgument, "unknown RING_ALLREDUCE_ALGORITHM value '" + mode + "'");
       },
-      "mode"_a, "size"_a, "one_host"_a, "largest"_a, "batch"_a,
-      "The flat allreduce the engine runs for a batch of `batch` bytes whose largest tensor has `largest` bytes, "
-      "on `size` ranks (all on one host or not), as its timeline phase name (RING_ALLREDUCE, ...).");
+      "mode"_a, "size"_a, "one_host"_a, "batch"_a,
+      "The flat allreduce the engine runs for a batch of `batch` bytes on `size` ranks (all on one host or "
+      "not), as its timeline phase name (RING_ALLREDUCE, ...).");
   m.def("shm_segment_names", &ring::shm_segment_names, "job_id"_a, "rank"_a);
   m.def("cpus_per_rank", &ring::cpus_per_rank, "local_size"_a,
         "The CPUs this process may run on, divided by the ranks of its host (what decides whether the "

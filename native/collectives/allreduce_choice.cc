@@ -13,14 +13,13 @@ constexpr size_t kDoublingMaxBytes = 64 << 10;
 
 }  // namespace
 
-AllreduceAlgorithm choose_allreduce(AllreduceMode mode, int n, bool one_host, size_t largest_tensor,
-                                    size_t batch_bytes) {
+AllreduceAlgorithm choose_allreduce(AllreduceMode mode, int n, bool one_host, size_t batch_bytes) {
   using A = AllreduceAlgorithm;
   if (mode == AllreduceMode::Ring || !is_power_of_two(n) || n < 2) return A::Ring;
   if (mode == AllreduceMode::Doubling) return A::Doubling;
   if (n == 2) return mode != AllreduceMode::Auto || batch_bytes < kDoublingMaxBytesTwoRanks ? A::Doubling : A::Ring;
   if (mode == AllreduceMode::HalvingDoubling) return A::HalvingDoubling;
-  if (mode == AllreduceMode::Auto && (one_host || largest_tensor >= alone_bytes(one_host))) return A::Ring;
+  if (mode == AllreduceMode::Auto && one_host) return A::Ring;
   return batch_bytes < kDoublingMaxBytes ? A::Doubling : A::HalvingDoubling;
 }
 

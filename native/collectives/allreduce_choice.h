@@ -1,22 +1,21 @@
 // Which allreduce algorithm runs a batch of tensors: the rule, in one place.
 //
-// The engine fuses allreduces below alone_bytes() into batches and runs
-// larger ones alone (engine/coordinator.h). Results must not depend on what
-// was fused with what, so the algorithm's reduction order may depend on a
-// tensor's own size, never on its batch's:
-//   - two ranks: every algorithm reduces in the ring's order, so the batch's
-//     size alone picks recursive doubling (one step) for small batches and
-//     the ring (or its pair form) for large ones;
-//   - a power of two of at least 4 ranks on several hosts: tensors below
-//     alone_bytes() are reduced in the binary tree's order
-//     (collectives/tree_order.h), by recursive doubling for small batches
-//     and by recursive halving and doubling for large ones; larger tensors
-//     by the ring (within one host, where a step costs microseconds, the
-//     ring was as fast at every size: docs/scaling.md);
+// Results must not depend on what was fused with what (a tensor's batch
+// depends on timing), so a job keeps every tensor in one reduction order
+// and only switches between algorithms that share it:
+//   - one host: the ring, except for two ranks, where every algorithm has
+//     the ring's order and recursive doubling (one step instead of two)
+//     runs batches under 16 KiB;
+//   - several hosts, a power of two of at least 4 ranks: the binary tree's
+//     order (collectives/tree_order.h), by recursive doubling for batches
+//     under 64 KiB and by recursive halving and doubling above (measured
+//     with 8 ranks on 4 hosts 0.5 ms apart: faster than the ring at every
+//     size from 4 B to 4 MiB; docs/scaling.md); two ranks as on one host;
 //   - any other number of ranks: the ring.
-// RING_ALLREDUCE_ALGORITHM=ring or tree forces one order for every tensor
-// (tree: where the number of ranks allows it; for two ranks, recursive
-// doubling at every size).
+// The hierarchical allreduce's cross-host stage follows the same rule for
+// its mesh of one rank per host. RING_ALLREDUCE_ALGORITHM=ring, tree,
+// doubling or halving-doubling forces one choice for every tensor (the
+// tree ones where the number of ranks allows them).
 #pragma once
 
 #include <cstddef>
@@ -40,10 +39,9 @@ enum class AllreduceAlgorithm { Ring, Doubling, HalvingDoubling };
 // speed alone; across hosts each operation's latency weighs more.
 inline size_t alone_bytes(bool one_host) { return one_host ? size_t(128) << 10 : size_t(1) << 20; }
 
-// The algorithm for a batch of `batch_bytes` on n ranks whose largest
-// tensor has `largest_tensor` bytes.
-AllreduceAlgorithm choose_allreduce(AllreduceMode mode, int n, bool one_host, size_t largest_tensor,
-                                    size_t batch_bytes);
+// The algorithm for a batch of `batch_bytes` on n ranks (`one_host`: all
+// on this host).
+AllreduceAlgorithm choose_allreduce(AllreduceMode mode, int n, bool one_host, size_t batch_bytes);
 
 // The timeline phase of an algorithm (RING_ALLREDUCE, ...).
 const char* allreduce_phase(AllreduceAlgorithm algorithm);

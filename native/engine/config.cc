@@ -27,10 +27,10 @@ const std::vector<ConfigEntry> kTable = {
      "1: reduce within each host, then across hosts, then share within each host; 0: one flat ring; auto: "
      "hierarchical when there are several hosts with several ranks each"},
     {"RING_ALLREDUCE_ALGORITHM", "", "auto",
-     "auto: the ring, except for small allreduces of a power-of-two number of ranks: recursive doubling for "
-     "two ranks, and across hosts the binary-tree order (recursive doubling or halving-doubling) for tensors "
-     "below the fusion limit; ring: always the ring; tree: the tree order for every tensor; doubling or "
-     "halving-doubling: that algorithm for every tensor (tree, doubling and halving-doubling need a "
+     "auto: within one host the ring (two ranks: recursive doubling under 16 KiB); across hosts, with a "
+     "power-of-two number of ranks, recursive doubling under 64 KiB and halving-doubling above; the ring "
+     "otherwise; ring: always the ring; tree: recursive doubling or halving-doubling by size; doubling or "
+     "halving-doubling: that algorithm at every size (tree, doubling and halving-doubling need a "
      "power-of-two number of ranks, else the ring runs; docs/scaling.md)"},
     {"RING_AUTOTUNE", "HOROVOD_AUTOTUNE", "0", "1: tune the fusion threshold and cycle time online, then settle"},
     {"RING_AUTOTUNE_LOG", "HOROVOD_AUTOTUNE_LOG", "", "path: rank 0 writes every autotune trial there (CSV)"},

@@ -120,25 +120,23 @@ TEST(tree_allreduces_scale_and_reject_other_world_sizes) {
   });
 }
 
-TEST(allreduce_choice_keeps_each_tensor_in_one_order) {
+TEST(allreduce_choice_keeps_each_job_in_one_order) {
   using ring::AllreduceAlgorithm;
   using ring::AllreduceMode;
   using ring::choose_allreduce;
   const auto Auto = AllreduceMode::Auto;
   // Two ranks: the batch's size picks, every algorithm has the ring's order.
-  CHECK(choose_allreduce(Auto, 2, true, 4, 4) == AllreduceAlgorithm::Doubling);
-  CHECK(choose_allreduce(Auto, 2, true, 4, 8 << 20) == AllreduceAlgorithm::Ring);
+  CHECK(choose_allreduce(Auto, 2, true, 4) == AllreduceAlgorithm::Doubling);
+  CHECK(choose_allreduce(Auto, 2, false, 8 << 20) == AllreduceAlgorithm::Ring);
   // One host, or a world that is not a power of two: the ring.
-  CHECK(choose_allreduce(Auto, 8, true, 4, 4) == AllreduceAlgorithm::Ring);
-  CHECK(choose_allreduce(Auto, 6, false, 4, 4) == AllreduceAlgorithm::Ring);
-  CHECK(choose_allreduce(AllreduceMode::Tree, 6, false, 4, 4) == AllreduceAlgorithm::Ring);
-  // Several hosts: a small tensor stays in the tree order whatever its batch's size...
-  CHECK(choose_allreduce(Auto, 8, false, 4, 4) == AllreduceAlgorithm::Doubling);
-  CHECK(choose_allreduce(Auto, 8, false, 4, 64 << 20) == AllreduceAlgorithm::HalvingDoubling);
-  // ...and a tensor large enough to run alone takes the ring.
-  CHECK(choose_allreduce(Auto, 8, false, ring::alone_bytes(false), ring::alone_bytes(false)) ==
-        AllreduceAlgorithm::Ring);
-  CHECK(choose_allreduce(AllreduceMode::Ring, 8, false, 4, 4) == AllreduceAlgorithm::Ring);
-  CHECK(choose_allreduce(AllreduceMode::Doubling, 8, true, 1 << 30, 1 << 30) == AllreduceAlgorithm::Doubling);
-  CHECK(choose_allreduce(AllreduceMode::HalvingDoubling, 8, true, 4, 4) == AllreduceAlgorithm::HalvingDoubling);
+  CHECK(choose_allreduce(Auto, 8, true, 4) == AllreduceAlgorithm::Ring);
+  CHECK(choose_allreduce(Auto, 6, false, 4) == AllreduceAlgorithm::Ring);
+  CHECK(choose_allreduce(AllreduceMode::Tree, 6, false, 4) == AllreduceAlgorithm::Ring);
+  // Several hosts: the tree order at every size, by the batch's size.
+  CHECK(choose_allreduce(Auto, 8, false, 4) == AllreduceAlgorithm::Doubling);
+  CHECK(choose_allreduce(Auto, 8, false, 64 << 20) == AllreduceAlgorithm::HalvingDoubling);
+  CHECK(choose_allreduce(AllreduceMode::Ring, 8, false, 4) == AllreduceAlgorithm::Ring);
+  CHECK(choose_allreduce(AllreduceMode::Tree, 8, true, 4) == AllreduceAlgorithm::Doubling);
+  CHECK(choose_allreduce(AllreduceMode::Doubling, 8, true, 1 << 30) == AllreduceAlgorithm::Doubling);
+  CHECK(choose_allreduce(AllreduceMode::HalvingDoubling, 8, true, 4) == AllreduceAlgorithm::HalvingDoubling);
 }

@@ -3,12 +3,14 @@
 An allreduce of ``M`` bytes over ``n`` ranks, ``per_host`` of them on each
 host (consecutive ranks share a host, as ``ringrun`` places them), costs
 
-    T = steps * alpha + volume * M * beta
+    T = (steps + 2) * alpha + volume * M * beta
 
 where ``alpha`` is the latency of one step between hosts and ``beta`` the
 seconds per byte of a link between hosts (sending and reducing). Only what
 crosses hosts is counted: steps and bytes inside a host are taken as free
-next to the network's. Per algorithm (H = n / per_host hosts, c = log2 H):
+next to the network's. The 2 extra steps are the negotiation every
+collective starts with (a request to rank 0 and its answer back, across
+hosts for most ranks); per algorithm (H = n / per_host hosts, c = log2 H):
 
 ====================  =============  ==========================
 algorithm             steps          volume (times M)
@@ -48,7 +50,8 @@ Point = Tuple[str, int, int, int, float]
 
 def terms(algorithm: str, n: int, per_host: int) -> Tuple[float, float]:
     """(steps, volume factor) of ``algorithm`` for ``n`` ranks, ``per_host``
-    on each host; the time is ``steps * alpha + factor * M * beta``."""
+    on each host, the negotiation's two steps included; the time is
+    ``steps * alpha + factor * M * beta``."""
     if n % per_host or n < 1:
         raise ValueError(f"{n} ranks do not fill hosts of {per_host}")
     hosts = n // per_host
@@ -57,13 +60,14 @@ def terms(algorithm: str, n: int, per_host: int) -> Tuple[float, float]:
         return steps, factor / per_host
     if hosts == 1:
         return 0.0, 0.0
+    negotiation = 2.0
     if algorithm == "ring":
-        return 2.0 * (n - 1), 2.0 * (n - 1) / n
+        return negotiation + 2.0 * (n - 1), 2.0 * (n - 1) / n
     levels = math.log2(hosts)
     if algorithm == "doubling":
-        return levels, levels
+        return negotiation + levels, levels
     if algorithm == "halving-doubling":
-        return 2.0 * levels, 2.0 * (1.0 / per_host - 1.0 / n)
+        return negotiation + 2.0 * levels, 2.0 * (1.0 / per_host - 1.0 / n)
     raise ValueError(f"unknown algorithm {algorithm!r}")
 
 

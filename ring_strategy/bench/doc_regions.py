@@ -108,3 +108,26 @@ def train_table(objects: Sequence[Dict[str, Any]]) -> List[str]:
         name = "no communication" if o["framework"] == "none" else o["framework"]
         rows.append([f"np={o['ranks']}, {name}", _num(o["samples_per_s"], 1), _num(100 * o["efficiency"], 1, "%")])
     return markdown_table(["setup", "samples/s", "efficiency"], ["l", "r", "r"], rows)
+
+
+def scaling_table(objects: Sequence[Dict[str, Any]]) -> List[str]:
+    """``bench.scaling --json``: the configurations side by side (us per
+    allreduce), then the alpha-beta fit and the model's predictions (ms)."""
+    report = objects[0]
+    configs = list(report["times_s"])
+    rows = [[format_size(m)] + [_us(report["times_s"][c][i] * 1e6) for c in configs]
+            for i, m in enumerate(report["sizes"])]
+    lines = markdown_table(["size", *(f"{c} (us)" for c in configs)], ["r"] * (len(configs) + 1), rows)
+    if "alpha_s" not in report:
+        return lines
+    errors = report["fit_errors"]
+    lines += ["", f"Fit (every configuration but `auto` and `hierarchical+tree`): alpha = "
+              f"{report['alpha_s'] * 1e6:.0f} us per step between hosts, beta = "
+              f"{report['beta_s_per_byte'] * 1e9:.2f} ns per byte; the fitted times are "
+              f"{min(errors) * 100:+.0f}% to {max(errors) * 100:+.0f}% off the measured ones.", ""]
+    predictions = report["predictions"]
+    algorithms = list(predictions[0]["model_s"])
+    rows = [[str(p["ranks"]), format_size(p["bytes"])] + [_num(p["model_s"][a] * 1e3, 2) for a in algorithms]
+            + [p["picked"]] for p in predictions]
+    header = ["ranks", "size", *(f"{a} (ms)" for a in algorithms), "engine's pick"]
+    return lines + markdown_table(header, ["r", "r"] + ["r"] * len(algorithms) + ["l"], rows)

@@ -111,9 +111,9 @@ def _engine_pick(n: int, per_host: int, nbytes: int) -> str:
     defaults: hierarchical with several ranks on each of several hosts."""
     hosts = n // per_host
     if per_host > 1 and hosts > 1:
-        cross = _native.allreduce_algorithm("auto", hosts, False, nbytes, nbytes // per_host)
+        cross = _native.allreduce_algorithm("auto", hosts, False, nbytes // per_host)
         return "hierarchical+" + _short(cross)
-    return _short(_native.allreduce_algorithm("auto", n, hosts == 1, nbytes, nbytes))
+    return _short(_native.allreduce_algorithm("auto", n, hosts == 1, nbytes))
 
 
 def _short(phase: str) -> str:
@@ -168,7 +168,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         report = _report(args, times)
         if args.json:
             with open(args.json, "w") as f:
-                json.dump(report, f, indent=1)
+                json.dump([report], f, indent=1)  # a list of objects, as every benchmark's --json
     rs.shutdown()
     return 0
 

@@ -13,6 +13,7 @@ command then exits with status 1 after writing the doc.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -26,11 +27,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from ring_strategy.bench.doc_regions import case_table, replace_regions, sizes_table, train_table
+from ring_strategy.bench.doc_regions import case_table, replace_regions, scaling_table, sizes_table, train_table
+from ring_strategy.bench.scaling import CONFIGS
 
 __all__ = ["Job", "standard_jobs", "machine_lines", "region_text", "plot_rows", "main"]
 
 SIZES = "4,4K,64K,1M,16M,64M"
+SCALING_CONFIGS = list(CONFIGS)  # every allreduce configuration, side by side
 JOB_TIMEOUT_S = 600
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,11 +44,16 @@ class Job:
 
     Attributes:
         region: The doc region its table goes into.
-        launcher: ``mpirun N``, ``ringrun N`` or ``netns N`` (N namespace hosts, one rank each).
+        launcher: ``mpirun N``, ``ringrun N`` or ``netns N`` (namespace hosts of ``per_host``
+            ranks each).
         ranks: The world size.
         module: ``ring_strategy.bench`` or ``ring_strategy.bench.train``.
         args: The module's options, without ``--json``.
         table: Renders the job's JSON objects as Markdown lines.
+        doc: The stem of the Markdown file its region lives in.
+        per_host: Ranks on each namespace host (``netns`` only).
+        delay_ms: One-way delay between namespace hosts (``netns`` only;
+            tests/multihost/delayed.py).
     """
 
     region: str
@@ -54,11 +62,16 @@ class Job:
     module: str
     args: Sequence[str]
     table: Callable[[Sequence[Dict[str, Any]]], List[str]]
+    doc: str = "performance"
+    per_host: int = 1
+    delay_ms: float = 0.0
 
     def shown_command(self) -> str:
         """The command as the doc prints it."""
-        return " ".join([*_launch_words(self.launcher, self.ranks, shown=True), "python", "-m", self.module,
-                         *self.args])
+        words = [*_launch_words(self.launcher, self.ranks, shown=True, per_host=self.per_host), "python", "-m",
+                 self.module, *self.args]
+        delay = f" (hosts {self.delay_ms:g} ms apart, one way)" if self.delay_ms else ""
+        return " ".join(words) + delay
 
 
 def standard_jobs() -> List[Job]:
@@ -73,16 +86,19 @@ def standard_jobs() -> List[Job]:
         Job("allreduce-4", "mpirun", 4, bench, [*sizes, "--compare", "mpi,gloo", "--iters", "10", "--warmup", "3"],
             sizes_table),
         Job("netns-2", "netns", 2, bench, [*sizes, "--check"], sizes_table),
+        Job("scaling-8", "netns", 8, "ring_strategy.bench.scaling",
+            ["--configs", ",".join(SCALING_CONFIGS), "--sizes", "4,1K,16K,64K,128K,256K,1M,4M", "--iters", "10"],
+            scaling_table, doc="scaling", per_host=2, delay_ms=0.5),
     ]
 
 
-def _launch_words(launcher: str, ranks: int, shown: bool) -> List[str]:
+def _launch_words(launcher: str, ranks: int, shown: bool, per_host: int = 1) -> List[str]:
     if launcher == "mpirun":
         root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
         return ["mpirun", *root, "--oversubscribe", "-np", str(ranks)]
     if launcher == "ringrun":
         return ["ringrun" if shown else f"{sys.executable} -m ring_strategy.runner.launch", "-np", str(ranks)]
-    hosts = ",".join(f"10.99.0.{10 + i}:1" for i in range(ranks))
+    hosts = ",".join(f"10.99.0.{10 + i}:{per_host}" for i in range(ranks // per_host))
     return ["ringrun", "-np", str(ranks), "-H", hosts] if shown else ["-np", str(ranks), "-H", hosts]
 
 
@@ -100,9 +116,11 @@ def _local_command(job: Job, json_path: Path) -> List[str]:
 
 
 def _run_netns(job: Job, json_path: Path, workdir: Path) -> subprocess.CompletedProcess:
-    """Runs ``job`` with one rank on each of ``job.ranks`` namespace hosts (tests/multihost)."""
+    """Runs ``job`` on namespace hosts of ``job.per_host`` ranks (tests/multihost), with
+    ``job.delay_ms`` between them (tests/multihost/delayed.py)."""
     sys.path.insert(0, str(REPO_ROOT))
     try:
+        from tests.multihost.delayed import DelayedLinks
         from tests.multihost.netns import Cluster, missing_requirement
     except ImportError:
         raise _Skipped("the namespace hosts come from tests/multihost/netns.py, which needs a checkout") from None
@@ -110,14 +128,18 @@ def _run_netns(job: Job, json_path: Path, workdir: Path) -> subprocess.Completed
     reason = missing_requirement()
     if reason is not None:
         raise _Skipped(reason)
-    cluster = Cluster(workdir, job.ranks)
+    cluster = Cluster(workdir, job.ranks // job.per_host)
     cluster.start()
     try:
         cmd = [*cluster.exec_prefix(0), sys.executable, "-m", "ring_strategy.runner.launch", "-i", str(cluster.key),
-               *_launch_words("netns", job.ranks, shown=False), sys.executable, "-m", job.module, *job.args,
-               "--json", str(json_path)]
+               *_launch_words("netns", job.ranks, shown=False, per_host=job.per_host), sys.executable, "-m",
+               job.module, *job.args, "--json", str(json_path)]
         env = {**_environment(), **cluster.ringrun_env()}
-        return subprocess.run(cmd, env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=JOB_TIMEOUT_S)
+        # Jumbo frames: the relays copy packets in Python, and fewer of them leave the delay to dominate.
+        links = DelayedLinks(cluster, job.delay_ms, mtu=9000) if job.delay_ms else contextlib.nullcontext()
+        with links:
+            return subprocess.run(cmd, env=env, cwd=REPO_ROOT, capture_output=True, text=True,
+                                  timeout=JOB_TIMEOUT_S)
     finally:
         cluster.stop()
 
@@ -211,7 +233,8 @@ def _parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Runs the set, rewrites the doc and the plot; 0 when every job ran, else 1."""
     args = _parse(argv)
-    jobs = [j for j in standard_jobs() if args.only is None or j.region in args.only.split(",")]
+    jobs = [j for j in standard_jobs()
+            if j.doc == args.docs.stem and (args.only is None or j.region in args.only.split(","))]
     text = args.docs.read_text()
     replace_regions(text, {"machine": "", **{j.region: "" for j in jobs}})  # every marker is there, before running
     regions = {"machine": "\n".join(machine_lines(datetime.datetime.now(datetime.timezone.utc))) + "\n"}

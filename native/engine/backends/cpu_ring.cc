@@ -1,6 +1,5 @@
 #include "engine/backends/cpu_ring.h"
 
-#include <algorithm>
 #include <cstring>
 
 #include "collectives/collectives.h"
@@ -110,19 +109,18 @@ std::vector<OpResult> CpuRingBackend::collective(std::vector<Entry>& entries, Ru
   return results;
 }
 
-void CpuRingBackend::reduce(const Request& q, const Parts& buf, const std::vector<size_t>& chunks, size_t largest,
-                            double post) {
+void CpuRingBackend::reduce(const Request& q, const Parts& buf, const std::vector<size_t>& chunks, double post) {
   if (hierarchical()) {
     // The cross-host stage reduces this rank's chunk: every rank of a cross
     // mesh has the same one, so they all choose alike.
     const size_t chunk = chunks[local_->rank()] * dtype_size(q.dtype);
-    const AllreduceAlgorithm a = choose_allreduce(mode_, cross_->size(), false, largest, chunk);
+    const AllreduceAlgorithm a = choose_allreduce(mode_, cross_->size(), false, chunk);
     timeline_.phase_begin("HIERARCHICAL_ALLREDUCE");
     hierarchical_allreduce(*local_, *cross_, buf, chunks, q.dtype, q.reduce_op, post, a);
     timeline_.phase_end();
     return;
   }
-  const AllreduceAlgorithm a = choose_allreduce(mode_, mesh_->size(), one_host_, largest, buf.bytes());
+  const AllreduceAlgorithm a = choose_allreduce(mode_, mesh_->size(), one_host_, buf.bytes());
   timeline_.phase_begin(allreduce_phase(a));
   allreduce_with(a, *mesh_, buf, chunks, q.dtype, q.reduce_op, post);
   timeline_.phase_end();
@@ -151,8 +149,6 @@ void CpuRingBackend::allreduce(std::vector<Entry>& entries) {
   const int n = hierarchical() ? local_->size() : mesh_->size();
   std::vector<size_t> chunks(n, 0);
   Parts buf;
-  size_t largest = 0;
-  for (auto& e : entries) largest = std::max(largest, static_cast<size_t>(e.req.num_elements()) * esize);
   for (int c = 0; c < n; ++c) {
     for (auto& e : entries) {
       const size_t count = static_cast<size_t>(e.req.num_elements());
@@ -161,7 +157,7 @@ void CpuRingBackend::allreduce(std::vector<Entry>& entries) {
       chunks[c] += len / esize;
     }
   }
-  reduce(q, buf, chunks, largest, post_factor(q, mesh_->size()));
+  reduce(q, buf, chunks, post_factor(q, mesh_->size()));
 }
 
 void CpuRingBackend::adasum(std::vector<Entry>& entries) {

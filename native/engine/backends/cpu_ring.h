@@ -99,9 +99,8 @@ class CpuRingBackend : public Backend {
   // mesh (collectives.h: adasum_allreduce).
   void adasum(std::vector<Entry>& entries);
   // The allreduce of `buf` (chunk layout `chunks` for the flat ring), flat
-  // or hierarchical, inside its timeline phase; `largest` is the largest
-  // tensor's bytes.
-  void reduce(const Request& q, const Parts& buf, const std::vector<size_t>& chunks, size_t largest, double post);
+  // or hierarchical, inside its timeline phase.
+  void reduce(const Request& q, const Parts& buf, const std::vector<size_t>& chunks, double post);
   std::vector<OpResult> run_allreduce(std::vector<Entry>& entries);
   // Runs a one-entry collective inside its timeline phase.
   template <class Run>
