@@ -13,7 +13,7 @@ import pytest
 from tests.workers.checks import passed_ranks
 
 WORKER = Path(__file__).parent / "workers" / "grouped.py"
-CORE = ["mixed_dtypes", "bad_member", "bitwise_numpy", "bitwise_torch"]
+CORE = ["mixed_dtypes", "bad_member", "bitwise_numpy", "overlapping_memory", "bitwise_torch"]
 # A stray queued member would leave its peers waiting: make the engine end that with an error.
 STALL_ENV = {"RING_STALL_CHECK_TIME_SECONDS": "2", "RING_STALL_SHUTDOWN_TIME_SECONDS": "20", "OMP_NUM_THREADS": "1"}
 

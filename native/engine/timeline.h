@@ -8,8 +8,9 @@
 //                    submits (begin / end events: an unfinished negotiation
 //                    shows as an open bar);
 //   <OP>             the execution on rank 0 (begin / end), containing
-//     PRESCALE (prescale_factor), the collective itself (RING_ALLREDUCE,
-//     ...) (complete events, written when they end)
+//     PRESCALE (prescale_factor) or MEMCPY_IN_FUSION_BUFFER (tensors that
+//     share memory), the collective itself (RING_ALLREDUCE, ...),
+//     MEMCPY_OUT_FUSION_BUFFER (complete events, written when they end)
 //   and dtype and shape on the event that closes <OP>.
 // With mark_cycles, a CYCLE_START tick on row 0 every time rank 0 sends
 // out a batch of work.

@@ -24,6 +24,14 @@ std::vector<std::unique_ptr<ring::Mesh>> make_inproc_meshes(int n, size_t ring_b
 // connecting the ranks from threads. Defined with the transports.
 std::vector<std::unique_ptr<ring::Mesh>> make_meshes(Wire wire, int n);
 
+// The hierarchical allreduce's two subgroups of `m` for `hosts` hosts of
+// `per_host` consecutive ranks: this rank's host, and the ranks with its
+// local rank on every host.
+struct HostMeshes {
+  std::unique_ptr<ring::Mesh> local, cross;
+};
+HostMeshes host_meshes(ring::Mesh& m, int hosts, int per_host);
+
 // Runs fn on n threads, one mesh each; returns when all have finished.
 void run_ranks(std::vector<std::unique_ptr<ring::Mesh>>& meshes, const std::function<void(ring::Mesh&)>& fn);
 

@@ -105,6 +105,14 @@ void run_ranks(std::vector<std::unique_ptr<ring::Mesh>>& meshes, const std::func
   for (auto& t : threads) t.join();
 }
 
+HostMeshes host_meshes(ring::Mesh& m, int hosts, int per_host) {
+  std::vector<int> local, cross;
+  const int host = m.rank() / per_host, l = m.rank() % per_host;
+  for (int i = 0; i < per_host; ++i) local.push_back(host * per_host + i);
+  for (int c = 0; c < hosts; ++c) cross.push_back(c * per_host + l);
+  return {m.subgroup(local), m.subgroup(cross)};
+}
+
 void run_ranks(int n, const std::function<void(ring::Mesh&)>& fn) {
   auto meshes = make_inproc_meshes(n);
   run_ranks(meshes, fn);

@@ -172,10 +172,6 @@ std::string case_name(Wire w, int n, DataType t, ReduceOp op, size_t count) {
 
 // ---- the grid ------------------------------------------------------------------
 
-std::vector<std::unique_ptr<Mesh>> meshes_for(Wire w, int n) {
-  return w == Wire::Inproc ? ring_test::make_inproc_meshes(n) : ring_test::make_meshes(w, n);
-}
-
 struct ReduceCase {
   DataType dtype;
   ReduceOp op;
@@ -203,7 +199,7 @@ std::vector<ReduceCase> reduce_cases(int n, const std::vector<size_t>& counts, c
 
 // Runs every case as an allreduce (or reduce-scatter) on n ranks over w.
 void run_reduce_cases(Wire w, int n, const std::vector<ReduceCase>& cases, bool reducescatter) {
-  auto meshes = meshes_for(w, n);
+  auto meshes = ring_test::make_meshes(w, n);
   ring_test::run_ranks(meshes, [&](Mesh& m) {
     for (const ReduceCase& c : cases) {
       Bytes buf = c.inputs[m.rank()];
@@ -309,7 +305,7 @@ TEST(allreduce_is_deterministic) {
     const int n = 5;
     const size_t count = 100003;
     std::vector<std::vector<float>> results(2 * n);
-    auto meshes = meshes_for(w, n);
+    auto meshes = ring_test::make_meshes(w, n);
     ring_test::run_ranks(meshes, [&](Mesh& m) {
       for (int run = 0; run < 2; ++run) {
         std::vector<float> buf = random_floats(m.rank(), count, 99);
@@ -353,7 +349,7 @@ uint8_t pattern(int a, int b, size_t j) { return static_cast<uint8_t>(hash3(a, b
 void allgather_case(Wire w, int n, const std::vector<size_t>& block_bytes) {
   std::vector<size_t> offset(n + 1, 0);
   for (int r = 0; r < n; ++r) offset[r + 1] = offset[r] + block_bytes[r];
-  auto meshes = meshes_for(w, n);
+  auto meshes = ring_test::make_meshes(w, n);
   ring_test::run_ranks(meshes, [&](Mesh& m) {
     Bytes buf(offset[n], 0xEE);
     for (size_t j = 0; j < block_bytes[m.rank()]; ++j) buf[offset[m.rank()] + j] = pattern(m.rank(), 0, j);
@@ -391,7 +387,7 @@ TEST(broadcast_every_root) {
   for (Wire w : {Wire::Inproc, Wire::Shm, Wire::Tcp})
     for (int n : {1, 2, 3, 5, 8}) {
       if (w != Wire::Inproc && n == 8) continue;
-      auto meshes = meshes_for(w, n);
+      auto meshes = ring_test::make_meshes(w, n);
       ring_test::run_ranks(meshes, [&](Mesh& m) {
         for (size_t bytes : {size_t(0), size_t(1), size_t(7), size_t(1001), size_t((1 << 20) + 13)}) {
           if (bytes > 4096 && n > 5 && w == Wire::Inproc) continue;
@@ -441,7 +437,7 @@ TEST(alltoall_uneven_and_zero_splits) {
   for (Wire w : {Wire::Inproc, Wire::Shm, Wire::Tcp})
     for (int n : {1, 2, 3, 5, 8}) {
       if (w != Wire::Inproc && n == 8) continue;
-      auto meshes = meshes_for(w, n);
+      auto meshes = ring_test::make_meshes(w, n);
       ring_test::run_ranks(meshes, [&](Mesh& m) {
         const int r = m.rank();
         for (int variant : {0, 1, 2, 3}) {
@@ -487,7 +483,7 @@ TEST(barrier_waits_for_every_rank) {
       const int rounds = 6;
       std::vector<std::atomic<int>> arrived(rounds);
       for (auto& a : arrived) a = 0;
-      auto meshes = meshes_for(w, n);
+      auto meshes = ring_test::make_meshes(w, n);
       ring_test::run_ranks(meshes, [&](Mesh& m) {
         for (int k = 0; k < rounds; ++k) {
           // The last rank to arrive changes from round to round.
@@ -520,14 +516,9 @@ TEST(collectives_mixed_sequence) {
 // scale; every rank must get the flat answer.
 void hierarchical_case(Wire w, int hosts, int per_host, size_t count) {
   const int n = hosts * per_host;
-  auto meshes = meshes_for(w, n);
+  auto meshes = ring_test::make_meshes(w, n);
   ring_test::run_ranks(meshes, [&](Mesh& m) {
-    std::vector<int> local, cross;
-    const int host = m.rank() / per_host, l = m.rank() % per_host;
-    for (int i = 0; i < per_host; ++i) local.push_back(host * per_host + i);
-    for (int c = 0; c < hosts; ++c) cross.push_back(c * per_host + l);
-    auto lm = m.subgroup(local);
-    auto cm = m.subgroup(cross);
+    auto [lm, cm] = ring_test::host_meshes(m, hosts, per_host);
     std::vector<float> in(count), out(count, -1.0f);
     for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>((i % 7) + m.rank());
     std::vector<size_t> chunks(per_host);

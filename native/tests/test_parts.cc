@@ -22,15 +22,11 @@ using ring_test::Wire;
 
 namespace {
 
-std::vector<std::unique_ptr<Mesh>> meshes_for(Wire w, int n) {
-  return w == Wire::Inproc ? ring_test::make_inproc_meshes(n) : ring_test::make_meshes(w, n);
-}
-
 // Allreduce of `count` floats on n ranks over w, contiguous and in parts
 // (out of place and in place): the results must be bitwise equal.
 void check_parted_allreduce(Wire w, int n, size_t count, double post) {
   const std::vector<size_t> chunks = ring::slice_counts(count, n);
-  auto meshes = meshes_for(w, n);
+  auto meshes = ring_test::make_meshes(w, n);
   ring_test::run_ranks(meshes, [&](Mesh& m) {
     const std::vector<float> input = ring_test::random_floats(m.rank(), count, 5);
     std::vector<float> whole(count);
@@ -92,12 +88,7 @@ TEST(parted_hierarchical_allreduce_matches_contiguous) {
   const size_t count = 20011;
   auto meshes = ring_test::make_inproc_meshes(n);
   ring_test::run_ranks(meshes, [&](Mesh& m) {
-    std::vector<int> local, cross;
-    const int host = m.rank() / per_host, l = m.rank() % per_host;
-    for (int i = 0; i < per_host; ++i) local.push_back(host * per_host + i);
-    for (int c = 0; c < hosts; ++c) cross.push_back(c * per_host + l);
-    auto lm = m.subgroup(local);
-    auto cm = m.subgroup(cross);
+    auto [lm, cm] = ring_test::host_meshes(m, hosts, per_host);
     const std::vector<size_t> chunks = ring::slice_counts(count, per_host);
     const std::vector<float> input = ring_test::random_floats(m.rank(), count, 9);
     std::vector<float> whole(count);

@@ -47,10 +47,6 @@ std::vector<float> tree_reference(int n, size_t count, ReduceOp op) {
   return level[0];
 }
 
-std::vector<std::unique_ptr<Mesh>> meshes_for(Wire w, int n) {
-  return w == Wire::Inproc ? ring_test::make_inproc_meshes(n) : ring_test::make_meshes(w, n);
-}
-
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
@@ -60,7 +56,7 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 void check_tree(Wire w, int n, size_t count, ReduceOp op) {
   const std::vector<float> expected = tree_reference(n, count, op);
   const std::vector<size_t> chunks = ring::slice_counts(count, n);
-  auto meshes = meshes_for(w, n);
+  auto meshes = ring_test::make_meshes(w, n);
   ring_test::run_ranks(meshes, [&](Mesh& m) {
     const std::vector<float> input = tricky_floats(m.rank(), count);
     for (bool in_place : {false, true}) {

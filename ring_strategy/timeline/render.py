@@ -17,6 +17,8 @@ __all__ = ["figure", "render"]
 _COLORS = {
     "NEGOTIATE": "#c9c9c9",
     "PRESCALE": "#f2b134",
+    "MEMCPY_IN_FUSION_BUFFER": "#f2b134",
+    "MEMCPY_OUT_FUSION_BUFFER": "#ef8a17",
     "RING": "#2f7ed8",
     "CHAIN": "#2f7ed8",
     "PAIRWISE": "#2f7ed8",

@@ -121,6 +121,25 @@ def bitwise_numpy() -> None:
         raise AssertionError("a bad out list was accepted")
 
 
+def overlapping_memory() -> None:
+    """Tensors whose memory overlaps in a group (one array twice, in place; two arrays swapping
+    roles) get the results separate arrays would: the engine stages such a group through its
+    fusion buffer instead of reducing in the tensors."""
+    x = _random_group(rs.rank())[2]
+    y = _random_group(rs.rank() + 10)[2]
+    want_x, want_y = rs.allreduce(x, op=rs.Sum, name="ov.x"), rs.allreduce(y, op=rs.Sum, name="ov.y")
+    a = x.copy()
+    rs.grouped_allreduce([a, a], op=rs.Sum, name="ov.twice", out=[a, a])
+    assert a.tobytes() == want_x.tobytes()
+    a, b = x.copy(), y.copy()
+    rs.grouped_allreduce([a, b], op=rs.Sum, name="ov.swap", out=[b, a])  # each output is the other's input
+    assert b.tobytes() == want_x.tobytes() and a.tobytes() == want_y.tobytes()
+    c = np.concatenate([x, y])
+    first, second = c[: len(x)], c[len(x) - 3:]  # overlapping views
+    got = rs.grouped_allreduce([first.copy(), second.copy()], op=rs.Sum, name="ov.views", out=[first, second])
+    assert got[1].tobytes() == rs.allreduce(np.concatenate([x, y])[len(x) - 3:], op=rs.Sum, name="ov.v").tobytes()
+
+
 def bitwise_torch() -> None:
     """torch: grouped (in place and not) equal per-tensor results bit for bit;
     a member the engine refuses raises and queues nothing."""
@@ -155,7 +174,8 @@ def bitwise_tensorflow() -> None:
         assert a.numpy().tobytes() == b.numpy().tobytes() == c.numpy().tobytes(), i
 
 
-SCENARIOS = {f.__name__: f for f in [mixed_dtypes, bad_member, mismatch_member, bitwise_numpy, bitwise_torch,
+SCENARIOS = {f.__name__: f for f in [mixed_dtypes, bad_member, mismatch_member, bitwise_numpy, overlapping_memory,
+                                     bitwise_torch,
                                      bitwise_tensorflow]}
 
 

@@ -1,5 +1,7 @@
 #include "engine/backends/cpu_ring.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "collectives/collectives.h"
@@ -13,6 +15,47 @@ namespace {
 // Scale factor applied after the reduction: postscale, and 1/n for Average.
 double post_factor(const Request& q, int n) {
   return q.postscale * (q.reduce_op == ReduceOp::Average ? 1.0 / n : 1.0);
+}
+
+// Calls f(entry, c, at, len) for slice c of every entry, chunk by chunk
+// (the chunk-major order); `at` and `len` are the slice's bytes.
+template <class F>
+void for_each_slice(std::vector<Entry>& entries, int n, size_t esize, F&& f) {
+  for (int c = 0; c < n; ++c)
+    for (auto& e : entries) {
+      const size_t count = static_cast<size_t>(e.req.num_elements());
+      f(e, c, slice_offset(count, n, c) * esize, slice_count(count, n, c) * esize);
+    }
+}
+
+// True when some entry's output overlaps another entry's input or output,
+// or its own input other than exactly (in place). Reducing straight in the
+// tensors would then read partial results where inputs were expected (one
+// array submitted twice in place, say). Overlapping inputs are fine.
+bool memory_overlaps(const std::vector<Entry>& entries, size_t esize) {
+  struct Range {
+    uintptr_t begin, end;
+    bool output;
+  };
+  std::vector<Range> ranges;
+  for (const auto& e : entries) {
+    const size_t bytes = static_cast<size_t>(e.req.num_elements()) * esize;
+    if (bytes == 0) continue;
+    const auto out = reinterpret_cast<uintptr_t>(e.output), in = reinterpret_cast<uintptr_t>(e.input);
+    ranges.push_back({out, out + bytes, true});
+    if (in != out) ranges.push_back({in, in + bytes, false});
+  }
+  if (ranges.size() < 2) return false;
+  std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) { return a.begin < b.begin; });
+  // Any overlapping pair overlaps the range reaching furthest so far, or
+  // contains a pair that does (both hold the later one's start).
+  Range reach = ranges[0];
+  for (size_t i = 1; i < ranges.size(); ++i) {
+    const Range& r = ranges[i];
+    if (r.begin < reach.end && (r.output || reach.output)) return true;
+    if (r.end > reach.end) reach = r;
+  }
+  return false;
 }
 
 }  // namespace
@@ -130,6 +173,20 @@ void CpuRingBackend::allreduce(std::vector<Entry>& entries) {
   const Request& q = entries[0].req;
   if (q.reduce_op == ReduceOp::Adasum) return adasum(entries);
   const size_t esize = dtype_size(q.dtype);
+  // The chunk-major layout (see cpu_ring.h) with the chunks of the first
+  // stage: the ranks of the ring, or of this host for the hierarchical
+  // allreduce. Chunk c is slice c of every tensor, read from and written to
+  // the tensors themselves; one tensor's slices make one contiguous part.
+  const int n = hierarchical() ? local_->size() : mesh_->size();
+  std::vector<size_t> chunks(n, 0);
+  const bool staged = memory_overlaps(entries, esize);
+  Parts buf = staged ? stage_in(entries, n, esize, chunks) : in_place(entries, n, esize, chunks);
+  reduce(q, buf, chunks, post_factor(q, mesh_->size()));
+  if (staged) stage_out(entries, n, esize);
+}
+
+Parts CpuRingBackend::in_place(std::vector<Entry>& entries, int n, size_t esize, std::vector<size_t>& chunks) {
+  const Request& q = entries[0].req;
   if (q.prescale != 1.0) {
     // The inputs are read-only: each is scaled into its output, which
     // the reduction then reads and writes in place.
@@ -142,22 +199,40 @@ void CpuRingBackend::allreduce(std::vector<Entry>& entries) {
     }
     timeline_.phase_end();
   }
-  // The chunk-major layout (see cpu_ring.h) with the chunks of the first
-  // stage: the ranks of the ring, or of this host for the hierarchical
-  // allreduce. Chunk c is slice c of every tensor, read from and written to
-  // the tensors themselves; one tensor's slices make one contiguous part.
-  const int n = hierarchical() ? local_->size() : mesh_->size();
-  std::vector<size_t> chunks(n, 0);
   Parts buf;
-  for (int c = 0; c < n; ++c) {
-    for (auto& e : entries) {
-      const size_t count = static_cast<size_t>(e.req.num_elements());
-      const size_t at = slice_offset(count, n, c) * esize, len = slice_count(count, n, c) * esize;
-      buf.add(static_cast<const uint8_t*>(e.input) + at, static_cast<uint8_t*>(e.output) + at, len);
-      chunks[c] += len / esize;
-    }
-  }
-  reduce(q, buf, chunks, post_factor(q, mesh_->size()));
+  for_each_slice(entries, n, esize, [&](Entry& e, int c, size_t at, size_t len) {
+    buf.add(static_cast<const uint8_t*>(e.input) + at, static_cast<uint8_t*>(e.output) + at, len);
+    chunks[c] += len / esize;
+  });
+  return buf;
+}
+
+Parts CpuRingBackend::stage_in(std::vector<Entry>& entries, int n, size_t esize, std::vector<size_t>& chunks) {
+  const Request& q = entries[0].req;
+  timeline_.phase_begin("MEMCPY_IN_FUSION_BUFFER");
+  size_t total = 0;
+  for (auto& e : entries) total += static_cast<size_t>(e.req.num_elements()) * esize;
+  uint8_t* work = fusion(total);
+  size_t pos = 0;
+  for_each_slice(entries, n, esize, [&](Entry& e, int c, size_t at, size_t len) {
+    std::memcpy(work + pos, static_cast<const uint8_t*>(e.input) + at, len);
+    pos += len;
+    chunks[c] += len / esize;
+  });
+  if (q.prescale != 1.0) scale_buffer(work, total / esize, q.dtype, q.prescale);
+  timeline_.phase_end();
+  return Parts(work, work, total);
+}
+
+void CpuRingBackend::stage_out(std::vector<Entry>& entries, int n, size_t esize) {
+  timeline_.phase_begin("MEMCPY_OUT_FUSION_BUFFER");
+  const uint8_t* work = fusion_.data();
+  size_t pos = 0;
+  for_each_slice(entries, n, esize, [&](Entry& e, int, size_t at, size_t len) {
+    std::memcpy(static_cast<uint8_t*>(e.output) + at, work + pos, len);
+    pos += len;
+  });
+  timeline_.phase_end();
 }
 
 void CpuRingBackend::adasum(std::vector<Entry>& entries) {

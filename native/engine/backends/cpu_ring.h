@@ -93,8 +93,15 @@ class CpuRingBackend : public Backend {
   void select_mesh(const Response& r);
   bool hierarchical() const { return mesh_ == world_ && local_ && cross_; }
   // Entries' outputs are set; several entries are fused, without a
-  // fusion buffer (collectives/parts.h).
+  // fusion buffer (collectives/parts.h) unless their memory overlaps.
   void allreduce(std::vector<Entry>& entries);
+  // The entries' slices as the reduction's buffer, chunk-major, counted
+  // into `chunks`: in_place() the tensors themselves (prescaled into the
+  // outputs first), stage_in() a copy of the inputs in the fusion buffer
+  // (prescaled there), whose results stage_out() copies to the outputs.
+  Parts in_place(std::vector<Entry>& entries, int n, size_t esize, std::vector<size_t>& chunks);
+  Parts stage_in(std::vector<Entry>& entries, int n, size_t esize, std::vector<size_t>& chunks);
+  void stage_out(std::vector<Entry>& entries, int n, size_t esize);
   // op=Adasum: the entries' tensors, scaled, reduced together on the flat
   // mesh (collectives.h: adasum_allreduce).
   void adasum(std::vector<Entry>& entries);
