@@ -86,7 +86,7 @@ def fused_allreduce(flattener: type, tensors: Sequence[Any], name: str, op: int,
     names = [f"{name}.{d}" for d in groups]
 
     def reduce_on_host(arrays: List[np.ndarray]) -> List[np.ndarray]:
-        return ops.synchronize(ops._allreduce_group(arrays, names, op, prescale, postscale, False, process_set))
+        return ops._allreduce_group(arrays, names, op, prescale, postscale, False, process_set)
 
     reduced = flattener.native_allreduce(flats, names, op, prescale, postscale, process_set)
     if reduced is None:

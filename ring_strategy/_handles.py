@@ -185,6 +185,23 @@ def synchronize(op: Operation) -> Any:
         _retire(op)
 
 
+def finish_now(ids: List[int], keep: Any, finish: Finish) -> Any:
+    """synchronize() of an operation the calling thread has just queued and
+    waits for right away (a synchronous call): no :class:`Operation` is made
+    unless a signal handler's exception interrupts the wait, which abandons
+    it (its buffers stay alive until the engine is done with them)."""
+    if _abandoned:  # as a new Operation would: release what was dropped
+        _sweep()
+    try:
+        results = _frontend.wait_all(ids)
+    except RingError:  # the operation's own error: every handle is released
+        raise
+    except BaseException:
+        abandon(Operation(ids, keep, finish))
+        raise
+    return finish(results)
+
+
 def _retire(op: Operation) -> None:
     """Forgets ``op``, whose engine handles are released."""
     op.done = True

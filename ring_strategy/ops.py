@@ -124,7 +124,9 @@ def _submit(
 ) -> Handle:
     """Queues one engine operation on ``arr`` (and ``out``, None: the engine
     allocates) on the set with engine id ``process_set``; ``finish`` turns
-    its results into what synchronize() returns."""
+    its results into what synchronize() returns. ``wake=False`` (a
+    synchronous call) waits for it here and returns that result instead of
+    a Handle."""
     code = _dtype_code(arr)
     stream = 0 if arr.__class__ is np.ndarray else _gpu.stream_of(arr)
     h = _frontend.enqueue(
@@ -132,7 +134,7 @@ def _submit(
         arr.shape, op=op, root=root, prescale=prescale, postscale=postscale, splits=splits, wake=wake,
         process_set=process_set, stream=stream,
     )
-    return Handle([h], (arr, out), finish)
+    return Handle([h], (arr, out), finish) if wake else _handles.finish_now([h], (arr, out), finish)
 
 
 def _from_engine(like: Any) -> Callable[[List[tuple]], np.ndarray]:
@@ -247,7 +249,7 @@ def allreduce(
     Returns:
         The reduced values (``out`` when given), identical on every rank of the set.
     """
-    return synchronize(_allreduce(tensor, op, name, prescale_factor, postscale_factor, False, out, process_set))
+    return _allreduce(tensor, op, name, prescale_factor, postscale_factor, False, out, process_set)
 
 
 def _allreduce_group(tensors: Sequence[Any], names: Sequence[str], op: int, prescale: float, postscale: float,
@@ -276,6 +278,8 @@ def _allreduce_group(tensors: Sequence[Any], names: Sequence[str], op: int, pres
         _native.OP_ALLREDUCE, names, ins, raw_outs, codes, op=op, prescale=prescale, postscale=postscale,
         wake=wake, process_set=place.id, streams=streams,
     )
+    if not wake:
+        return _handles.finish_now(ids, (arrs, outs), lambda _: outs)
     return Handle(ids, (arrs, outs), lambda _: outs)
 
 
@@ -284,6 +288,11 @@ def _check_outs(out: Sequence[Any], arrs: Sequence[Any]) -> List[Any]:
     if not isinstance(out, (list, tuple)) or len(out) != len(arrs):
         raise BadArgumentError(f"out should be a list of {len(arrs)} arrays, one per tensor. Got: {type(out).__name__}"
                                + (f" of {len(out)}" if isinstance(out, (list, tuple)) else ""))
+    # The common case in one pass (flags.carray: C-contiguous, aligned and
+    # writeable); anything else gets _check_out's verdict, array by array.
+    if all([o.__class__ is np.ndarray and o.shape == a.shape and o.dtype == a.dtype and o.flags.carray
+            for o, a in zip(out, arrs)]):
+        return list(out)
     return [_check_out(o, a) for o, a in zip(out, arrs)]
 
 
@@ -344,7 +353,7 @@ def grouped_allreduce(
     Raises:
         BadArgumentError: an array is invalid (naming it); no array is sent.
     """
-    return synchronize(_grouped(tensors, op, name, prescale_factor, postscale_factor, False, process_set, out))
+    return _grouped(tensors, op, name, prescale_factor, postscale_factor, False, process_set, out)
 
 
 def allgather_async(tensor: Any, name: Optional[str] = None, process_set: ProcessSet = global_process_set) -> Handle:
@@ -366,7 +375,7 @@ def allgather(tensor: Any, name: Optional[str] = None, process_set: ProcessSet =
     """Concatenates every rank's ``tensor`` along the first dimension, in rank
     order (the ranks of ``process_set``, ascending). The first dimension may
     differ between ranks; the others must match."""
-    return synchronize(_allgather(tensor, name, False, process_set))
+    return _allgather(tensor, name, False, process_set)
 
 
 def broadcast_async(
@@ -391,7 +400,7 @@ def broadcast(
 ) -> np.ndarray:
     """Returns ``root_rank``'s ``tensor`` on every rank of ``process_set``
     (same shape and dtype everywhere). ``root_rank`` is a global rank in the set."""
-    return synchronize(_broadcast(tensor, root_rank, name, False, process_set))
+    return _broadcast(tensor, root_rank, name, False, process_set)
 
 
 def alltoall_async(
@@ -470,15 +479,11 @@ def join() -> int:
     meanwhile. Returns the rank that joined last, on every rank.
     """
     token = np.zeros(1, dtype=np.uint8)
-    return synchronize(
-        _submit(_native.OP_JOIN, "join", token, None, "join", lambda results: int(results[0][2][0]), wake=False)
-    )
+    return _submit(_native.OP_JOIN, "join", token, None, "join", lambda results: int(results[0][2][0]), wake=False)
 
 
 def barrier(process_set: ProcessSet = global_process_set) -> None:
     """Returns once every rank of ``process_set`` has called ``barrier()``."""
     place = _check_process_set(process_set)
     token = np.zeros(1, dtype=np.uint8)
-    synchronize(
-        _submit(_native.OP_BARRIER, "barrier", token, None, None, lambda _: None, wake=False, process_set=place.id)
-    )
+    _submit(_native.OP_BARRIER, "barrier", token, None, None, lambda _: None, wake=False, process_set=place.id)

@@ -109,6 +109,9 @@ class _World:
     sets: Dict[int, ProcessSet] = field(default_factory=dict)  # id -> registered set (not the global one)
     next_id: int = 1
     dynamic: bool = False
+    # This rank's place in the global set while the world runs (a stale one
+    # after shutdown() only reaches an engine call, which says so).
+    global_place: Optional[SetPlace] = None
 
 
 _world = _World()
@@ -118,7 +121,7 @@ def _check_process_set(process_set: Any) -> SetPlace:
     """The place of this rank in ``process_set``; BadArgumentError when it is
     not a registered set of this world or this rank is not in it."""
     if process_set is global_process_set:
-        return SetPlace(0, size(), rank())
+        return _world.global_place or SetPlace(0, size(), rank())
     if not isinstance(process_set, ProcessSet):
         raise BadArgumentError(f"process_set should be a ProcessSet. Got: {process_set!r}")
     ps_id = process_set.process_set_id
@@ -207,7 +210,7 @@ def _start_world(process_sets: Any) -> None:
     sets and registers ``process_sets`` (None, "dynamic" or a list of sets)
     on every rank together."""
     global _world
-    _world = _World(dynamic=bool(_runtime().config["dynamic_process_sets"]))
+    _world = _World(dynamic=bool(_runtime().config["dynamic_process_sets"]), global_place=SetPlace(0, size(), rank()))
     if process_sets is None:
         return
     if isinstance(process_sets, str):

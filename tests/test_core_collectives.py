@@ -41,7 +41,8 @@ def test_every_op_dtype_and_count(np_, transport):
 @pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize(
     "scenario",
-    ["different_orders", "many_in_flight", "mismatch", "bad_arguments", "deterministic", "join", "after_shutdown"],
+    ["different_orders", "many_in_flight", "mismatch", "bad_arguments", "deterministic", "join", "after_shutdown",
+     "sync_beside_async"],
 )
 @pytest.mark.parametrize("np_", [2, 3])
 def test_scenarios(np_, scenario, transport):

@@ -305,6 +305,7 @@ std::vector<int64_t> Runtime::enqueue_group(std::vector<EnqueueArgs> group) {
   for (Entry& e : entries) prepare_locked(e);
   std::vector<int64_t> handles = handles_.create_all(names);
   for (size_t i = 0; i < entries.size(); ++i) entries[i].handle = handles[i];
+  if (!wake) claim_drive();
   try {
     queue_.push(std::move(entries), wake);
   } catch (...) {

@@ -229,6 +229,13 @@ class Runtime {
   std::unique_ptr<Executor> executor_;
   Timeline timeline_;
   std::mutex progress_mu_;  // one thread steps at a time
+  // A caller that queued with wake = false is about to drive its operation:
+  // until this steady-clock time (ns; 0: none) the background thread leaves
+  // the stepping to it and sleeps instead of competing for progress_mu_.
+  // A claim expires by itself, so a caller that never waits stalls nothing.
+  std::atomic<int64_t> drive_claim_ns_{0};
+  void claim_drive();
+  bool drive_claimed() const;
   LoopState loop_;
   std::unordered_map<std::string, Entry> pending_;  // guarded by progress_mu_
 

@@ -27,12 +27,26 @@ constexpr double kQuietWaitSeconds = 0.002;
 constexpr double kDriveIdleSeconds = 0.002;
 // The background thread stays awake this long after its last progress.
 constexpr double kLingerSeconds = 100e-6;
+// How long a caller's claim to drive its operation holds without renewal.
+constexpr int64_t kDriveClaimNs = 1'000'000;
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 }  // namespace
 
 void Runtime::loop() {
   Backoff backoff;
   while (true) {
+    if (drive_claimed()) {
+      // A caller drives its own operation: stepping too would only take
+      // its core and its lock. drive() notifies when it hands back.
+      queue_.wait_notified(kDriveClaimNs * 1e-9);
+      backoff.reset();
+      continue;
+    }
     bool progress = false, idle_here = false;
     {
       std::unique_lock<std::mutex> lock(progress_mu_, std::try_to_lock);
@@ -60,6 +74,7 @@ void Runtime::loop() {
 
 bool Runtime::wait(int64_t handle, double timeout_s) {
   if (!handles_.poll(handle)) drive(handle);
+  else drive_claim_ns_.store(0, std::memory_order_relaxed);  // nothing to drive
   return handles_.wait(handle, timeout_s);
 }
 
@@ -72,12 +87,20 @@ bool Runtime::wait_all(const std::vector<int64_t>& handles, double timeout_s) {
   return true;
 }
 
+void Runtime::claim_drive() { drive_claim_ns_.store(now_ns() + kDriveClaimNs, std::memory_order_relaxed); }
+
+bool Runtime::drive_claimed() const {
+  const int64_t until = drive_claim_ns_.load(std::memory_order_relaxed);
+  return until != 0 && now_ns() < until;
+}
+
 void Runtime::drive(int64_t handle) {
   Backoff backoff;
   bool done = false, left = false;
   while (!(done = handles_.poll(handle)) && backoff.idle_seconds() < kDriveIdleSeconds) {
     std::unique_lock<std::mutex> lock(progress_mu_, std::try_to_lock);
     if (lock.owns_lock() && !loop_.finished) {
+      claim_drive();
       bool progress = step();
       left = !quiet();
       if (progress) {
@@ -88,9 +111,10 @@ void Runtime::drive(int64_t handle) {
     lock = {};
     backoff.wait();
   }
+  drive_claim_ns_.store(0, std::memory_order_relaxed);
   // The background thread may be asleep on the queue (entries queued with
-  // wake = false, or it found us stepping): wake it for what is in flight.
-  if (!done || left) queue_.notify();
+  // wake = false, or it deferred to us): wake it for what is in flight.
+  if (!done || left || queue_.has_new()) queue_.notify();
 }
 
 void Runtime::idle_wait(Backoff& backoff) {

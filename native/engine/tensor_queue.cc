@@ -24,6 +24,12 @@ void TensorQueue::wait_new(double timeout_s) {
   notified_.store(false);
 }
 
+void TensorQueue::wait_notified(double timeout_s) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] { return notified_.load(); });
+  notified_.store(false);
+}
+
 void TensorQueue::notify() {
   {
     std::lock_guard<std::mutex> lock(mu_);

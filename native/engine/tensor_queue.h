@@ -40,6 +40,9 @@ class TensorQueue {
   bool has_new() const { return count_.load(std::memory_order_acquire) > 0; }
   // Blocks until an entry is pushed, notify() is called or timeout_s passes.
   void wait_new(double timeout_s);
+  // Blocks until notify() is called or timeout_s passes (queued entries do
+  // not end the wait: someone else is taking them).
+  void wait_notified(double timeout_s);
   void notify();
   // Also rings `bell` (doorbell.h) on a waking push and on notify(), for a
   // background thread that sleeps there. Set before the thread starts.

@@ -94,7 +94,7 @@ def _grouped(xs: List[tf.Tensor], op: int, prescale: float, postscale: float, na
     names = group_names(_op_name(label, name, _check_process_set(process_set).id), len(xs), not single)
 
     def reduce(arrays):
-        return _np.synchronize(_np._allreduce_group(arrays, names, op, prescale, postscale, False, process_set))
+        return _np._allreduce_group(arrays, names, op, prescale, postscale, False, process_set)
 
     @tf.custom_gradient
     def forward(*inputs):

@@ -141,14 +141,16 @@ def synchronize(handle: int) -> Any:
 # ---------------------------------------------------------------- allreduce
 def _allreduce_group(tensors: Sequence[Any], label: str, name: Optional[str], op: int,
                      prescale_factor: float, postscale_factor: float,
-                     process_set: ProcessSet, inplace: bool, grouped: bool) -> int:
+                     process_set: ProcessSet, inplace: bool, grouped: bool, wake: bool = True) -> Any:
+    """Queues the group; returns its integer handle, or with ``wake=False``
+    (a synchronous call) waits for it here and returns its result."""
     op = check_op(op)
     ps = _check_process_set(process_set).id
     bufs = [_contiguous(_checked(t)) for t in tensors]
     names = group_names(_handles.auto_name(label, name, ps), len(bufs), grouped)
     outs = bufs if inplace else [torch.empty_like(b) for b in bufs]
     ids = _enqueue_group(_frontend.ALLREDUCE, names, bufs, outs, op=op, prescale=prescale_factor,
-                         postscale=postscale_factor, process_set=ps)
+                         postscale=postscale_factor, process_set=ps, wake=wake)
 
     copies = [(t, b) for t, b in zip(tensors, bufs) if inplace and not _same_memory(t, b)]
 
@@ -163,7 +165,8 @@ def _allreduce_group(tensors: Sequence[Any], label: str, name: Optional[str], op
             res = outs
         return res if grouped else res[0]
 
-    return _handles.register(ids, (tuple(tensors), tuple(bufs), tuple(outs)), finish)
+    keep = (tuple(tensors), tuple(bufs), tuple(outs))
+    return _handles.register(ids, keep, finish) if wake else _handles.finish_now(ids, keep, finish)
 
 
 def allreduce_async(tensor: torch.Tensor, average: Optional[bool] = None, name: Optional[str] = None,
@@ -206,7 +209,9 @@ def allreduce_(tensor: torch.Tensor, average: Optional[bool] = None, name: Optio
                op: Optional[int] = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                process_set: ProcessSet = global_process_set) -> torch.Tensor:
     """Reduces ``tensor`` over all ranks in place and returns it; see :func:`allreduce_async`."""
-    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor, process_set))
+    op = handle_average_backwards_compatibility(op, average)
+    return _allreduce_group([tensor], "allreduce", name, op, prescale_factor, postscale_factor,
+                            process_set, inplace=True, grouped=False, wake=False)
 
 
 def grouped_allreduce_async(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
@@ -236,8 +241,9 @@ def grouped_allreduce_(tensors: Sequence[torch.Tensor], average: Optional[bool] 
                        prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                        process_set: ProcessSet = global_process_set) -> List[torch.Tensor]:
     """Reduces a list of tensors in place and returns them."""
-    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor, postscale_factor,
-                                                process_set))
+    op = handle_average_backwards_compatibility(op, average)
+    return _allreduce_group(list(tensors), "grouped_allreduce", name, op, prescale_factor,
+                            postscale_factor, process_set, inplace=True, grouped=True, wake=False)
 
 
 # ---------------------------------------------------------------- allgather

@@ -6,6 +6,8 @@ rank; anything else is a failure the calling test reports.
 
 import hashlib
 import sys
+import threading
+import time
 
 import numpy as np
 
@@ -132,6 +134,33 @@ def forever():
     print(f"{rs.rank()}: started", flush=True)
     while True:
         rs.allreduce(np.ones(1000, np.float32), name="spin")
+
+
+def sync_beside_async():
+    """Operations another thread submits and only polls complete while this
+    thread runs synchronous ones (which drive the engine themselves, the
+    background thread standing aside) and after it stops."""
+    n, me = rs.size(), rs.rank()
+    outcome = {}
+
+    def poller():
+        for i in range(40):
+            h = rs.allreduce_async(np.full(3, i + me, np.float32), op=rs.Sum, name=f"polled{i}")
+            deadline = time.monotonic() + 30
+            while not rs.poll(h):
+                if time.monotonic() > deadline:
+                    outcome["error"] = f"polled{i} unfinished after 30 s"
+                    return
+                time.sleep(0.0005)
+            equal(rs.synchronize(h), np.full(3, n * i + n * (n - 1) / 2, np.float32), i)
+        outcome["ok"] = True
+
+    thread = threading.Thread(target=poller)
+    thread.start()
+    for i in range(300):
+        equal(rs.allreduce(np.full(2, me, np.int64), op=rs.Sum, name="driven"), np.full(2, n * (n - 1) // 2), i)
+    thread.join(60)
+    assert outcome.get("ok"), outcome
 
 
 def after_shutdown():
