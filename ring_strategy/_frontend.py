@@ -95,14 +95,16 @@ def enqueue_group(
     )
 
 
-def wait_all(handle_ids: Sequence[int]) -> List[Tuple[Optional[Any], list, list]]:
-    """:func:`wait` for every handle: their results in order. When some
+def wait_all(handle_ids: Sequence[int], results: bool = True) -> Optional[List[Tuple[Optional[Any], list, list]]]:
+    """:func:`wait` for every handle: their results in order (None with
+    ``results=False``, for a caller that gave every output buffer). When some
     failed, the first one's error is raised once every handle is released.
     When a signal handler raises meanwhile, its exception comes out and no
     handle is released (each can be waited for again)."""
     if len(handle_ids) == 1:
-        return [_runtime().wait_release(handle_ids[0])]
-    return _runtime().wait_release_group(handle_ids)
+        result = _runtime().wait_release(handle_ids[0], results)
+        return [result] if results else None
+    return _runtime().wait_release_group(handle_ids, results)
 
 
 def release(handle_id: int) -> Tuple[Optional[Any], list, list]:

@@ -175,7 +175,7 @@ def synchronize(op: Operation) -> Any:
     if op.done:
         raise BadArgumentError(f"unknown {op!r} (already synchronized?)")
     try:
-        results = _frontend.wait_all(op.ids)  # a signal's exception leaves every handle unreleased
+        results = _wait(op.ids, op.finish)  # a signal's exception leaves every handle unreleased
     except RingError:  # an operation's own error: every handle is released
         _retire(op)
         raise
@@ -183,6 +183,17 @@ def synchronize(op: Operation) -> Any:
         return op.finish(results)
     finally:
         _retire(op)
+
+
+def outputs_given(finish: Finish) -> Finish:
+    """Marks ``finish`` as one that never reads the engine's results (the
+    caller gave every output buffer), so waiting skips building them."""
+    finish.needs_results = False  # type: ignore[attr-defined]
+    return finish
+
+
+def _wait(ids: List[int], finish: Finish) -> Any:
+    return _frontend.wait_all(ids, getattr(finish, "needs_results", True))
 
 
 def finish_now(ids: List[int], keep: Any, finish: Finish) -> Any:
@@ -193,7 +204,7 @@ def finish_now(ids: List[int], keep: Any, finish: Finish) -> Any:
     if _abandoned:  # as a new Operation would: release what was dropped
         _sweep()
     try:
-        results = _frontend.wait_all(ids)
+        results = _wait(ids, finish)
     except RingError:  # the operation's own error: every handle is released
         raise
     except BaseException:

@@ -138,14 +138,19 @@ class Runtime:
     def wait(self, handle: int, timeout: float = -1.0) -> bool: ...
     def release(self, handle: int) -> tuple[Optional[np.ndarray], list[int], list[int]]:
         """(engine-allocated output bytes or None, output shape, received splits)."""
-    def wait_release(self, handle: int) -> tuple[Optional[np.ndarray], list[int], list[int]]:
-        """wait_interruptibly(handle) then release(handle) in one call."""
-    def wait_release_group(self, handles: Sequence[int]) -> list[tuple[Optional[np.ndarray], list[int], list[int]]]:
+    def wait_release(self, handle: int, results: bool = True) -> Optional[tuple[Optional[np.ndarray], list[int], list[int]]]:
+        """wait_interruptibly(handle) then release(handle) in one call; with
+        results=False the result is dropped and None returned (errors are
+        still raised)."""
+    def wait_release_group(
+        self, handles: Sequence[int], results: bool = True
+    ) -> Optional[list[tuple[Optional[np.ndarray], list[int], list[int]]]]:
         """wait_release of every handle: waits for all with the GIL released
         once, running Python's signal handlers at least every 100 ms (an
         exception one raises propagates and leaves every handle as it was),
-        then releases all and returns their results in order, or raises the
-        first failed one's error once every handle is released."""
+        then releases all and returns their results in order (None with
+        results=False), or raises the first failed one's error once every
+        handle is released."""
     def wait_interruptibly(self, handle: int) -> None:
         """Blocks until the handle has finished, running Python's signal
         handlers at least every 100 ms; an exception one raises propagates

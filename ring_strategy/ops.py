@@ -215,7 +215,7 @@ def _allreduce(
     arr = _as_array(tensor)
     out = _empty_like(arr) if out is None else _check_out(out, arr)
     return _submit(
-        _native.OP_ALLREDUCE, "allreduce", arr, out, name, lambda _: out,
+        _native.OP_ALLREDUCE, "allreduce", arr, out, name, _handles.outputs_given(lambda _: out),
         op=op, prescale=prescale, postscale=postscale, wake=wake, process_set=place.id,
     )
 
@@ -278,9 +278,8 @@ def _allreduce_group(tensors: Sequence[Any], names: Sequence[str], op: int, pres
         _native.OP_ALLREDUCE, names, ins, raw_outs, codes, op=op, prescale=prescale, postscale=postscale,
         wake=wake, process_set=place.id, streams=streams,
     )
-    if not wake:
-        return _handles.finish_now(ids, (arrs, outs), lambda _: outs)
-    return Handle(ids, (arrs, outs), lambda _: outs)
+    finish = _handles.outputs_given(lambda _: outs)
+    return Handle(ids, (arrs, outs), finish) if wake else _handles.finish_now(ids, (arrs, outs), finish)
 
 
 def _check_outs(out: Sequence[Any], arrs: Sequence[Any]) -> List[Any]:
@@ -390,8 +389,8 @@ def _broadcast(tensor: Any, root_rank: int, name: Optional[str], wake: bool, pro
     arr = _as_array(tensor)
     out = _empty_like(arr)
     return _submit(
-        _native.OP_BROADCAST, "broadcast", arr, out, name, lambda _: out, root=root_rank, wake=wake,
-        process_set=place.id,
+        _native.OP_BROADCAST, "broadcast", arr, out, name, _handles.outputs_given(lambda _: out), root=root_rank,
+        wake=wake, process_set=place.id,
     )
 
 

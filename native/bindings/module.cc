@@ -444,18 +444,26 @@ void wait_interruptibly(ring::Runtime& rt, int64_t handle) {
   wait_with_signals([&](double timeout_s) { return rt.wait(handle, timeout_s); });
 }
 
-nb::tuple wait_release(ring::Runtime& rt, int64_t handle) {
+// With `results` false the result is dropped (None is returned; an error
+// is still raised): for callers that gave every output buffer themselves.
+nb::object wait_release(ring::Runtime& rt, int64_t handle, bool results) {
   wait_interruptibly(rt, handle);
+  if (!results) {
+    rt.release(handle);
+    return nb::none();
+  }
   return release(rt, handle);
 }
 
 // wait_release() of a group: waits for every handle (see wait_with_signals:
 // when a signal handler raises, every handle stays as it was), then
-// releases all and returns their results in order, or raises the first
-// failed one's error once all are released.
-nb::list wait_release_group(ring::Runtime& rt, const std::vector<int64_t>& handles) {
+// releases all and returns their results in order (None when
+// `want_results` is false), or raises the first failed one's error once
+// all are released.
+nb::object wait_release_group(ring::Runtime& rt, const std::vector<int64_t>& handles, bool want_results) {
   wait_with_signals([&](double timeout_s) { return rt.wait_all(handles, timeout_s); });
   std::vector<ring::OpResult> results = rt.release_all(handles);
+  if (!want_results) return nb::none();
   nb::list out;
   for (ring::OpResult& res : results) out.append(result_tuple(res));
   return out;
@@ -475,13 +483,13 @@ void register_runtime(nb::module_& m) {
       .def("enqueue_group", &enqueue_group, "op"_a, "names"_a, "inputs"_a, "outputs"_a.none(), "dtypes"_a,
            "shapes"_a.none() = nb::none(), "reduce_op"_a = 0, "root"_a = 0, "prescale"_a = 1.0, "postscale"_a = 1.0,
            "wake"_a = true, "process_set"_a = 0, "streams"_a = std::vector<uint64_t>())
-      .def("wait_release_group", &wait_release_group, "handles"_a)
+      .def("wait_release_group", &wait_release_group, "handles"_a, "results"_a = true)
       .def("add_process_set", &ring::Runtime::add_process_set, "id"_a, "ranks"_a)
       .def("remove_process_set", &ring::Runtime::remove_process_set, "id"_a)
       .def("poll", &ring::Runtime::poll, "handle"_a)
       .def("wait", &ring::Runtime::wait, "handle"_a, "timeout"_a = -1.0, nb::call_guard<nb::gil_scoped_release>())
       .def("release", &release, "handle"_a)
-      .def("wait_release", &wait_release, "handle"_a)
+      .def("wait_release", &wait_release, "handle"_a, "results"_a = true)
       .def("wait_interruptibly", &wait_interruptibly, "handle"_a)
       .def("shutdown", &ring::Runtime::shutdown, nb::call_guard<nb::gil_scoped_release>())
       .def("start_timeline", &ring::Runtime::start_timeline, "path"_a, "mark_cycles"_a = false)

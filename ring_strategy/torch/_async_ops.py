@@ -166,6 +166,7 @@ def _allreduce_group(tensors: Sequence[Any], label: str, name: Optional[str], op
         return res if grouped else res[0]
 
     keep = (tuple(tensors), tuple(bufs), tuple(outs))
+    _handles.outputs_given(finish)
     return _handles.register(ids, keep, finish) if wake else _handles.finish_now(ids, keep, finish)
 
 

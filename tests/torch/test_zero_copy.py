@@ -35,7 +35,7 @@ def engine(monkeypatch):
 
     monkeypatch.setattr(_frontend, "enqueue", enqueue)
     monkeypatch.setattr(_frontend, "enqueue_group", enqueue_group)
-    monkeypatch.setattr(_frontend, "wait_all", lambda hids: [wait(h) for h in hids])
+    monkeypatch.setattr(_frontend, "wait_all", lambda hids, results=True: [wait(h) for h in hids])
     monkeypatch.setattr(_frontend, "poll", lambda hid: True)
     ring_strategy.init()
     yield calls
