@@ -1,5 +1,7 @@
 #include "engine/coordinator.h"
 
+#include <time.h>
+
 #include <algorithm>
 
 #include "common/error.h"
@@ -16,6 +18,16 @@ std::shared_ptr<const ProcessSet> every_rank(int world_size) {
 }
 
 }  // namespace
+
+Coordinator::Clock::time_point Coordinator::coarse_now() {
+#ifdef CLOCK_MONOTONIC_COARSE
+  // The same clock as steady_clock's (CLOCK_MONOTONIC), at tick resolution.
+  timespec ts;
+  if (clock_gettime(CLOCK_MONOTONIC_COARSE, &ts) == 0)
+    return Clock::time_point(std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec));
+#endif
+  return Clock::now();
+}
 
 Coordinator::Coordinator(int world_size, ResponseCache* cache, size_t fusion_threshold_bytes)
     : world_size_(world_size),

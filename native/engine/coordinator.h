@@ -73,6 +73,9 @@ class Coordinator {
   void set_rank_names(std::vector<std::string> names) { rank_names_ = std::move(names); }
 
   using Clock = std::chrono::steady_clock;
+  // Clock::now() to within a few milliseconds, at a fraction of its cost
+  // (a tensor's age only matters to the stall inspector, in seconds).
+  static Clock::time_point coarse_now();
   struct Stall {
     std::string name;
     std::vector<int> missing;  // ranks that have not submitted it
@@ -107,7 +110,7 @@ class Coordinator {
     std::shared_ptr<const ProcessSet> set;  // null: unknown (see error)
     std::string error;                      // set at submission: fails the tensor
     bool ready = false;                     // listed in ready_
-    Clock::time_point since = Clock::now();  // first submission
+    Clock::time_point since = coarse_now();  // first submission
     Timeline::Row timeline_row;
     const Request& first() const;  // the lowest submitted rank's request
   };

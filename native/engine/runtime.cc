@@ -178,12 +178,12 @@ bool Runtime::remove_process_set(int32_t id) {
 
 std::shared_ptr<const ProcessSet> Runtime::process_set_of(const Request& q) const {
   auto set = sets_.find(q.process_set);
-  const std::string what = std::string(op_type_name(q.op)) + " of tensor '" + q.name + "': ";
+  auto what = [&] { return std::string(op_type_name(q.op)) + " of tensor '" + q.name + "': "; };  // errors only
   if (!set)
-    throw_error(ErrorKind::BadArgument, what + "process set " + std::to_string(q.process_set) +
+    throw_error(ErrorKind::BadArgument, what() + "process set " + std::to_string(q.process_set) +
                                             " does not exist (never added, or removed)");
   if (!set->contains(opts_.rank))
-    throw_error(ErrorKind::BadArgument, what + "rank " + std::to_string(opts_.rank) +
+    throw_error(ErrorKind::BadArgument, what() + "rank " + std::to_string(opts_.rank) +
                                             " is not a member of process set " + std::to_string(q.process_set));
   return set;
 }

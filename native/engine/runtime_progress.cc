@@ -73,17 +73,22 @@ void Runtime::loop() {
 }
 
 bool Runtime::wait(int64_t handle, double timeout_s) {
-  if (!handles_.poll(handle)) drive(handle);
-  else drive_claim_ns_.store(0, std::memory_order_relaxed);  // nothing to drive
+  if (handles_.poll(handle)) {
+    drive_claim_ns_.store(0, std::memory_order_relaxed);  // nothing to drive
+    return true;
+  }
+  drive(handle);
   return handles_.wait(handle, timeout_s);
 }
 
 bool Runtime::wait_all(const std::vector<int64_t>& handles, double timeout_s) {
   const auto start = std::chrono::steady_clock::now();
   for (int64_t h : handles) {
+    if (handles_.poll(h)) continue;  // the usual case after the first: no clock, no drive
     const double left = timeout_s < 0 ? -1.0 : std::max(0.0, timeout_s - seconds_since(start));
     if (!wait(h, left)) return false;
   }
+  drive_claim_ns_.store(0, std::memory_order_relaxed);  // all done: nothing left to drive
   return true;
 }
 
