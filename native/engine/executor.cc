@@ -66,8 +66,8 @@ void Executor::run_response(const Response& r, std::unordered_map<std::string, E
   if (r.process_set != 0 && r.kind == ResponseKind::Execute && !r.names.empty() && !pending.count(r.names[0])) return;
   for (size_t i = 0; i < r.names.size(); ++i) {
     const std::string& name = r.names[i];
-    auto it = pending.find(name);
-    if (it == pending.end()) {
+    auto node = pending.extract(name);
+    if (node.empty()) {
       if (r.kind == ResponseKind::Error) continue;  // e.g. a shutdown error for a tensor only others have
       if (joined_ && r.op == OpType::Allreduce && r.process_set == 0) {
         entries_.push_back(stand_in(r, i));
@@ -75,8 +75,7 @@ void Executor::run_response(const Response& r, std::unordered_map<std::string, E
       }
       throw_error(ErrorKind::Internal, "coordinator scheduled '" + name + "', which this rank never submitted");
     }
-    entries_.push_back(std::move(it->second));
-    pending.erase(it);
+    entries_.push_back(std::move(node.mapped()));
   }
   if (r.kind == ResponseKind::Error) {
     for (auto& e : entries_) handles_->fail(e.handle, r.error_kind, r.error);

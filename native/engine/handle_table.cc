@@ -45,12 +45,20 @@ void HandleTable::finish_locked(State& s) {
 }
 
 void HandleTable::complete(int64_t handle, OpResult result) {
+  std::vector<OpResult> results(1);
+  results[0] = std::move(result);
+  complete_all({handle}, results);
+}
+
+void HandleTable::complete_all(const std::vector<int64_t>& handles, std::vector<OpResult>& results) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = states_.find(handle);
-    if (it == states_.end() || it->second.done) return;
-    finish_locked(it->second);
-    it->second.result = std::move(result);
+    for (size_t i = 0; i < handles.size(); ++i) {
+      auto it = states_.find(handles[i]);
+      if (it == states_.end() || it->second.done) continue;
+      finish_locked(it->second);
+      it->second.result = std::move(results[i]);
+    }
   }
   cv_.notify_all();
 }
@@ -85,6 +93,13 @@ void HandleTable::fail_all(ErrorKind kind, const std::string& message) {
 bool HandleTable::poll(int64_t handle) {
   std::lock_guard<std::mutex> lock(mu_);
   return find(handle).done;
+}
+
+size_t HandleTable::first_unfinished(const std::vector<int64_t>& handles, size_t from) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (; from < handles.size(); ++from)
+    if (!find(handles[from]).done) break;
+  return from;
 }
 
 bool HandleTable::wait(int64_t handle, double timeout_s) {

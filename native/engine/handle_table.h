@@ -44,12 +44,18 @@ class HandleTable {
   // naming the first name that is taken or appears twice in `names`.
   std::vector<int64_t> create_all(const std::vector<std::string>& names);
   void complete(int64_t handle, OpResult result);
+  // complete() of handles[i] with results[i] (moved from), under one lock
+  // and with one wake-up of the waiters.
+  void complete_all(const std::vector<int64_t>& handles, std::vector<OpResult>& results);
   void fail(int64_t handle, ErrorKind kind, const std::string& message);
   // Fails every unfinished handle (lost peer, shutdown).
   void fail_all(ErrorKind kind, const std::string& message);
 
   // True when finished (successfully or not). Unknown handle: BadArgument.
   bool poll(int64_t handle);
+  // The index of the first unfinished handle of handles[from...], under one
+  // lock; handles.size() when all have finished. Unknown handle: BadArgument.
+  size_t first_unfinished(const std::vector<int64_t>& handles, size_t from = 0);
   // Blocks until finished, or until timeout_s (< 0: forever); returns false
   // on timeout.
   bool wait(int64_t handle, double timeout_s = -1.0);

@@ -22,6 +22,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -152,7 +153,7 @@ class Runtime {
   // State of the progress loop; guarded by progress_mu_.
   struct LoopState {
     // Worker: requests not sent yet, RequestLists sent / acknowledged.
-    std::vector<Entry> unsent;
+    std::vector<Request> unsent;
     int64_t sent = 0, acked = 0;
     bool shutdown_sent = false;
     // Coordinator: per-worker RequestLists received / acknowledged.
@@ -210,9 +211,10 @@ class Runtime {
   // every rank; to ranks other than the one that left, a lost peer).
   void end_by_list(const ResponseList& list);
   std::string cached_name(const ResponseList& list, uint32_t id) const;
-  // Moves fresh queue entries into pending_; returns them.
-  std::vector<Entry> take_fresh();
-  RequestList request_list(std::vector<Entry>& unsent);
+  // Moves fresh queue entries into pending_, in order, after handing each
+  // one's request to `each`.
+  void take_fresh(const std::function<void(const Request&)>& each);
+  RequestList request_list(std::vector<Request>& unsent);
   void execute(const ResponseList& list);
   // Fails every unfinished operation; logs an error unless `quiet` (or a
   // plain shutdown).

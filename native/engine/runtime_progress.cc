@@ -83,10 +83,12 @@ bool Runtime::wait(int64_t handle, double timeout_s) {
 
 bool Runtime::wait_all(const std::vector<int64_t>& handles, double timeout_s) {
   const auto start = std::chrono::steady_clock::now();
-  for (int64_t h : handles) {
-    if (handles_.poll(h)) continue;  // the usual case after the first: no clock, no drive
+  // Finished handles are skipped under one lock (the usual case after the
+  // first: no clock, no drive); handles only ever finish, so the scan moves on.
+  for (size_t i = handles_.first_unfinished(handles); i < handles.size();
+       i = handles_.first_unfinished(handles, i + 1)) {
     const double left = timeout_s < 0 ? -1.0 : std::max(0.0, timeout_s - seconds_since(start));
-    if (!wait(h, left)) return false;
+    if (!wait(handles[i], left)) return false;
   }
   drive_claim_ns_.store(0, std::memory_order_relaxed);  // all done: nothing left to drive
   return true;
@@ -268,13 +270,14 @@ void Runtime::end_by_list(const ResponseList& list) {
   }
 }
 
-std::vector<Entry> Runtime::take_fresh() {
+void Runtime::take_fresh(const std::function<void(const Request&)>& each) {
   std::vector<Entry> fresh = queue_.take_all();
   for (auto& e : fresh) {
-    pending_.emplace(e.req.name, e);
+    each(e.req);
     if (e.req.op == OpType::Join) executor_->set_joined(true);
+    std::string name = e.req.name;
+    pending_.emplace(std::move(name), std::move(e));
   }
-  return fresh;
 }
 
 void Runtime::execute(const ResponseList& list) {

@@ -14,11 +14,11 @@ constexpr size_t kMaxRequestListBytes = 48 << 10;
 
 }  // namespace
 
-RequestList Runtime::request_list(std::vector<Entry>& unsent) {
+RequestList Runtime::request_list(std::vector<Request>& unsent) {
   RequestList list;
   size_t bytes = 0, used = 0;
   for (; used < unsent.size() && bytes < kMaxRequestListBytes; ++used) {
-    const Request& q = unsent[used].req;
+    const Request& q = unsent[used];
     int64_t id = cache_.id_of(q.name);
     if (id >= 0) {
       const Request* sig = cache_.signature(static_cast<uint32_t>(id), opts_.rank);
@@ -56,8 +56,7 @@ bool Runtime::worker_step() {
     }
   }
   if (queue_.has_new()) {
-    std::vector<Entry> fresh = take_fresh();
-    s.unsent.insert(s.unsent.end(), fresh.begin(), fresh.end());
+    take_fresh([&](const Request& q) { s.unsent.push_back(q); });
   }
   bool want_shutdown = shutdown_requested_.load() && !s.shutdown_sent && s.unsent.empty();
   if (s.sent == s.acked && (!s.unsent.empty() || want_shutdown)) {

@@ -85,10 +85,14 @@ void CpuRingBackend::fill_stand_ins(std::vector<Entry>& entries) {
 
 void CpuRingBackend::finish(std::vector<Entry>& entries, std::vector<OpResult>& results) {
   timeline_.close(entries);
+  std::vector<int64_t> handles;
+  handles.reserve(entries.size());
   for (size_t i = 0; i < entries.size(); ++i) {
     if (entries[i].handle == 0) continue;  // a joined rank's stand-in
-    handles_->complete(entries[i].handle, std::move(results[i]));  // frees the name
+    if (handles.size() != i) results[handles.size()] = std::move(results[i]);
+    handles.push_back(entries[i].handle);
   }
+  handles_->complete_all(handles, results);  // frees the names
 }
 
 void CpuRingBackend::select_mesh(const Response& r) {
