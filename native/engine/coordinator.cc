@@ -112,6 +112,30 @@ void Coordinator::add(int rank, const RequestList& list) {
   if (list.shutdown) request_shutdown(rank);
 }
 
+std::unordered_map<std::string, Coordinator::Pending>::iterator Coordinator::insert_pending(const std::string& name) {
+  if (spare_.empty()) {
+    auto it = table_.emplace(name, Pending{}).first;
+    it->second.by_rank.resize(world_size_);
+    return it;
+  }
+  auto node = std::move(spare_.back());
+  spare_.pop_back();
+  node.key() = name;
+  node.mapped().since = coarse_now();  // first submission: now, not when the node was retired
+  return table_.insert(std::move(node)).position;
+}
+
+void Coordinator::retire_pending(const std::string& name) {
+  constexpr size_t kSpareNodes = 4096;
+  auto node = table_.extract(name);
+  if (node.empty() || spare_.size() >= kSpareNodes) return;
+  std::vector<std::optional<Request>> rows = std::move(node.mapped().by_rank);
+  for (auto& row : rows) row.reset();
+  node.mapped() = Pending{};  // every other field as new
+  node.mapped().by_rank = std::move(rows);
+  spare_.push_back(std::move(node));
+}
+
 void Coordinator::add_request(int rank, const Request& req, long long timeline_us) {
   if (req.op == OpType::Join) {
     join_name_ = req.name;
@@ -121,8 +145,7 @@ void Coordinator::add_request(int rank, const Request& req, long long timeline_u
   auto it = table_.find(req.name);
   const bool first = it == table_.end();
   if (first) {
-    it = table_.emplace(req.name, Pending{}).first;
-    it->second.by_rank.resize(world_size_);
+    it = insert_pending(req.name);
     it->second.set = find_set(req, &it->second.error);
     arrival_.push_back(req.name);
   }
@@ -265,7 +288,7 @@ ResponseList Coordinator::take() {
     schedule(name, p, list, open);
   }
   const bool all_taken = ready_.size() == arrival_.size();  // the usual case: nothing waits for a rank
-  for (const std::string& name : ready_) table_.erase(name);
+  for (const std::string& name : ready_) retire_pending(name);
   ready_.clear();
   ready_bytes_ = 0;
   ready_alone_ = false;

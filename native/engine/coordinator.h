@@ -150,6 +150,13 @@ class Coordinator {
   size_t fusion_threshold_;
   size_t alone_bytes_ = SIZE_MAX;
   std::unordered_map<std::string, Pending> table_;
+  // Nodes of taken tensors, kept (emptied, their by_rank rows allocated)
+  // for the next tensors: a tensor then costs no node or row allocation.
+  std::vector<std::unordered_map<std::string, Pending>::node_type> spare_;
+  // table_'s entry for a tensor seen for the first time.
+  std::unordered_map<std::string, Pending>::iterator insert_pending(const std::string& name);
+  // Removes a taken tensor's entry, keeping its node in spare_.
+  void retire_pending(const std::string& name);
   std::deque<std::string> arrival_;  // names in first-seen order
   std::vector<std::string> ready_;   // in the order they became ready
   size_t ready_bytes_ = 0;
