@@ -23,6 +23,15 @@ def test_algorithms_agree_across_fusion_ranks_and_each_other(ringrun, np_, algor
     assert all(f"{r}: algorithms ok" in out for r in range(np_)), out[-6000:]
 
 
+def test_streaming_stores_change_no_bit(ringrun):
+    """RING_STREAMING_STORES=1 (off by default) takes the two-rank block
+    allreduce's streaming path; its results are the plain path's."""
+    proc = ringrun(2, [sys.executable, str(WORKER), "--streaming-stores"], timeout=120)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-6000:]
+    assert all(f"{r}: algorithms ok" in out for r in range(2)), out[-6000:]
+
+
 def test_a_bad_algorithm_is_refused_by_name(ringrun):
     proc = ringrun(1, [sys.executable, "-c", "import ring_strategy as rs; rs.init()"],
                    env={"RING_ALLREDUCE_ALGORITHM": "fastest"}, timeout=60)

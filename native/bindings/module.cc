@@ -324,6 +324,7 @@ nb::dict config_dict(const ring::Config& c) {
   d["timeline_mark_cycles"] = c.timeline_mark_cycles;
   d["dynamic_process_sets"] = c.dynamic_process_sets;
   d["encrypt"] = c.encrypt;
+  d["streaming_stores"] = c.streaming_stores;
   d["hierarchical_allreduce"] = c.hierarchical_allreduce;
   d["allreduce_algorithm"] = ring::kAllreduceModeNames[static_cast<int>(c.allreduce_mode)];
   d["autotune"] = c.autotune;

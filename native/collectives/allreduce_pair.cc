@@ -10,10 +10,13 @@
 //        block k of our half and reduce it: out = in (op) received, scaled
 //        (our block k of the result is now complete, and in cache);
 //     2. send that block (from cache), receive the peer's completed block k
-//        of its half into ours with streaming stores.
+//        of its half into ours (with streaming stores when
+//        streaming_stores(): RING_STREAMING_STORES).
 //
 // Per rank that is about two passes over memory (read the input, write the
-// output) instead of three. The reduction order is the ring's (own value
+// output) instead of three; streaming stores also skip reading the
+// output's cache lines first, which pays only where memory bandwidth is the
+// limit. The reduction order is the ring's (own value
 // first, then the peer's), so results are bitwise identical to
 // ring_allreduce's with the same chunk boundaries.
 #include <algorithm>
@@ -59,7 +62,8 @@ void pair_allreduce(Mesh& mesh, const Parts& buf, const std::vector<size_t>& chu
                            reduce_block(out, in, piece + k, n, esize, dtype, op, post_factor);
                          });
                        });
-    const bool stream = theirs >= kMinStreamBytes;  // decided by the block, not by its parts
+    // Decided by the block, not by its parts.
+    const bool stream = streaming_stores() && theirs >= kMinStreamBytes;
     mesh.sendrecv_sink(peer, buf.pieces(own_at, mine, true), peer, theirs, 1,
                        [&](const uint8_t* piece, size_t at, size_t len) {
                          buf.visit(their_at + at, len, [&](const uint8_t*, uint8_t* out, size_t k, size_t n) {

@@ -32,6 +32,10 @@ const std::vector<ConfigEntry> kTable = {
      "otherwise; ring: always the ring; tree: recursive doubling or halving-doubling by size; doubling or "
      "halving-doubling: that algorithm at every size (tree, doubling and halving-doubling need a "
      "power-of-two number of ranks, else the ring runs; docs/scaling.md)"},
+    {"RING_STREAMING_STORES", "", "0",
+     "1: the two-rank allreduce over shared memory writes the peer's half of the result with streaming "
+     "(non-temporal) stores, which bypass the cache: faster where memory bandwidth limits it, slower where "
+     "the cache is large (docs/performance.md)"},
     {"RING_AUTOTUNE", "HOROVOD_AUTOTUNE", "0", "1: tune the fusion threshold and cycle time online, then settle"},
     {"RING_AUTOTUNE_LOG", "HOROVOD_AUTOTUNE_LOG", "", "path: rank 0 writes every autotune trial there (CSV)"},
     {"RING_AUTOTUNE_SAMPLE_SECONDS", "", "0.5", "seconds of work each autotune sample measures"},
@@ -183,6 +187,7 @@ Config Config::from(const Getter& get) {
   c.timeline_mark_cycles = r.flag("RING_TIMELINE_MARK_CYCLES", c.timeline_mark_cycles);
   c.dynamic_process_sets = r.flag("RING_DYNAMIC_PROCESS_SETS", c.dynamic_process_sets);
   c.encrypt = r.flag("RING_ENCRYPT", c.encrypt);
+  c.streaming_stores = r.flag("RING_STREAMING_STORES", c.streaming_stores);
   if (const Setting s = r.find("RING_TRANSPORT")) {
     const auto t = parse_word(s.value, {"shm", "auto", "tcp"});
     if (!t) bad(s, "'shm' or 'tcp'");

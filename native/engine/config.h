@@ -40,6 +40,7 @@ struct Config {
   int autotune_warmup_samples = 1;
   bool timeline_mark_cycles = false;
   bool dynamic_process_sets = false;  // read by the front end's process-set registry
+  bool streaming_stores = false;  // RING_STREAMING_STORES (reduce/copy.h)
   bool encrypt = false;  // RING_ENCRYPT: TCP links are encrypted (transport/aead_channel.h)
   // RING_GPU_OPERATIONS=host: GPU tensors always take the host-staged path
   // (gpu/host_staged.h), never NCCL (gpu/nccl_backend.h).

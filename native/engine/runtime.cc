@@ -10,6 +10,7 @@
 #include "gpu/cuda_driver.h"
 #include "gpu/host_staged.h"
 #include "gpu/nccl_backend.h"
+#include "reduce/copy.h"
 
 namespace ring {
 namespace {
@@ -100,6 +101,7 @@ void Runtime::start() {
   // at np=2 the spin still helps many small tensors at once).
   constexpr double kSpinCpusPerRank = 1.0;
   Backoff::set_spin(cpus_per_rank(opts_.local_size) >= kSpinCpusPerRank);
+  set_streaming_stores(config_.streaming_stores);
   queue_.set_doorbell(control_->doorbell());
   executor_ = std::make_unique<Executor>(&handles_);
   auto cpu = std::make_unique<CpuRingBackend>(data_.get(), &handles_, &sets_);
