@@ -76,10 +76,13 @@ bool Runtime::emit_responses(Coordinator& coord) {
   s.batching = s.batching && !emit;
   const bool has_responses = !list.responses.empty() || list.shutdown || !list.cache_puts.empty();
   auto id_of = [this](const std::string& name) { return cache_.id_of(name); };
+  std::vector<uint8_t> msg;  // encoded once: workers' lists differ only in `acked`
   for (int w = 1; w < opts_.size; ++w) {
     if (!has_responses && s.received[w] == s.acked_by[w]) continue;
     list.acked = s.acked_by[w] = s.received[w];
-    control_->send_msg(w, list.encode(id_of));
+    if (msg.empty()) msg = list.encode(id_of);
+    else ResponseList::set_encoded_acked(msg, list.acked);
+    control_->send_msg(w, msg);
   }
   execute(list);
   if (list.shutdown) end_by_list(list);

@@ -123,6 +123,9 @@ struct ResponseList {
   std::vector<uint8_t> encode(IdOf id_of) const;
   template <class NameOf>
   static ResponseList decode(const std::vector<uint8_t>& bytes, NameOf name_of);
+  // Rewrites `acked` in an encoded list (its last field), so that one
+  // encoding serves every worker.
+  static void set_encoded_acked(std::vector<uint8_t>& bytes, int64_t acked);
 };
 
 }  // namespace ring

@@ -1,6 +1,8 @@
 // Template parts of message.h (name <-> cache id mapping is the caller's).
 #pragma once
 
+#include <cstring>
+
 namespace ring {
 
 template <class IdOf>
@@ -40,8 +42,13 @@ std::vector<uint8_t> ResponseList::encode(IdOf id_of) const {
     encode_device(w, r.device);
     w.i64(r.process_set);
   }
-  w.i64(acked);
+  w.i64(acked);  // last: set_encoded_acked rewrites it
   return std::move(w.buffer());
+}
+
+inline void ResponseList::set_encoded_acked(std::vector<uint8_t>& bytes, int64_t acked) {
+  if (bytes.size() < sizeof(acked)) throw_error(ErrorKind::Internal, "encoded ResponseList too short");
+  std::memcpy(bytes.data() + bytes.size() - sizeof(acked), &acked, sizeof(acked));
 }
 
 template <class NameOf>

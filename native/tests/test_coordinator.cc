@@ -137,6 +137,13 @@ TEST(response_list_round_trip_with_cache_ids) {
   CHECK_EQ(back.responses[0].names[1], std::string("y"));
   CHECK_EQ(back.responses[0].names[2], std::string("z"));
   CHECK_EQ(back.acked, (int64_t)7);
+  // One encoding serves every worker: only `acked` is rewritten.
+  auto names = [&](const ResponseList& l, uint32_t id) { return id == 1 ? l.cache_puts[0].name : cache.name_of(id); };
+  ResponseList::set_encoded_acked(bytes, 9);
+  auto other = ResponseList::decode(bytes, names);
+  CHECK_EQ(other.acked, (int64_t)9);
+  CHECK_EQ(other.responses[0].names[0], std::string("x"));
+  CHECK_EQ(other.responses[0].sizes[1], (int64_t)2);
   bytes.resize(bytes.size() - 3);
   CHECK_THROWS_KIND(RequestList::decode(bytes), ErrorKind::Internal);
 }
