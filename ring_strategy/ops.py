@@ -292,11 +292,6 @@ def _check_outs(out: Sequence[Any], arrs: Sequence[Any]) -> List[Any]:
     if not isinstance(out, (list, tuple)) or len(out) != len(arrs):
         raise BadArgumentError(f"out should be a list of {len(arrs)} arrays, one per tensor. Got: {type(out).__name__}"
                                + (f" of {len(out)}" if isinstance(out, (list, tuple)) else ""))
-    # The common case in one pass (flags.carray: C-contiguous, aligned and
-    # writeable); anything else gets _check_out's verdict, array by array.
-    if all([o.__class__ is np.ndarray and o.shape == a.shape and o.dtype == a.dtype and o.flags.carray
-            for o, a in zip(out, arrs)]):
-        return list(out)
     return [_check_out(o, a) for o, a in zip(out, arrs)]
 
 

@@ -287,16 +287,12 @@ ResponseList Coordinator::take() {
     cache(name, p, list);
     schedule(name, p, list, open);
   }
-  const bool all_taken = ready_.size() == arrival_.size();  // the usual case: nothing waits for a rank
   for (const std::string& name : ready_) retire_pending(name);
   ready_.clear();
   ready_bytes_ = 0;
   ready_alone_ = false;
-  if (all_taken) arrival_.clear();
-  else
-    arrival_.erase(
-        std::remove_if(arrival_.begin(), arrival_.end(), [&](const std::string& n) { return !table_.count(n); }),
-        arrival_.end());
+  arrival_.erase(std::remove_if(arrival_.begin(), arrival_.end(), [&](const std::string& n) { return !table_.count(n); }),
+                 arrival_.end());
   if (join_count_ == world_size_) list.responses.push_back(join_response());
   if (shutdown_rank_ >= 0) fail_unfinished(list);
   return list;

@@ -43,6 +43,8 @@ class HandleTable {
   // One handle per name, in order, or none: throws RingError(BadArgument)
   // naming the first name that is taken or appears twice in `names`.
   std::vector<int64_t> create_all(const std::vector<std::string>& names);
+  // A handle the table does not know (0: a joined rank's stand-in) or that
+  // already finished is left alone.
   void complete(int64_t handle, OpResult result);
   // complete() of handles[i] with results[i] (moved from), under one lock
   // and with one wake-up of the waiters.

@@ -237,6 +237,9 @@ class Runtime {
   // A claim expires by itself, so a caller that never waits stalls nothing.
   std::atomic<int64_t> drive_claim_ns_{0};
   void claim_drive();
+  // Drops the claim: the caller no longer drives (its operation finished,
+  // or it hands back to the background thread).
+  void release_drive() { drive_claim_ns_.store(0, std::memory_order_relaxed); }
   bool drive_claimed() const;
   LoopState loop_;
   std::unordered_map<std::string, Entry> pending_;  // guarded by progress_mu_

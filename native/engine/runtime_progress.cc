@@ -74,7 +74,7 @@ void Runtime::loop() {
 
 bool Runtime::wait(int64_t handle, double timeout_s) {
   if (handles_.poll(handle)) {
-    drive_claim_ns_.store(0, std::memory_order_relaxed);  // nothing to drive
+    release_drive();  // nothing to drive
     return true;
   }
   drive(handle);
@@ -90,7 +90,7 @@ bool Runtime::wait_all(const std::vector<int64_t>& handles, double timeout_s) {
     const double left = timeout_s < 0 ? -1.0 : std::max(0.0, timeout_s - seconds_since(start));
     if (!wait(handles[i], left)) return false;
   }
-  drive_claim_ns_.store(0, std::memory_order_relaxed);  // all done: nothing left to drive
+  release_drive();  // all done: nothing left to drive
   return true;
 }
 
@@ -118,7 +118,7 @@ void Runtime::drive(int64_t handle) {
     lock = {};
     backoff.wait();
   }
-  drive_claim_ns_.store(0, std::memory_order_relaxed);
+  release_drive();
   // The background thread may be asleep on the queue (entries queued with
   // wake = false, or it deferred to us): wake it for what is in flight.
   if (!done || left || queue_.has_new()) queue_.notify();

@@ -87,11 +87,7 @@ void CpuRingBackend::finish(std::vector<Entry>& entries, std::vector<OpResult>& 
   timeline_.close(entries);
   std::vector<int64_t> handles;
   handles.reserve(entries.size());
-  for (size_t i = 0; i < entries.size(); ++i) {
-    if (entries[i].handle == 0) continue;  // a joined rank's stand-in
-    if (handles.size() != i) results[handles.size()] = std::move(results[i]);
-    handles.push_back(entries[i].handle);
-  }
+  for (const Entry& e : entries) handles.push_back(e.handle);  // a joined rank's stand-ins: 0, left alone
   handles_->complete_all(handles, results);  // frees the names
 }
 
