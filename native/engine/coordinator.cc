@@ -71,7 +71,10 @@ std::shared_ptr<const ProcessSet> Coordinator::find_set(const Request& req, std:
 void Coordinator::mark_ready(const std::string& name, Pending& p) {
   p.ready = true;
   ready_.push_back(name);
-  const Request& q = p.first();
+  count_ready(p.first());
+}
+
+void Coordinator::count_ready(const Request& q) {
   const size_t bytes = static_cast<size_t>(q.num_elements()) * dtype_size(q.dtype);
   ready_bytes_ += bytes;
   if (q.op == OpType::Allreduce && bytes >= alone_bytes_) ready_alone_ = true;
@@ -83,6 +86,17 @@ void Coordinator::join(int rank) {
   joined_[rank] = true;
   ++join_count_;
   last_joined_ = rank;
+  // Counted tensors go through the table while a rank has joined.
+  while (quick_open_.size() > quick_ready_.size()) {
+    auto open = std::find_if(quick_open_.begin(), quick_open_.end(), [&](uint32_t id) { return !quick_[id].ready; });
+    const uint32_t id = *open;
+    const std::string& name = cache_->name_of(id);
+    auto it = insert_pending(name);
+    it->second.set = global_;
+    it->second.cache_id = id;
+    arrival_.push_back(name);
+    demote(id, it->second);
+  }
   // Tensors that only this rank was missing are ready now.
   for (const std::string& name : arrival_) {
     Pending& p = table_.at(name);
@@ -96,17 +110,15 @@ void Coordinator::add(int rank, const RequestList& list) {
     if (!list.cache_bits[byte]) continue;
     for (int bit = 0; bit < 8; ++bit) {
       if (!(list.cache_bits[byte] & (1u << bit))) continue;
-      uint32_t id = static_cast<uint32_t>(byte * 8 + bit);
-      const Request* sig = cache_->signature(id, rank);
-      if (!sig)
-        throw_error(ErrorKind::Internal,
-                    "rank " + std::to_string(rank) + " sent response-cache bit " + std::to_string(id) + " it never cached");
-      add_request(rank, *sig, ts);
+      add_cached(rank, static_cast<uint32_t>(byte * 8 + bit), ts);
     }
   }
   for (const auto& req : list.requests) {
     int64_t id = cache_->id_of(req.name);
-    if (id >= 0) cache_->set_signature(static_cast<uint32_t>(id), rank, req);
+    if (id >= 0) {
+      cache_->set_signature(static_cast<uint32_t>(id), rank, req);
+      quick(static_cast<uint32_t>(id)).agreed = false;
+    }
     add_request(rank, req, ts);
   }
   if (list.shutdown) request_shutdown(rank);
@@ -128,7 +140,9 @@ std::unordered_map<std::string, Coordinator::Pending>::iterator Coordinator::ins
 void Coordinator::retire_pending(const std::string& name) {
   constexpr size_t kSpareNodes = 4096;
   auto node = table_.extract(name);
-  if (node.empty() || spare_.size() >= kSpareNodes) return;
+  if (node.empty()) return;
+  if (node.mapped().cache_id >= 0) quick(static_cast<uint32_t>(node.mapped().cache_id)).tabled = false;
+  if (spare_.size() >= kSpareNodes) return;
   std::vector<std::optional<Request>> rows = std::move(node.mapped().by_rank);
   for (auto& row : rows) row.reset();
   node.mapped() = Pending{};  // every other field as new
@@ -148,6 +162,8 @@ void Coordinator::add_request(int rank, const Request& req, long long timeline_u
     it = insert_pending(req.name);
     it->second.set = find_set(req, &it->second.error);
     arrival_.push_back(req.name);
+    it->second.cache_id = cache_->id_of(req.name);
+    if (it->second.cache_id >= 0) demote(static_cast<uint32_t>(it->second.cache_id), it->second);
   }
   if (timeline_) timeline_->rank_ready(req.name, &it->second.timeline_row, req.op, rank, first, timeline_us);
   Pending& p = it->second;
@@ -175,6 +191,10 @@ std::vector<Coordinator::Stall> Coordinator::stalled(Clock::time_point now, doub
     if (age < older_than || complete(p)) continue;
     out.push_back(Stall{name, missing(p), age});
   }
+  if (quick_open_.size() > quick_ready_.size()) {
+    quick_stalls(now, older_than, out);
+    std::stable_sort(out.begin(), out.end(), [](const Stall& a, const Stall& b) { return a.seconds > b.seconds; });
+  }
   return out;
 }
 
@@ -197,9 +217,8 @@ std::string Coordinator::validate(const std::string& name, const Pending& p) con
   return disagreement(name, q);
 }
 
-Response Coordinator::execute_response(const std::string& name, const Pending& p) const {
+Response Coordinator::execute_response(const std::string& name, const Request& first, const Pending* p) const {
   Response r;
-  const Request& first = p.first();
   r.kind = ResponseKind::Execute;
   r.op = first.op;
   r.names.push_back(name);
@@ -212,9 +231,10 @@ Response Coordinator::execute_response(const std::string& name, const Pending& p
   if (r.op == OpType::Allreduce) {
     r.sizes.push_back(first.num_elements());
   } else if (r.op == OpType::Allgather) {
-    for (int m : p.set->ranks) r.sizes.push_back(p.by_rank[m]->shape.empty() ? 1 : p.by_rank[m]->shape[0]);
+    for (int m : p->set->ranks) r.sizes.push_back(p->by_rank[m]->shape.empty() ? 1 : p->by_rank[m]->shape[0]);
   } else if (r.op == OpType::Alltoall) {
-    for (int m : p.set->ranks) r.sizes.insert(r.sizes.end(), p.by_rank[m]->splits.begin(), p.by_rank[m]->splits.end());
+    for (int m : p->set->ranks)
+      r.sizes.insert(r.sizes.end(), p->by_rank[m]->splits.begin(), p->by_rank[m]->splits.end());
   }
   return r;
 }
@@ -234,12 +254,12 @@ void Coordinator::cache(const std::string& name, const Pending& p, ResponseList&
   uint32_t id = static_cast<uint32_t>(cache_->size());
   cache_->put(name, id);
   for (int rank : p.set->ranks) cache_->set_signature(id, rank, *p.by_rank[rank]);
+  quick(id).agreed = p.set->id == 0;  // validated, and every rank's request is its signature
   list.cache_puts.push_back({name, id});
 }
 
-void Coordinator::schedule(const std::string& name, const Pending& p, ResponseList& list,
-                           std::vector<OpenFusion>& open) const {
-  const Request& q = p.first();
+void Coordinator::schedule(const std::string& name, const Request& q, const Pending* p, Timeline::Row row,
+                           ResponseList& list, std::vector<OpenFusion>& open) const {
   const size_t bytes = static_cast<size_t>(q.num_elements()) * dtype_size(q.dtype);
   const bool fusable = q.op == OpType::Allreduce && bytes < alone_bytes_;
   auto same_key = [&](const OpenFusion& g) { return same_fusion_key(*g.key, q); };
@@ -248,8 +268,8 @@ void Coordinator::schedule(const std::string& name, const Pending& p, ResponseLi
     Response& fused = list.responses[it->index];
     fused.names.push_back(name);
     fused.sizes.push_back(q.num_elements());
-    fused.timeline_rows.push_back(p.timeline_row.id);
-    if (fused.timeline_file != p.timeline_row.file) fused.timeline_file = 0;  // rows of two files
+    fused.timeline_rows.push_back(row.id);
+    if (fused.timeline_file != row.file) fused.timeline_file = 0;  // rows of two files
     it->bytes += bytes;
     return;
   }
@@ -257,9 +277,9 @@ void Coordinator::schedule(const std::string& name, const Pending& p, ResponseLi
     if (it == open.end()) it = open.insert(open.end(), OpenFusion{});
     *it = OpenFusion{&q, list.responses.size(), bytes};
   }
-  list.responses.push_back(execute_response(name, p));
-  list.responses.back().timeline_rows.push_back(p.timeline_row.id);
-  list.responses.back().timeline_file = p.timeline_row.file;
+  list.responses.push_back(execute_response(name, q, p));
+  list.responses.back().timeline_rows.push_back(row.id);
+  list.responses.back().timeline_file = row.file;
 }
 
 Response Coordinator::join_response() {
@@ -284,10 +304,12 @@ ResponseList Coordinator::take() {
       list.responses.push_back(error_response(name, p, err));
       continue;
     }
+    note_agreement(p);
     cache(name, p, list);
-    schedule(name, p, list, open);
+    schedule(name, p.first(), &p, p.timeline_row, list, open);
   }
   for (const std::string& name : ready_) retire_pending(name);
+  take_quick(list, open);
   ready_.clear();
   ready_bytes_ = 0;
   ready_alone_ = false;
@@ -313,19 +335,24 @@ void Coordinator::fail_unfinished(ResponseList& list) {
     if (p.set)
       for (int r : p.set->ranks)
         if (!p.by_rank[r]) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
-    Response r;
-    r.kind = ResponseKind::Error;
-    r.names.push_back(name);
-    // A rank that leaves while others wait for it is a lost peer to them.
-    r.error_kind = stall_reason_.empty() ? ErrorKind::PeerFailure : ErrorKind::Timeout;
-    r.error = stall_reason_.empty()
-                  ? "lost " + rank_name(shutdown_rank_) + ": it left the job (called shutdown()) while tensor '" + name +
-                        "' was never submitted by rank(s) " + ranks
-                  : stall_reason_;
-    list.responses.push_back(std::move(r));
+    list.responses.push_back(unfinished_error(name, ranks));
   }
   table_.clear();
   arrival_.clear();
+  fail_quick(list);
+}
+
+Response Coordinator::unfinished_error(const std::string& name, const std::string& missing_ranks) const {
+  Response r;
+  r.kind = ResponseKind::Error;
+  r.names.push_back(name);
+  // A rank that leaves while others wait for it is a lost peer to them.
+  r.error_kind = stall_reason_.empty() ? ErrorKind::PeerFailure : ErrorKind::Timeout;
+  r.error = stall_reason_.empty() ? "lost " + rank_name(shutdown_rank_) +
+                                        ": it left the job (called shutdown()) while tensor '" + name +
+                                        "' was never submitted by rank(s) " + missing_ranks
+                                  : stall_reason_;
+  return r;
 }
 
 }  // namespace ring

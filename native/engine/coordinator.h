@@ -27,6 +27,13 @@
 // the job with an error naming them (the stall inspector in the runtime
 // decides when).
 //
+// Agreed cached allreduces (coordinator_quick.cc): once the ranks' requests
+// for a cached tensor of the global set have been validated and none has
+// changed since, its cache bits are only counted, by cache id, without a
+// table entry, a copy of each request or another validation; a tensor in
+// that state that some rank submits differently (or while a rank has
+// joined, or the timeline records) goes back through the table.
+//
 // The class is pure logic (no I/O; time is passed in), so it is unit-tested
 // directly.
 #pragma once
@@ -57,6 +64,10 @@ class Coordinator {
   void add(int rank, const RequestList& list);
   // timeline_us: when it arrived, on the timeline's clock (-1: now).
   void add_request(int rank, const Request& req, long long timeline_us = -1);
+  // A request `rank` hands over whole (rank 0's own): counted as its cache
+  // bit when it equals the request that rank last sent under a cached
+  // name, else recorded as that rank's new signature and added as above.
+  void add_local(int rank, const Request& req, long long timeline_us = -1);
   void request_shutdown(int rank);
   // Negotiation events go to `timeline` (null: none).
   void set_timeline(Timeline* timeline) { timeline_ = timeline; }
@@ -89,14 +100,16 @@ class Coordinator {
   void fail_stalled(const std::string& reason);
 
   // True when take() would return responses or a shutdown.
-  bool has_work() const { return !ready_.empty() || shutdown_rank_ >= 0 || join_count_ == world_size_; }
+  bool has_work() const {
+    return !ready_.empty() || !quick_ready_.empty() || shutdown_rank_ >= 0 || join_count_ == world_size_;
+  }
   // True while more requests are expected to complete a batch: some tensor
   // is submitted by some ranks but not all, nothing forces a flush, the
   // ready allreduces do not fill the fusion threshold yet, and none of them
   // is large enough to run alone (it gains nothing from waiting).
   bool worth_waiting() const {
-    return shutdown_rank_ < 0 && table_.size() > ready_.size() && ready_bytes_ < fusion_threshold_ &&
-           !ready_alone_;
+    return shutdown_rank_ < 0 && (table_.size() > ready_.size() || quick_open_.size() > quick_ready_.size()) &&
+           ready_bytes_ < fusion_threshold_ && !ready_alone_;
   }
   // Ready tensors become responses; new cache entries are put into the
   // cache and listed in cache_puts.
@@ -112,7 +125,17 @@ class Coordinator {
     bool ready = false;                     // listed in ready_
     Clock::time_point since = coarse_now();  // first submission
     Timeline::Row timeline_row;
+    int64_t cache_id = -1;  // the name's response-cache id when it was tabled
     const Request& first() const;  // the lowest submitted rank's request
+  };
+  // An agreed cached tensor's bits (by cache id).
+  struct Quick {
+    std::vector<uint8_t> by_rank;  // 1: that rank's bit arrived
+    int count = 0;
+    bool agreed = false;  // every rank's signature validated, none changed since
+    bool tabled = false;  // the name has a table_ entry: its requests go there
+    bool ready = false;   // listed in quick_ready_
+    Clock::time_point since;  // first bit
   };
   void join(int rank);
   // The set `req` names, or null with `error` set (membership is checked
@@ -121,11 +144,15 @@ class Coordinator {
   // Members of p's set that have neither submitted nor (global set) joined.
   std::vector<int> missing(const Pending& p) const;
   void mark_ready(const std::string& name, Pending& p);
+  // Adds a ready tensor's bytes to ready_bytes_ (and notes one to run alone).
+  void count_ready(const Request& q);
   bool complete(const Pending& p) const;
   // Checks agreement (engine/agreement.h); returns an error message or ""
   // when the ranks agree.
   std::string validate(const std::string& name, const Pending& p) const;
-  Response execute_response(const std::string& name, const Pending& p) const;
+  // `first`: the lowest submitted rank's request; p: the table entry (null
+  // for an agreed cached allreduce, which needs none).
+  Response execute_response(const std::string& name, const Request& first, const Pending* p) const;
   Response error_response(const std::string& name, const Pending& p, const std::string& err) const;
   // The Join response once every rank has joined; resets the join state.
   Response join_response();
@@ -140,8 +167,29 @@ class Coordinator {
   };
   // Appends `name`'s Execute response to list, or fuses it into the open
   // response of its fusion key (same_fusion_key) when that has room.
-  void schedule(const std::string& name, const Pending& p, ResponseList& list, std::vector<OpenFusion>& open) const;
+  void schedule(const std::string& name, const Request& q, const Pending* p, Timeline::Row row, ResponseList& list,
+                std::vector<OpenFusion>& open) const;
   void fail_unfinished(ResponseList& list);
+  // The error of a tensor the ranks in `missing_ranks` never submitted.
+  Response unfinished_error(const std::string& name, const std::string& missing_ranks) const;
+
+  // coordinator_quick.cc
+  Quick& quick(uint32_t id);
+  // Counts `rank`'s bit for agreed `id`, or adds its signature to the table.
+  void add_cached(int rank, uint32_t id, long long timeline_us);
+  // Moves id's counted bits into its new table entry p (a request for the
+  // name is going through the table).
+  void demote(uint32_t id, Pending& p);
+  // After p's validation succeeded: whether its id is agreed from now on.
+  void note_agreement(const Pending& p);
+  // The ready agreed tensors become responses (after the table's).
+  void take_quick(ResponseList& list, std::vector<OpenFusion>& open);
+  void quick_stalls(Clock::time_point now, double older_than, std::vector<Stall>& out) const;
+  // Fails the counted tensors that never completed (the job is ending).
+  void fail_quick(ResponseList& list);
+  std::vector<Quick> quick_;             // by cache id
+  std::vector<uint32_t> quick_open_;     // ids with bits counted, first bit first
+  std::vector<uint32_t> quick_ready_;    // complete ids, in the order they completed
 
   int world_size_;
   std::shared_ptr<const ProcessSet> global_;  // every rank

@@ -35,7 +35,7 @@ bool Runtime::gather_requests(Coordinator& coord) {
   bool progress = false;
   if (queue_.has_new()) {
     const long long ts = timeline_.now();
-    take_fresh([&](const Request& q) { coord.add_request(0, q, ts); });
+    take_fresh([&](const Request& q) { coord.add_local(0, q, ts); });
     progress = true;
   }
   if (shutdown_requested_.load() && !s.shutdown_noted) {

@@ -107,6 +107,99 @@ TEST(coordinator_cache_bits_resolve_to_signatures) {
   CHECK_THROWS_KIND(c.add(1, bogus), ErrorKind::Internal);
 }
 
+namespace {
+
+// Caches `name` (a 4-float allreduce) on every rank of `c` through the table.
+void cache_through_table(Coordinator& c, int n, const std::string& name) {
+  for (int r = 0; r < n; ++r) c.add_request(r, allreduce(name, {4}));
+  c.take();
+}
+
+RequestList bits(uint32_t id) {
+  RequestList l;
+  l.cache_bits.assign(id / 8 + 1, 0);
+  l.cache_bits[id / 8] = static_cast<uint8_t>(1u << (id % 8));
+  return l;
+}
+
+}  // namespace
+
+TEST(coordinator_counts_agreed_cached_bits_and_validates_changes) {
+  ResponseCache cache(16, 2);
+  Coordinator c(2, &cache, 1 << 20);
+  cache_through_table(c, 2, "a");
+  // Both ranks as before: counted, executed from the signatures.
+  c.add_local(0, allreduce("a", {4}));
+  CHECK(!c.has_work());
+  CHECK(c.worth_waiting());
+  c.add(1, bits(0));
+  ResponseList list = c.take();
+  CHECK_EQ(list.responses.size(), (size_t)1);
+  CHECK(list.responses[0].kind == ResponseKind::Execute);
+  CHECK_EQ(list.responses[0].names[0], std::string("a"));
+  CHECK_EQ(list.responses[0].sizes[0], (int64_t)4);
+  // Rank 1 changes the shape after rank 0's bit was counted: the counted
+  // bit joins rank 1's request in the table, and validation catches it.
+  c.add_local(0, allreduce("a", {4}));
+  RequestList changed;
+  changed.requests.push_back(allreduce("a", {5}));
+  c.add(1, changed);
+  list = c.take();
+  CHECK(list.responses[0].kind == ResponseKind::Error);
+  CHECK(list.responses[0].error.find("Mismatched shape for tensor 'a'") == 0);
+  // Both now send bits for their own (different) signatures: still not
+  // agreed, so the table validates again instead of executing.
+  c.add_local(0, allreduce("a", {4}));
+  c.add(1, bits(0));
+  list = c.take();
+  CHECK(list.responses[0].kind == ResponseKind::Error);
+  // Rank 0 follows: the table validates, agreement is restored, and bits
+  // are counted again.
+  c.add_local(0, allreduce("a", {5}));
+  c.add(1, bits(0));
+  list = c.take();
+  CHECK(list.responses[0].kind == ResponseKind::Execute);
+  CHECK_EQ(list.responses[0].sizes[0], (int64_t)5);
+  c.add(1, bits(0));
+  c.add_local(0, allreduce("a", {5}));
+  list = c.take();
+  CHECK(list.responses[0].kind == ResponseKind::Execute);
+  CHECK_THROWS_KIND(c.add(1, bits(3)), ErrorKind::Internal);  // never cached
+}
+
+TEST(coordinator_counted_bits_stall_join_and_shut_down_like_table_entries) {
+  ResponseCache cache(16, 3);
+  Coordinator c(3, &cache, 1 << 20);
+  cache_through_table(c, 3, "g");
+  c.add_local(0, allreduce("g", {4}));
+  c.add(2, bits(0));
+  auto now = Coordinator::Clock::now();
+  auto stalls = c.stalled(now + std::chrono::seconds(10), 5.0);
+  CHECK_EQ(stalls.size(), (size_t)1);
+  CHECK_EQ(stalls[0].name, std::string("g"));
+  CHECK_EQ(stalls[0].missing.size(), (size_t)1);
+  CHECK_EQ(stalls[0].missing[0], 1);
+  Request join;
+  join.name = "join";
+  join.op = OpType::Join;
+  c.add_request(1, join);  // only rank 1 was missing: the join completes it
+  ResponseList list = c.take();
+  CHECK_EQ(list.responses.size(), (size_t)1);
+  CHECK(list.responses[0].kind == ResponseKind::Execute);
+  CHECK_EQ(list.responses[0].names[0], std::string("g"));
+  c.add_request(0, join);
+  c.add_request(2, join);
+  c.take();
+  for (int r = 0; r < 3; ++r) c.add_local(r, allreduce("g", {4}));  // agreed again (every rank took part)
+  CHECK_EQ(c.take().responses.size(), (size_t)1);
+  c.add(2, bits(0));
+  c.request_shutdown(2);
+  list = c.take();
+  CHECK(list.shutdown);
+  CHECK_EQ(list.responses.size(), (size_t)1);
+  CHECK(list.responses[0].error.find("tensor 'g' was never submitted by rank(s) 0, 1") != std::string::npos);
+}
+
 TEST(coordinator_shutdown_fails_unfinished) {
   ResponseCache cache(16, 2);
   Coordinator c(2, &cache, 1 << 20);
