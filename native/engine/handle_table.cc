@@ -24,19 +24,40 @@ std::vector<int64_t> HandleTable::create_all(const std::vector<std::string>& nam
   std::vector<int64_t> handles;
   handles.reserve(names.size());
   for (const std::string& name : names) {
-    State s;
+    if (free_.empty()) {
+      free_.push_back(static_cast<uint32_t>(slots_.size()));
+      slots_.emplace_back();
+    }
+    const uint32_t slot = free_.back();
+    free_.pop_back();
+    State& s = slots_[slot];
+    s.gen = s.gen >= 0x7fffffffu ? 1 : s.gen + 1;  // handles stay positive
+    s.live = true;
     s.name = name;
-    states_.emplace(next_, std::move(s));
-    handles.push_back(next_++);
+    handles.push_back(static_cast<int64_t>(s.gen) << 32 | slot);
   }
   return handles;
 }
 
+HandleTable::State* HandleTable::lookup(int64_t handle) {
+  const uint64_t slot = static_cast<uint64_t>(handle) & 0xffffffffu;
+  const uint32_t gen = static_cast<uint32_t>(static_cast<uint64_t>(handle) >> 32);
+  if (handle <= 0 || slot >= slots_.size()) return nullptr;
+  State& s = slots_[slot];
+  return s.live && s.gen == gen ? &s : nullptr;
+}
+
 HandleTable::State& HandleTable::find(int64_t handle) {
-  auto it = states_.find(handle);
-  if (it == states_.end())
-    throw_error(ErrorKind::BadArgument, "unknown handle " + std::to_string(handle) + " (already synchronized?)");
-  return it->second;
+  State* s = lookup(handle);
+  if (!s) throw_error(ErrorKind::BadArgument, "unknown handle " + std::to_string(handle) + " (already synchronized?)");
+  return *s;
+}
+
+void HandleTable::remove(State& s) {
+  s.live = s.done = s.failed = false;
+  s.message.clear();
+  s.result = OpResult{};
+  free_.push_back(static_cast<uint32_t>(&s - slots_.data()));
 }
 
 void HandleTable::finish_locked(State& s) {
@@ -54,10 +75,10 @@ void HandleTable::complete_all(const std::vector<int64_t>& handles, std::vector<
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (size_t i = 0; i < handles.size(); ++i) {
-      auto it = states_.find(handles[i]);
-      if (it == states_.end() || it->second.done) continue;
-      finish_locked(it->second);
-      it->second.result = std::move(results[i]);
+      State* s = lookup(handles[i]);
+      if (!s || s->done) continue;
+      finish_locked(*s);
+      s->result = std::move(results[i]);
     }
   }
   cv_.notify_all();
@@ -66,12 +87,12 @@ void HandleTable::complete_all(const std::vector<int64_t>& handles, std::vector<
 void HandleTable::fail(int64_t handle, ErrorKind kind, const std::string& message) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = states_.find(handle);
-    if (it == states_.end() || it->second.done) return;
-    finish_locked(it->second);
-    it->second.failed = true;
-    it->second.kind = kind;
-    it->second.message = message;
+    State* s = lookup(handle);
+    if (!s || s->done) return;
+    finish_locked(*s);
+    s->failed = true;
+    s->kind = kind;
+    s->message = message;
   }
   cv_.notify_all();
 }
@@ -79,8 +100,8 @@ void HandleTable::fail(int64_t handle, ErrorKind kind, const std::string& messag
 void HandleTable::fail_all(ErrorKind kind, const std::string& message) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (auto& [h, s] : states_) {
-      if (s.done) continue;
+    for (State& s : slots_) {
+      if (!s.live || s.done) continue;
       finish_locked(s);
       s.failed = true;
       s.kind = kind;
@@ -106,8 +127,8 @@ bool HandleTable::wait(int64_t handle, double timeout_s) {
   std::unique_lock<std::mutex> lock(mu_);
   find(handle);
   auto done = [&] {
-    auto it = states_.find(handle);
-    return it == states_.end() || it->second.done;
+    State* s = lookup(handle);
+    return !s || s->done;
   };
   if (timeout_s < 0) {
     cv_.wait(lock, done);
@@ -120,10 +141,13 @@ OpResult HandleTable::release(int64_t handle) {
   std::lock_guard<std::mutex> lock(mu_);
   State& s = find(handle);
   if (!s.done) throw_error(ErrorKind::BadArgument, "handle " + std::to_string(handle) + " is not finished");
-  State copy = std::move(s);
-  states_.erase(handle);
-  if (copy.failed) throw RingError(copy.kind, copy.message);
-  return std::move(copy.result);
+  OpResult result = std::move(s.result);
+  const bool failed = s.failed;
+  const ErrorKind kind = s.kind;
+  std::string message = std::move(s.message);
+  remove(s);
+  if (failed) throw RingError(kind, message);
+  return result;
 }
 
 std::vector<OpResult> HandleTable::release_all(const std::vector<int64_t>& handles) {
@@ -139,11 +163,10 @@ std::vector<OpResult> HandleTable::release_all(const std::vector<int64_t>& handl
   results.reserve(handles.size());
   std::optional<RingError> first;
   for (int64_t h : handles) {
-    auto it = states_.find(h);
-    State& s = it->second;
+    State& s = find(h);
     if (s.failed && !first) first.emplace(s.kind, s.message);
     results.push_back(std::move(s.result));
-    states_.erase(it);
+    remove(s);
   }
   if (first) throw *first;
   return results;
@@ -151,10 +174,10 @@ std::vector<OpResult> HandleTable::release_all(const std::vector<int64_t>& handl
 
 void HandleTable::discard(int64_t handle) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = states_.find(handle);
-  if (it == states_.end()) return;
-  if (!it->second.done) in_flight_.erase(it->second.name);
-  states_.erase(it);
+  State* s = lookup(handle);
+  if (!s) return;
+  if (!s->done) in_flight_.erase(s->name);
+  remove(*s);
 }
 
 bool HandleTable::has_name_prefix(const std::string& prefix) const {

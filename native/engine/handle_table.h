@@ -5,6 +5,11 @@
 // flight on this rank: a name is taken from create() until its operation
 // completes or fails, so a duplicate is rejected only while the first is
 // still being processed.
+//
+// States live in reused slots: a handle is (generation << 32) | slot, the
+// generation counting the slot's uses from 1 (below 2^31), so a handle is never 0 (the
+// joined rank's stand-in) and one released before is never mistaken for
+// the slot's current one.
 #pragma once
 
 #include <condition_variable>
@@ -75,6 +80,8 @@ class HandleTable {
 
  private:
   struct State {
+    uint32_t gen = 0;  // of the handle using the slot
+    bool live = false;
     bool done = false;
     bool failed = false;
     ErrorKind kind = ErrorKind::Internal;
@@ -82,15 +89,20 @@ class HandleTable {
     OpResult result;
     std::string name;
   };
+  // The live state of `handle`, or null.
+  State* lookup(int64_t handle);
+  // lookup(), or RingError(BadArgument) for an unknown handle.
   State& find(int64_t handle);
+  // Frees s's slot for reuse.
+  void remove(State& s);
   // Marks `s` finished and frees its name; the caller holds mu_.
   void finish_locked(State& s);
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::unordered_map<int64_t, State> states_;
+  std::vector<State> slots_;
+  std::vector<uint32_t> free_;  // slots not in use
   std::unordered_set<std::string> in_flight_;  // names of unfinished handles
-  int64_t next_ = 1;
 };
 
 }  // namespace ring

@@ -13,9 +13,12 @@ void TensorQueue::push(std::vector<Entry> entries, bool wake) {
       for (Entry& e : entries) entries_.push_back(std::move(e));
     }
     count_.store(entries_.size(), std::memory_order_release);
-    if (wake) cv_.notify_one();
   }
-  if (wake) ring_doorbell(bell_);
+  // Notified after unlocking: a woken thread does not block on mu_ at once.
+  if (wake) {
+    cv_.notify_one();
+    ring_doorbell(bell_);
+  }
 }
 
 void TensorQueue::wait_new(double timeout_s) {

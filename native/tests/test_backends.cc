@@ -75,14 +75,17 @@ TEST(executor_runs_each_response_on_the_first_enabled_backend) {
   std::unordered_map<std::string, Entry> pending;
   float x[4] = {1, 2, 3, 4};
   Response on_cpu = pending_allreduce(handles, pending, "c", x, Device{});
+  const int64_t on_cpu_handle = pending.at("c").handle;
   ex.run(on_cpu, pending);
   CHECK_EQ(gpu->runs, 0);
-  OpResult res = handles.release(1);
+  OpResult res = handles.release(on_cpu_handle);
   CHECK_EQ(res.shape.size(), (size_t)1);
   CHECK_EQ(x[3], 4.0f);  // one rank: the sum is the input
-  ex.run(pending_allreduce(handles, pending, "g", x, kGpu), pending);
+  Response on_gpu = pending_allreduce(handles, pending, "g", x, kGpu);
+  const int64_t on_gpu_handle = pending.at("g").handle;
+  ex.run(on_gpu, pending);
   CHECK_EQ(gpu->runs, 1);
-  CHECK(handles.poll(2));
+  CHECK(handles.poll(on_gpu_handle));
   CHECK(pending.empty());
 }
 
