@@ -14,6 +14,7 @@
 
 #include <cstring>
 
+#include "bindings/arrays.h"
 #include "collectives/allreduce_choice.h"
 #include "collectives/slices.h"
 #include "common/device.h"
@@ -98,54 +99,27 @@ void register_errors(nb::module_& m) {
   nb::register_exception_translator(translate_error);
 }
 
-// Arrays from any device; enqueue() checks that the engine serves it.
-using AnyArray = nb::ndarray<nb::c_contig>;
-using ReadOnlyArray = nb::ndarray<nb::ro, nb::c_contig>;
-
-// The engine's Device for an array's DLPack device: host memory (pinned
-// host memory included) or a CUDA GPU. BadArgument for any other.
-template <class Array>
-ring::Device device_of(const Array& a, const std::string& name) {
-  ring::Device d;
-  switch (a.device_type()) {
-    case nb::device::cpu::value:
-    case nb::device::cuda_host::value:
-      return d;
-    case nb::device::cuda::value:
-    case nb::device::cuda_managed::value:
-      d.type = ring::DeviceType::CUDA;
-      d.index = a.device_id();
-      return d;
-    default:
-      throw ring::RingError(ring::ErrorKind::BadArgument,
-                            "tensor '" + name + "' is on DLPack device type " + std::to_string(a.device_type()) +
-                                ": ring runs on host memory and CUDA GPUs");
-  }
-}
-
 // The device of `input` (and `output`, which must be on the same one);
 // `device` ("" or e.g. "cuda:0", what the front end says) must agree.
-ring::Device check_devices(const ReadOnlyArray& input, const std::optional<AnyArray>& output,
-                           const std::string& device, const std::string& name) {
-  const ring::Device d = device_of(input, name);
+ring::Device check_devices(const ArrayRef& input, const std::optional<ArrayRef>& output, const std::string& device,
+                           const std::string& name) {
+  const ring::Device d = input.device;
   if (!device.empty() && ring::parse_device(device) != d)
     throw ring::RingError(ring::ErrorKind::BadArgument, "tensor '" + name + "' is on " + ring::device_name(d) +
                                                             ", not on " + device + " as the call says");
-  if (!output) return d;
-  const ring::Device out = device_of(*output, name);
-  if (out != d)
-    throw ring::RingError(ring::ErrorKind::BadArgument, "the output of '" + name + "' is on " + ring::device_name(out) +
-                                                            "; its input is on " + ring::device_name(d));
+  if (output && output->device != d)
+    throw ring::RingError(ring::ErrorKind::BadArgument, "the output of '" + name + "' is on " +
+                                                            ring::device_name(output->device) + "; its input is on " +
+                                                            ring::device_name(d));
   return d;
 }
 
 // Checks that `a` holds exactly the bytes `req` describes.
-template <class Array>
-void check_array(const Array& a, const ring::Request& req, const char* which) {
+void check_array(const ArrayRef& a, const ring::Request& req, const char* which) {
   size_t expected = static_cast<size_t>(req.num_elements()) * ring::dtype_size(req.dtype);
-  if (a.nbytes() != expected)
+  if (a.nbytes != expected)
     throw ring::RingError(ring::ErrorKind::BadArgument,
-                          std::string(which) + " of '" + req.name + "' has " + std::to_string(a.nbytes()) +
+                          std::string(which) + " of '" + req.name + "' has " + std::to_string(a.nbytes) +
                               " bytes; its shape and dtype need " + std::to_string(expected));
 }
 
@@ -164,8 +138,8 @@ struct SharedFields {
 // One operation's EnqueueArgs, after the checks of its codes, devices and
 // byte counts (BadArgument naming the tensor). `input`/`output` stay owned
 // by the caller's arrays.
-ring::EnqueueArgs make_args(const SharedFields& f, const std::string& name, const ReadOnlyArray& input,
-                            const std::optional<AnyArray>& output, int dtype, std::vector<int64_t> shape,
+ring::EnqueueArgs make_args(const SharedFields& f, const std::string& name, const ArrayRef& input,
+                            const std::optional<ArrayRef>& output, int dtype, std::vector<int64_t> shape,
                             std::vector<int64_t> splits, const std::string& device, uint64_t stream) {
   auto bad = [&](const std::string& what) {
     throw ring::RingError(ring::ErrorKind::BadArgument, "tensor '" + name + "': " + what);
@@ -188,10 +162,10 @@ ring::EnqueueArgs make_args(const SharedFields& f, const std::string& name, cons
   args.stream = stream;
   args.req.process_set = f.process_set;
   check_array(input, args.req, "input");
-  args.input = input.data();
+  args.input = input.data;
   if (output) {
-    args.output = output->data();
-    args.output_bytes = output->nbytes();
+    args.output = output->data;
+    args.output_bytes = output->nbytes;
   }
   args.wake = f.wake;
   return args;
@@ -202,22 +176,9 @@ int64_t enqueue(ring::Runtime& rt, int op, const std::string& name, ReadOnlyArra
                 const std::vector<int64_t>& shape, const std::vector<int64_t>& splits, bool wake,
                 const std::string& device, int32_t process_set, uint64_t stream) {
   const SharedFields f{op, reduce_op, root, prescale, postscale, process_set, wake};
-  return rt.enqueue(make_args(f, name, input, output, dtype, shape, splits, device, stream));
-}
-
-// `list[i]` as an array (None allowed when `optional`), without conversion;
-// BadArgument naming the tensor otherwise.
-template <class Array>
-std::optional<Array> group_array(const nb::list& list, size_t i, const std::string& name, const char* which,
-                                 bool optional) {
-  nb::handle item = list[i];
-  if (optional && item.is_none()) return std::nullopt;
-  Array a;
-  if (!nb::try_cast(item, a, false))
-    throw ring::RingError(ring::ErrorKind::BadArgument, std::string(which) + " of tensor '" + name +
-                                                            "' should be a C-contiguous array. Got: " +
-                                                            nb::type_name(item.type()).c_str());
-  return a;
+  std::optional<ArrayRef> out;
+  if (output) out = array_ref(*output, name);
+  return rt.enqueue(make_args(f, name, array_ref(input, name), out, dtype, shape, splits, device, stream));
 }
 
 // Runtime::enqueue_group of one operation per name, all with the fields `f`:
@@ -247,9 +208,9 @@ std::vector<int64_t> enqueue_group(ring::Runtime& rt, int op, const std::vector<
   group.reserve(n);
   for (size_t i = 0; i < n; ++i) {
     const std::string& name = names[i];
-    ReadOnlyArray in = *group_array<ReadOnlyArray>(inputs, i, name, "input", false);
-    std::optional<AnyArray> out = outputs ? group_array<AnyArray>(*outputs, i, name, "output", true) : std::nullopt;
-    std::vector<int64_t> shape = shapes ? (*shapes)[i] : std::vector<int64_t>(in.shape_ptr(), in.shape_ptr() + in.ndim());
+    ArrayRef in = *group_array(inputs, i, name, "input", false, false);
+    std::optional<ArrayRef> out = outputs ? group_array(*outputs, i, name, "output", true, true) : std::nullopt;
+    std::vector<int64_t> shape = shapes ? (*shapes)[i] : std::move(in.shape);
     group.push_back(make_args(f, name, in, out, dtypes[i], std::move(shape), {}, "", streams.empty() ? 0 : streams[i]));
   }
   return rt.enqueue_group(std::move(group));

@@ -71,6 +71,18 @@ def bad_member() -> None:
     raises(rs.BadArgumentError, lambda: _frontend.enqueue_group(_frontend.ALLREDUCE, ["dup", "dup"], [x, x],
                                                                 [out, out.copy()], [f32, f32]),
            "'dup' appears twice in one group")
+    # The engine call itself refuses what the buffer protocol cannot give it:
+    # a non-contiguous input, a read-only output (numpy arrays are read
+    # without a DLPack export), naming the member.
+    strided, frozen = np.ones(8, np.float32)[::2], np.empty(4, np.float32)
+    frozen.flags.writeable = False
+    raises(rs.BadArgumentError, lambda: _frontend.enqueue_group(_frontend.ALLREDUCE, ["ok", "strided"], [x, strided],
+                                                                [out, None], [f32, f32]),
+           "input of tensor 'strided' should be a C-contiguous array")
+    raises(rs.BadArgumentError, lambda: _frontend.enqueue_group(_frontend.ALLREDUCE, ["ok", "frozen"],
+                                                                [x, np.ones(4, np.float32)], [out, frozen],
+                                                                [f32, f32]),
+           "output of tensor 'frozen'")
     # Had "bad.0" or "dup" been queued, these would be refused (name in flight) or pair with it.
     n = rs.size()
     outs = rs.grouped_allreduce([np.ones(4, np.float32), np.ones(4, np.int32)], op=rs.Sum, name="bad")

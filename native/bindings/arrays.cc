@@ -1,0 +1,79 @@
+#include "bindings/arrays.h"
+
+#include "common/error.h"
+
+namespace {
+
+template <class Array>
+ring::Device device_of(const Array& a, const std::string& name) {
+  ring::Device d;
+  switch (a.device_type()) {
+    case nb::device::cpu::value:
+    case nb::device::cuda_host::value:
+      return d;
+    case nb::device::cuda::value:
+    case nb::device::cuda_managed::value:
+      d.type = ring::DeviceType::CUDA;
+      d.index = a.device_id();
+      return d;
+    default:
+      throw ring::RingError(ring::ErrorKind::BadArgument,
+                            "tensor '" + name + "' is on DLPack device type " + std::to_string(a.device_type()) +
+                                ": ring runs on host memory and CUDA GPUs");
+  }
+}
+
+template <class Array>
+ArrayRef ref_of(const Array& a, const std::string& name) {
+  ArrayRef r;
+  r.data = const_cast<void*>(static_cast<const void*>(a.data()));
+  r.nbytes = a.nbytes();
+  r.device = device_of(a, name);
+  r.shape.assign(a.shape_ptr(), a.shape_ptr() + a.ndim());
+  return r;
+}
+
+// numpy.ndarray's type object (numpy imported on first use).
+PyTypeObject* numpy_array_type() {
+  static PyTypeObject* type = reinterpret_cast<PyTypeObject*>(nb::module_::import_("numpy").attr("ndarray").ptr());
+  return type;
+}
+
+// An exact numpy array through the buffer protocol; nullopt when numpy
+// refuses the request (not C-contiguous, read-only where writeable is
+// asked), leaving the error to the general path.
+std::optional<ArrayRef> numpy_ref(nb::handle item, bool writeable) {
+  if (Py_TYPE(item.ptr()) != numpy_array_type()) return std::nullopt;
+  Py_buffer view;
+  if (PyObject_GetBuffer(item.ptr(), &view, PyBUF_C_CONTIGUOUS | (writeable ? PyBUF_WRITABLE : 0)) != 0) {
+    PyErr_Clear();
+    return std::nullopt;
+  }
+  // The caller's array keeps the memory alive; releasing the view frees nothing of it.
+  ArrayRef r;
+  r.data = view.buf;
+  r.nbytes = static_cast<size_t>(view.len);
+  r.shape.assign(view.shape, view.shape + view.ndim);
+  PyBuffer_Release(&view);
+  return r;
+}
+
+}  // namespace
+
+ArrayRef array_ref(const ReadOnlyArray& a, const std::string& name) { return ref_of(a, name); }
+ArrayRef array_ref(const AnyArray& a, const std::string& name) { return ref_of(a, name); }
+
+std::optional<ArrayRef> group_array(const nb::list& list, size_t i, const std::string& name, const char* which,
+                                    bool optional, bool writeable) {
+  nb::handle item = list[i];
+  if (optional && item.is_none()) return std::nullopt;
+  if (std::optional<ArrayRef> fast = numpy_ref(item, writeable)) return fast;
+  auto imported = [&](auto array) -> ArrayRef {
+    if (!nb::try_cast(item, array, false))
+      throw ring::RingError(ring::ErrorKind::BadArgument, std::string(which) + " of tensor '" + name +
+                                                              "' should be a C-contiguous array. Got: " +
+                                                              nb::type_name(item.type()).c_str());
+    return ref_of(array, name);
+  };
+  return writeable ? imported(AnyArray()) : imported(ReadOnlyArray());
+}
