@@ -1,9 +1,17 @@
 #include "bindings/arrays.h"
 
+#include <nanobind/ndarray.h>
+
 #include "common/error.h"
 
 namespace {
 
+// Arrays from any device; enqueue() checks that the engine serves it.
+using AnyArray = nb::ndarray<nb::c_contig>;
+using ReadOnlyArray = nb::ndarray<nb::ro, nb::c_contig>;
+
+// The engine's Device for an array's DLPack device: host memory (pinned
+// host memory included) or a CUDA GPU. BadArgument for any other.
 template <class Array>
 ring::Device device_of(const Array& a, const std::string& name) {
   ring::Device d;
@@ -60,12 +68,8 @@ std::optional<ArrayRef> numpy_ref(nb::handle item, bool writeable) {
 
 }  // namespace
 
-ArrayRef array_ref(const ReadOnlyArray& a, const std::string& name) { return ref_of(a, name); }
-ArrayRef array_ref(const AnyArray& a, const std::string& name) { return ref_of(a, name); }
-
-std::optional<ArrayRef> group_array(const nb::list& list, size_t i, const std::string& name, const char* which,
-                                    bool optional, bool writeable) {
-  nb::handle item = list[i];
+std::optional<ArrayRef> array_of(nb::handle item, const std::string& name, const char* which, bool optional,
+                                 bool writeable) {
   if (optional && item.is_none()) return std::nullopt;
   if (std::optional<ArrayRef> fast = numpy_ref(item, writeable)) return fast;
   auto imported = [&](auto array) -> ArrayRef {

@@ -6,7 +6,6 @@
 #pragma once
 
 #include <nanobind/nanobind.h>
-#include <nanobind/ndarray.h>
 
 #include <cstdint>
 #include <optional>
@@ -17,10 +16,6 @@
 
 namespace nb = nanobind;
 
-// Arrays from any device; enqueue() checks that the engine serves it.
-using AnyArray = nb::ndarray<nb::c_contig>;
-using ReadOnlyArray = nb::ndarray<nb::ro, nb::c_contig>;
-
 struct ArrayRef {
   void* data = nullptr;
   size_t nbytes = 0;
@@ -28,13 +23,8 @@ struct ArrayRef {
   std::vector<int64_t> shape;
 };
 
-// The engine's view of an imported array; BadArgument (naming the tensor)
-// for a DLPack device other than host memory or a CUDA GPU.
-ArrayRef array_ref(const ReadOnlyArray& a, const std::string& name);
-ArrayRef array_ref(const AnyArray& a, const std::string& name);
-
-// `list[i]`, C-contiguous (and writeable when `writeable`), without
-// conversion; nullopt for None when `optional`; BadArgument naming the
-// tensor otherwise.
-std::optional<ArrayRef> group_array(const nb::list& list, size_t i, const std::string& name, const char* which,
-                                    bool optional, bool writeable);
+// `item` (`which` of tensor `name`: "input" or "output"), C-contiguous
+// (and writeable when `writeable`), without conversion; nullopt for None
+// when `optional`; BadArgument naming the tensor otherwise.
+std::optional<ArrayRef> array_of(nb::handle item, const std::string& name, const char* which, bool optional,
+                                 bool writeable);

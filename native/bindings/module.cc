@@ -171,14 +171,13 @@ ring::EnqueueArgs make_args(const SharedFields& f, const std::string& name, cons
   return args;
 }
 
-int64_t enqueue(ring::Runtime& rt, int op, const std::string& name, ReadOnlyArray input, std::optional<AnyArray> output,
-                int dtype, int reduce_op, int root, double prescale, double postscale,
-                const std::vector<int64_t>& shape, const std::vector<int64_t>& splits, bool wake,
-                const std::string& device, int32_t process_set, uint64_t stream) {
+int64_t enqueue(ring::Runtime& rt, int op, const std::string& name, nb::handle input, nb::handle output, int dtype,
+                int reduce_op, int root, double prescale, double postscale, const std::vector<int64_t>& shape,
+                const std::vector<int64_t>& splits, bool wake, const std::string& device, int32_t process_set,
+                uint64_t stream) {
   const SharedFields f{op, reduce_op, root, prescale, postscale, process_set, wake};
-  std::optional<ArrayRef> out;
-  if (output) out = array_ref(*output, name);
-  return rt.enqueue(make_args(f, name, array_ref(input, name), out, dtype, shape, splits, device, stream));
+  return rt.enqueue(make_args(f, name, *array_of(input, name, "input", false, false),
+                              array_of(output, name, "output", true, true), dtype, shape, splits, device, stream));
 }
 
 // Runtime::enqueue_group of one operation per name, all with the fields `f`:
@@ -208,8 +207,8 @@ std::vector<int64_t> enqueue_group(ring::Runtime& rt, int op, const std::vector<
   group.reserve(n);
   for (size_t i = 0; i < n; ++i) {
     const std::string& name = names[i];
-    ArrayRef in = *group_array(inputs, i, name, "input", false, false);
-    std::optional<ArrayRef> out = outputs ? group_array(*outputs, i, name, "output", true, true) : std::nullopt;
+    ArrayRef in = *array_of(inputs[i], name, "input", false, false);
+    std::optional<ArrayRef> out = outputs ? array_of((*outputs)[i], name, "output", true, true) : std::nullopt;
     std::vector<int64_t> shape = shapes ? (*shapes)[i] : std::move(in.shape);
     group.push_back(make_args(f, name, in, out, dtypes[i], std::move(shape), {}, "", streams.empty() ? 0 : streams[i]));
   }
@@ -439,7 +438,7 @@ void register_runtime(nb::module_& m) {
       .def("local_endpoint", &ring::Runtime::local_endpoint)
       .def("connect", &ring::Runtime::connect, "endpoints"_a, nb::call_guard<nb::gil_scoped_release>())
       .def("start", &ring::Runtime::start)
-      .def("enqueue", &enqueue, "op"_a, "name"_a, "input"_a.noconvert(), "output"_a.noconvert().none(), "dtype"_a,
+      .def("enqueue", &enqueue, "op"_a, "name"_a, "input"_a, "output"_a.none(), "dtype"_a,
            "reduce_op"_a, "root"_a, "prescale"_a, "postscale"_a, "shape"_a, "splits"_a, "wake"_a = true,
            "device"_a = "", "process_set"_a = 0, "stream"_a = 0)
       .def("enqueue_group", &enqueue_group, "op"_a, "names"_a, "inputs"_a, "outputs"_a.none(), "dtypes"_a,
