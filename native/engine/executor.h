@@ -59,6 +59,11 @@ class Executor {
   // submitted; the Join response ends that.
   void set_joined(bool joined) { joined_ = joined; }
 
+  using PendingNode = std::unordered_map<std::string, Entry>::node_type;
+  // A node of `pending` whose entry run() took (empty when none is kept),
+  // for the next pending entry: that entry then costs no allocation.
+  PendingNode spare_node();
+
  private:
   void run_response(const Response& r, std::unordered_map<std::string, Entry>& pending);
   Backend& backend_for(const Response& r);
@@ -69,6 +74,7 @@ class Executor {
   HandleTable* handles_;
   std::vector<std::unique_ptr<Backend>> backends_;
   std::vector<Entry> entries_;  // of the response running now (reused)
+  std::vector<PendingNode> spare_;  // see spare_node()
   bool joined_ = false;
 };
 

@@ -275,8 +275,15 @@ void Runtime::take_fresh(const std::function<void(const Request&)>& each) {
   for (auto& e : fresh) {
     each(e.req);
     if (e.req.op == OpType::Join) executor_->set_joined(true);
-    std::string name = e.req.name;
-    pending_.emplace(std::move(name), std::move(e));
+    Executor::PendingNode node = executor_->spare_node();
+    if (node.empty()) {
+      std::string name = e.req.name;
+      pending_.emplace(std::move(name), std::move(e));
+      continue;
+    }
+    node.key() = e.req.name;
+    node.mapped() = std::move(e);
+    pending_.insert(std::move(node));
   }
 }
 
