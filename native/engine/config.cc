@@ -18,7 +18,7 @@ const std::vector<ConfigEntry> kTable = {
     {"RING_TIMEOUT_SECONDS", "HOROVOD_GLOO_TIMEOUT_SECONDS", "30",
      "seconds without progress in a transfer before it fails"},
     {"RING_TRANSPORT", "", "shm", "shm: shared memory between ranks on one host, TCP across hosts; tcp: TCP only"},
-    {"RING_SHM_RING_BYTES", "", "4194304", "bytes of each shared-memory ring between two ranks"},
+    {"RING_SHM_RING_BYTES", "", "1048576", "bytes of each shared-memory ring between two ranks"},
     {"RING_LOG_LEVEL", "HOROVOD_LOG_LEVEL", "warning", "trace, debug, info, warning or error"},
     {"RING_TIMELINE", "HOROVOD_TIMELINE", "",
      "path: rank 0 writes a Chrome trace of every tensor's phases there; DYNAMIC: no file until start_timeline()"},

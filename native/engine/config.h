@@ -22,7 +22,7 @@ struct Config {
   size_t cache_capacity = 1024;
   double timeout_seconds = 30.0;
   bool force_tcp = false;
-  size_t shm_ring_bytes = 4u << 20;
+  size_t shm_ring_bytes = 1u << 20;
   LogLevel log_level = LogLevel::Warning;
   // Rank 0 warns about tensors that some ranks submitted and others have
   // not after this long (0: never); the job fails after the second (0: never).

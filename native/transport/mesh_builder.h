@@ -35,7 +35,7 @@ struct MeshOptions {
   std::string advertise_host = "127.0.0.1";  // address peers connect to
   bool force_tcp = false;   // RING_TRANSPORT=tcp
   bool encrypt = false;     // RING_ENCRYPT=1: TCP links are AeadChannels
-  size_t shm_ring_bytes = 4u << 20;  // capacity of each directed shm ring
+  size_t shm_ring_bytes = 1u << 20;  // capacity of each directed shm ring
   double connect_timeout_s = 60.0;
 };
 
