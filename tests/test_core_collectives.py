@@ -42,7 +42,7 @@ def test_every_op_dtype_and_count(np_, transport):
 @pytest.mark.parametrize(
     "scenario",
     ["different_orders", "many_in_flight", "mismatch", "bad_arguments", "deterministic", "join", "after_shutdown",
-     "sync_beside_async"],
+     "sync_beside_async", "cached_changes"],
 )
 @pytest.mark.parametrize("np_", [2, 3])
 def test_scenarios(np_, scenario, transport):

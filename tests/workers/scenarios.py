@@ -129,6 +129,29 @@ def join():
     assert rs.allreduce(np.ones(2), op=rs.Sum, name="after.join")[0] == n
 
 
+def cached_changes():
+    """A tensor every rank has agreed on (cached, its bits only counted on
+    rank 0) that one rank then submits with another shape fails with
+    MismatchError on every rank, twice; once the ranks agree again it runs
+    with the new shape. A rank that joins while the others' bits for a
+    cached tensor wait for it completes that tensor with its zeros."""
+    n, me = rs.size(), rs.rank()
+    for step in range(3):
+        equal(rs.allreduce(np.ones(4, np.float32), op=rs.Sum, name="c"), np.full(4, n, np.float32), ("cached", step))
+    changed = np.ones(4 + (me == n - 1), np.float32)
+    for _ in range(2):  # the second time, every rank's request is its own last one: still checked
+        raises(rs.MismatchError, lambda: rs.allreduce(changed, op=rs.Sum, name="c"), "shape", "'c'")
+    for step in range(3):
+        equal(rs.allreduce(np.ones(5, np.float32), op=rs.Sum, name="c"), np.full(5, n, np.float32), ("again", step))
+    steps = {1: 2}.get(me, 4)
+    for s in range(steps):
+        want = sum(r + 1.0 for r in range(n) if {1: 2}.get(r, 4) > s)
+        equal(rs.allreduce(np.full(3, me + 1.0, np.float32), op=rs.Sum, name="j"), np.full(3, want, np.float32),
+              ("join", s))
+    last = rs.join()
+    assert last != 1 and 0 <= last < n, last
+
+
 def forever():
     """Allreduces until killed (for the Ctrl-C test)."""
     print(f"{rs.rank()}: started", flush=True)
