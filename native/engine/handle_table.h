@@ -7,9 +7,9 @@
 // still being processed.
 //
 // States live in reused slots: a handle is (generation << 32) | slot, the
-// generation counting the slot's uses from 1 (below 2^31), so a handle is never 0 (the
-// joined rank's stand-in) and one released before is never mistaken for
-// the slot's current one.
+// generation counting the slot's uses from 1 (below 2^31), so a handle is
+// never 0 (the joined rank's stand-in) and one released before is never
+// mistaken for the slot's current one.
 #pragma once
 
 #include <condition_variable>
@@ -17,7 +17,6 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
