@@ -87,16 +87,10 @@ void Coordinator::join(int rank) {
   ++join_count_;
   last_joined_ = rank;
   // Counted tensors go through the table while a rank has joined.
-  while (quick_open_.size() > quick_ready_.size()) {
-    auto open = std::find_if(quick_open_.begin(), quick_open_.end(), [&](uint32_t id) { return !quick_[id].ready; });
-    const uint32_t id = *open;
-    const std::string& name = cache_->name_of(id);
-    auto it = insert_pending(name);
-    it->second.set = global_;
-    it->second.cache_id = id;
-    arrival_.push_back(name);
-    demote(id, it->second);
-  }
+  std::vector<uint32_t> counted;
+  for (uint32_t id : quick_open_)
+    if (!quick_[id].ready) counted.push_back(id);
+  for (uint32_t id : counted) open_entry(cache_->name_of(id), id)->second.set = global_;
   // Tensors that only this rank was missing are ready now.
   for (const std::string& name : arrival_) {
     Pending& p = table_.at(name);
@@ -119,38 +113,49 @@ void Coordinator::add(int rank, const RequestList& list) {
       cache_->set_signature(static_cast<uint32_t>(id), rank, req);
       quick(static_cast<uint32_t>(id)).agreed = false;
     }
-    add_request(rank, req, ts);
+    add_known(rank, req, ts, id);
   }
   if (list.shutdown) request_shutdown(rank);
 }
 
 std::unordered_map<std::string, Coordinator::Pending>::iterator Coordinator::insert_pending(const std::string& name) {
-  if (spare_.empty()) {
+  auto node = spare_.take();
+  if (node.empty()) {
     auto it = table_.emplace(name, Pending{}).first;
     it->second.by_rank.resize(world_size_);
     return it;
   }
-  auto node = std::move(spare_.back());
-  spare_.pop_back();
   node.key() = name;
   node.mapped().since = coarse_now();  // first submission: now, not when the node was retired
   return table_.insert(std::move(node)).position;
 }
 
 void Coordinator::retire_pending(const std::string& name) {
-  constexpr size_t kSpareNodes = 4096;
   auto node = table_.extract(name);
   if (node.empty()) return;
   if (node.mapped().cache_id >= 0) quick(static_cast<uint32_t>(node.mapped().cache_id)).tabled = false;
-  if (spare_.size() >= kSpareNodes) return;
+  if (!spare_.has_room()) return;
   std::vector<std::optional<Request>> rows = std::move(node.mapped().by_rank);
   for (auto& row : rows) row.reset();
   node.mapped() = Pending{};  // every other field as new
   node.mapped().by_rank = std::move(rows);
-  spare_.push_back(std::move(node));
+  spare_.keep(std::move(node));
+}
+
+std::unordered_map<std::string, Coordinator::Pending>::iterator Coordinator::open_entry(const std::string& name,
+                                                                                      int64_t cache_id) {
+  auto it = insert_pending(name);
+  arrival_.push_back(name);
+  it->second.cache_id = cache_id;
+  if (cache_id >= 0) demote(static_cast<uint32_t>(cache_id), it->second);
+  return it;
 }
 
 void Coordinator::add_request(int rank, const Request& req, long long timeline_us) {
+  add_known(rank, req, timeline_us, cache_->id_of(req.name));
+}
+
+void Coordinator::add_known(int rank, const Request& req, long long timeline_us, int64_t cache_id) {
   if (req.op == OpType::Join) {
     join_name_ = req.name;
     join(rank);
@@ -159,11 +164,8 @@ void Coordinator::add_request(int rank, const Request& req, long long timeline_u
   auto it = table_.find(req.name);
   const bool first = it == table_.end();
   if (first) {
-    it = insert_pending(req.name);
+    it = open_entry(req.name, cache_id);
     it->second.set = find_set(req, &it->second.error);
-    arrival_.push_back(req.name);
-    it->second.cache_id = cache_->id_of(req.name);
-    if (it->second.cache_id >= 0) demote(static_cast<uint32_t>(it->second.cache_id), it->second);
   }
   if (timeline_) timeline_->rank_ready(req.name, &it->second.timeline_row, req.op, rank, first, timeline_us);
   Pending& p = it->second;

@@ -48,6 +48,7 @@
 #include <vector>
 
 #include "engine/message.h"
+#include "engine/node_pool.h"
 #include "engine/process_sets.h"
 #include "engine/response_cache.h"
 #include "engine/timeline.h"
@@ -136,6 +137,10 @@ class Coordinator {
     bool tabled = false;  // the name has a table_ entry: its requests go there
     bool ready = false;   // listed in quick_ready_
     Clock::time_point since;  // first bit
+    // Ranks whose bit has not arrived.
+    std::vector<int> missing() const;
+    // No bit counted (taken, or failed).
+    void clear();
   };
   void join(int rank);
   // The set `req` names, or null with `error` set (membership is checked
@@ -200,9 +205,16 @@ class Coordinator {
   std::unordered_map<std::string, Pending> table_;
   // Nodes of taken tensors, kept (emptied, their by_rank rows allocated)
   // for the next tensors: a tensor then costs no node or row allocation.
-  std::vector<std::unordered_map<std::string, Pending>::node_type> spare_;
+  NodePool<std::unordered_map<std::string, Pending>> spare_;
   // table_'s entry for a tensor seen for the first time.
   std::unordered_map<std::string, Pending>::iterator insert_pending(const std::string& name);
+  // insert_pending() for a tensor seen for the first time, listed as
+  // arriving now, holding the bits counted so far for `cache_id` (-1: not
+  // cached). The caller sets its process set.
+  std::unordered_map<std::string, Pending>::iterator open_entry(const std::string& name, int64_t cache_id);
+  // add_request() for a request whose name has response-cache id
+  // `cache_id` (-1: none), which the caller already looked up.
+  void add_known(int rank, const Request& req, long long timeline_us, int64_t cache_id);
   // Removes a taken tensor's entry, keeping its node in spare_.
   void retire_pending(const std::string& name);
   std::deque<std::string> arrival_;  // names in first-seen order

@@ -16,6 +16,19 @@
 
 namespace ring {
 
+std::vector<int> Coordinator::Quick::missing() const {
+  std::vector<int> out;
+  for (int r = 0; r < static_cast<int>(by_rank.size()); ++r)
+    if (!by_rank[r]) out.push_back(r);
+  return out;
+}
+
+void Coordinator::Quick::clear() {
+  ready = false;
+  count = 0;
+  std::fill(by_rank.begin(), by_rank.end(), 0);
+}
+
 Coordinator::Quick& Coordinator::quick(uint32_t id) {
   while (quick_.size() <= id) {
     quick_.emplace_back();
@@ -33,7 +46,7 @@ void Coordinator::add_local(int rank, const Request& req, long long timeline_us)
     cache_->set_signature(cid, rank, req);
     quick(cid).agreed = false;
   }
-  add_request(rank, req, timeline_us);
+  add_known(rank, req, timeline_us, id);
 }
 
 void Coordinator::add_cached(int rank, uint32_t id, long long timeline_us) {
@@ -44,7 +57,7 @@ void Coordinator::add_cached(int rank, uint32_t id, long long timeline_us) {
   Quick& k = quick(id);
   const bool counted = k.agreed && !k.tabled && join_count_ == 0 && sig->op == OpType::Allreduce &&
                        sig->process_set == 0 && !(timeline_ && timeline_->active());
-  if (!counted) return add_request(rank, *sig, timeline_us);
+  if (!counted) return add_known(rank, *sig, timeline_us, id);
   if (k.by_rank[rank])
     throw_error(ErrorKind::Internal, "rank " + std::to_string(rank) + " submitted '" + sig->name + "' twice");
   if (k.count == 0) {
@@ -68,9 +81,8 @@ void Coordinator::demote(uint32_t id, Pending& p) {
     if (!k.by_rank[r]) continue;
     p.by_rank[r] = *cache_->signature(id, r);
     ++p.count;
-    k.by_rank[r] = 0;
   }
-  k.count = 0;
+  k.clear();
   quick_open_.erase(std::find(quick_open_.begin(), quick_open_.end(), id));
 }
 
@@ -88,11 +100,8 @@ void Coordinator::note_agreement(const Pending& p) {
 void Coordinator::take_quick(ResponseList& list, std::vector<OpenFusion>& open) {
   if (quick_ready_.empty()) return;
   for (uint32_t id : quick_ready_) {
-    Quick& k = quick_[id];
     schedule(cache_->name_of(id), *cache_->signature(id, 0), nullptr, Timeline::Row{}, list, open);
-    k.ready = false;
-    k.count = 0;
-    std::fill(k.by_rank.begin(), k.by_rank.end(), 0);
+    quick_[id].clear();
   }
   quick_ready_.clear();
   quick_open_.erase(
@@ -105,23 +114,19 @@ void Coordinator::quick_stalls(Clock::time_point now, double older_than, std::ve
     const Quick& k = quick_[id];
     const double age = std::chrono::duration<double>(now - k.since).count();
     if (k.ready || age < older_than) continue;
-    Stall s{cache_->name_of(id), {}, age};
-    for (int r = 0; r < world_size_; ++r)
-      if (!k.by_rank[r]) s.missing.push_back(r);
-    out.push_back(std::move(s));
+    out.push_back(Stall{cache_->name_of(id), k.missing(), age});
   }
 }
 
 void Coordinator::fail_quick(ResponseList& list) {
   for (uint32_t id : quick_open_) {
     Quick& k = quick_[id];
-    std::string ranks;
-    for (int r = 0; r < world_size_; ++r)
-      if (!k.by_rank[r]) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
-    if (!k.ready) list.responses.push_back(unfinished_error(cache_->name_of(id), ranks));
-    k.ready = false;
-    k.count = 0;
-    std::fill(k.by_rank.begin(), k.by_rank.end(), 0);
+    if (!k.ready) {
+      std::string ranks;
+      for (int r : k.missing()) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+      list.responses.push_back(unfinished_error(cache_->name_of(id), ranks));
+    }
+    k.clear();
   }
   quick_open_.clear();
   quick_ready_.clear();

@@ -48,13 +48,6 @@ Entry Executor::stand_in(const Response& r, size_t i) {
   return e;
 }
 
-Executor::PendingNode Executor::spare_node() {
-  if (spare_.empty()) return {};
-  PendingNode node = std::move(spare_.back());
-  spare_.pop_back();
-  return node;
-}
-
 void Executor::run(const Response& r, std::unordered_map<std::string, Entry>& pending) {
   try {
     run_response(r, pending);
@@ -83,8 +76,7 @@ void Executor::run_response(const Response& r, std::unordered_map<std::string, E
       throw_error(ErrorKind::Internal, "coordinator scheduled '" + name + "', which this rank never submitted");
     }
     entries_.push_back(std::move(node.mapped()));
-    constexpr size_t kSpareNodes = 4096;
-    if (spare_.size() < kSpareNodes) spare_.push_back(std::move(node));
+    spare_.keep(std::move(node));
   }
   if (r.kind == ResponseKind::Error) {
     for (auto& e : entries_) handles_->fail(e.handle, r.error_kind, r.error);

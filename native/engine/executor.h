@@ -19,6 +19,7 @@
 #include "engine/backend.h"
 #include "engine/handle_table.h"
 #include "engine/message.h"
+#include "engine/node_pool.h"
 #include "engine/tensor_queue.h"
 
 namespace ring {
@@ -59,10 +60,10 @@ class Executor {
   // submitted; the Join response ends that.
   void set_joined(bool joined) { joined_ = joined; }
 
-  using PendingNode = std::unordered_map<std::string, Entry>::node_type;
-  // A node of `pending` whose entry run() took (empty when none is kept),
-  // for the next pending entry: that entry then costs no allocation.
-  PendingNode spare_node();
+  using PendingMap = std::unordered_map<std::string, Entry>;
+  // Nodes of `pending` whose entries run() took, for the next pending
+  // entries: those then cost no allocation.
+  NodePool<PendingMap>& spare_nodes() { return spare_; }
 
  private:
   void run_response(const Response& r, std::unordered_map<std::string, Entry>& pending);
@@ -74,7 +75,7 @@ class Executor {
   HandleTable* handles_;
   std::vector<std::unique_ptr<Backend>> backends_;
   std::vector<Entry> entries_;  // of the response running now (reused)
-  std::vector<PendingNode> spare_;  // see spare_node()
+  NodePool<PendingMap> spare_;  // see spare_nodes()
   bool joined_ = false;
 };
 

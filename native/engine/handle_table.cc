@@ -65,21 +65,25 @@ void HandleTable::finish_locked(State& s) {
   in_flight_.erase(s.name);
 }
 
+void HandleTable::complete_locked(int64_t handle, OpResult& result) {
+  State* s = lookup(handle);
+  if (!s || s->done) return;
+  finish_locked(*s);
+  s->result = std::move(result);
+}
+
 void HandleTable::complete(int64_t handle, OpResult result) {
-  std::vector<OpResult> results(1);
-  results[0] = std::move(result);
-  complete_all({handle}, results);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    complete_locked(handle, result);
+  }
+  cv_.notify_all();
 }
 
 void HandleTable::complete_all(const std::vector<int64_t>& handles, std::vector<OpResult>& results) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (size_t i = 0; i < handles.size(); ++i) {
-      State* s = lookup(handles[i]);
-      if (!s || s->done) continue;
-      finish_locked(*s);
-      s->result = std::move(results[i]);
-    }
+    for (size_t i = 0; i < handles.size(); ++i) complete_locked(handles[i], results[i]);
   }
   cv_.notify_all();
 }

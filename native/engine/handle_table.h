@@ -94,6 +94,8 @@ class HandleTable {
   State& find(int64_t handle);
   // Frees s's slot for reuse.
   void remove(State& s);
+  // complete() of one handle (result moved from); the caller holds mu_.
+  void complete_locked(int64_t handle, OpResult& result);
   // Marks `s` finished and frees its name; the caller holds mu_.
   void finish_locked(State& s);
 

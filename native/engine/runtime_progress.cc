@@ -275,7 +275,7 @@ void Runtime::take_fresh(const std::function<void(const Request&)>& each) {
   for (auto& e : fresh) {
     each(e.req);
     if (e.req.op == OpType::Join) executor_->set_joined(true);
-    Executor::PendingNode node = executor_->spare_node();
+    auto node = executor_->spare_nodes().take();
     if (node.empty()) {
       std::string name = e.req.name;
       pending_.emplace(std::move(name), std::move(e));
