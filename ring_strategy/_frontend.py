@@ -64,6 +64,17 @@ def enqueue(
     )
 
 
+def enqueue_now(kind: int, name: str, input: Any, output: Any, dtype_code: int, op: Any, prescale: Any,
+                postscale: Any) -> int:
+    """:func:`enqueue` of a reduction over every rank with ``wake=False``,
+    ``input``'s shape and no splits, in one call: the synchronous calls'
+    short path."""
+    return _runtime().enqueue(
+        kind, name, input, output, dtype_code, check_op(op), 0, float(prescale), float(postscale), input.shape, (),
+        False, "", 0, 0,
+    )
+
+
 def enqueue_group(
     kind: int,
     names: Sequence[str],

@@ -30,7 +30,7 @@ import threading
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from ring_strategy import _frontend
-from ring_strategy.basics import _state
+from ring_strategy.basics import _runtime, _state
 from ring_strategy.exceptions import BadArgumentError, RingError, ShutdownError
 
 # Engine results (one per engine handle, in order) -> what synchronize() returns.
@@ -211,6 +211,25 @@ def finish_now(ids: List[int], keep: Any, finish: Finish) -> Any:
         abandon(Operation(ids, keep, finish))
         raise
     return finish(results)
+
+
+def _no_results(_: Any) -> None:
+    return None
+
+
+def wait_now(handle_id: int, keep: Any) -> None:
+    """finish_now() of one engine handle whose caller gave its output
+    buffer (nothing to build from the results): the synchronous calls'
+    short path, one native call when nothing goes wrong."""
+    if _abandoned:
+        _sweep()
+    try:
+        _runtime().wait_release(handle_id, False)
+    except RingError:
+        raise
+    except BaseException:
+        abandon(Operation([handle_id], keep, _no_results))
+        raise
 
 
 def _retire(op: Operation) -> None:

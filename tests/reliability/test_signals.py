@@ -11,7 +11,7 @@ from reliability_jobs import WORKERS, run_job
 
 from tests.workers.checks import passed_ranks
 
-SCENARIOS = ["numpy_async", "numpy_group", "numpy_barrier", "torch_handle"]
+SCENARIOS = ["numpy_async", "numpy_group", "numpy_sync", "numpy_barrier", "torch_handle"]
 
 
 # TensorFlow's eager wait is the engine wait torch's is; importing TensorFlow in

@@ -92,6 +92,9 @@ def bad_arguments():
     assert np.array_equal(out, expected)
     rs.allreduce(y, op=rs.Sum, out=y)
     assert np.array_equal(y, expected)
+    # A strided input is reduced from a contiguous copy.
+    z = (np.arange(12, dtype=np.float64) + rs.rank())[::2]
+    assert np.array_equal(rs.allreduce(z, op=rs.Sum), n * np.arange(0, 12, 2) + n * (n - 1) / 2)
 
 
 def deterministic():

@@ -87,6 +87,20 @@ def numpy_group() -> None:
         equal(out, x * 2, f"member {i}")
 
 
+def numpy_sync() -> None:
+    """SIGALRM out of a synchronous allreduce into a given array: the
+    abandoned operation still completes into it (its buffers stay alive
+    until the engine is done), and the next operations work."""
+    x = np.ones(3, np.float32)
+    out = np.zeros(3, np.float32)
+    if rs.rank() == 0:
+        interrupted("alarm", lambda: rs.allreduce(x, op=rs.Sum, name="sig.sync", out=out))
+    else:
+        late(lambda: rs.allreduce(x, op=rs.Sum, name="sig.sync", out=out))
+    equal(rs.allreduce(np.ones(2), op=rs.Sum, name="sig.sync.after"), np.full(2, 2.0), "engine works")
+    equal(out, x * 2, "the abandoned allreduce's output")
+
+
 def numpy_barrier() -> None:
     """Ctrl-C out of a blocking barrier; the next operations work."""
     if rs.rank() == 0:
@@ -142,7 +156,7 @@ def leave() -> None:
     raise AssertionError("rank 1's allreduce completed after rank 0 left")
 
 
-SCENARIOS = {f.__name__: f for f in [numpy_async, numpy_group, numpy_barrier, torch_handle, tensorflow_eager]}
+SCENARIOS = {f.__name__: f for f in [numpy_async, numpy_group, numpy_sync, numpy_barrier, torch_handle, tensorflow_eager]}
 
 
 def main() -> None:
