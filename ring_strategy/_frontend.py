@@ -64,14 +64,13 @@ def enqueue(
     )
 
 
-def enqueue_now(kind: int, name: str, input: Any, output: Any, dtype_code: int, op: Any, prescale: Any,
-                postscale: Any) -> int:
-    """:func:`enqueue` of a reduction over every rank with ``wake=False``,
-    ``input``'s shape and no splits, in one call: the synchronous calls'
-    short path."""
+def enqueue_now(kind: int, name: str, input: Any, output: Any, dtype_code: int, shape: Sequence[int], op: Any,
+                prescale: Any, postscale: Any, process_set: int = 0) -> int:
+    """:func:`enqueue` of a reduction of host memory with ``wake=False``
+    and no splits, in one call: the synchronous calls' short path."""
     return _runtime().enqueue(
-        kind, name, input, output, dtype_code, check_op(op), 0, float(prescale), float(postscale), input.shape, (),
-        False, "", 0, 0,
+        kind, name, input, output, dtype_code, check_op(op), 0, float(prescale), float(postscale), shape, (),
+        False, "", process_set, 0,
     )
 
 

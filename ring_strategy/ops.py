@@ -244,8 +244,8 @@ def _allreduce_now(arr: np.ndarray, op: int, name: Optional[str], prescale: floa
     elif not (out.__class__ is np.ndarray and out.shape == arr.shape and out.dtype == arr.dtype
               and out.flags.carray):
         return None
-    h = _frontend.enqueue_now(_native.OP_ALLREDUCE, _handles.auto_name("allreduce", name), arr, out, code, op,
-                              prescale, postscale)
+    h = _frontend.enqueue_now(_native.OP_ALLREDUCE, _handles.auto_name("allreduce", name), arr, out, code,
+                              arr.shape, op, prescale, postscale)
     _handles.wait_now(h, (arr, out))
     return out
 

@@ -1,6 +1,7 @@
 #include "bindings/arrays.h"
 
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/vector.h>
 
 #include "common/error.h"
 
@@ -66,12 +67,34 @@ std::optional<ArrayRef> numpy_ref(nb::handle item, bool writeable) {
   return r;
 }
 
+// A span of host memory its front end describes itself, the tuple
+// (address, nbytes, shape): for arrays whose DLPack export costs
+// microseconds (torch's CPU tensors). nullopt for anything else. The front
+// end vouches that the memory is contiguous, writeable where an output
+// goes, and alive until the handle is released; the caller still checks
+// nbytes against the shape and dtype.
+std::optional<ArrayRef> host_span(nb::handle item, const std::string& name, const char* which) {
+  if (!PyTuple_CheckExact(item.ptr()) || PyTuple_GET_SIZE(item.ptr()) != 3) return std::nullopt;
+  nb::tuple t = nb::borrow<nb::tuple>(item);
+  ArrayRef r;
+  uintptr_t address = 0;
+  int64_t nbytes = -1;
+  if (!nb::try_cast(t[0], address) || !nb::try_cast(t[1], nbytes) || nbytes < 0 ||
+      !nb::try_cast(t[2], r.shape) || (address == 0 && nbytes > 0))
+    throw ring::RingError(ring::ErrorKind::BadArgument, std::string(which) + " of tensor '" + name +
+                                                            "' should be (address, nbytes, shape) of host memory");
+  r.data = reinterpret_cast<void*>(address);
+  r.nbytes = static_cast<size_t>(nbytes);
+  return r;
+}
+
 }  // namespace
 
 std::optional<ArrayRef> array_of(nb::handle item, const std::string& name, const char* which, bool optional,
                                  bool writeable) {
   if (optional && item.is_none()) return std::nullopt;
   if (std::optional<ArrayRef> fast = numpy_ref(item, writeable)) return fast;
+  if (std::optional<ArrayRef> span = host_span(item, name, which)) return span;
   auto imported = [&](auto array) -> ArrayRef {
     if (!nb::try_cast(item, array, false))
       throw ring::RingError(ring::ErrorKind::BadArgument, std::string(which) + " of tensor '" + name +

@@ -2,7 +2,9 @@
 // device, and their shape. A numpy array is read through the buffer
 // protocol (much cheaper than a DLPack export per array, which a group of
 // hundreds pays once per tensor); any other array (torch, cupy, ...)
-// through nanobind's DLPack import.
+// through nanobind's DLPack import, except host memory a front end
+// describes itself as the tuple (address, nbytes, shape) (torch's CPU
+// tensors, whose DLPack export costs more than the rest of an operation).
 #pragma once
 
 #include <nanobind/nanobind.h>

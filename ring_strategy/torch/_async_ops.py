@@ -48,7 +48,7 @@ def _checked(tensor: Any, what: str = "tensor") -> torch.Tensor:
     """``tensor`` detached from autograd, after checking it can be sent."""
     if not isinstance(tensor, torch.Tensor):
         raise BadArgumentError(f"{what} should be a torch.Tensor. Got: {type(tensor).__name__}")
-    if tensor.device.type not in ("cpu", "cuda"):
+    if not (tensor.is_cpu or tensor.is_cuda):
         raise BadArgumentError(
             f"{what} is on device '{tensor.device}': ring_strategy.torch handles CPU and CUDA tensors; "
             "move it with .cpu()"
@@ -58,7 +58,7 @@ def _checked(tensor: Any, what: str = "tensor") -> torch.Tensor:
     if tensor.dtype not in _DTYPE_CODES:
         names = ", ".join(_frontend.DTYPES)
         raise BadArgumentError(f"{what}: dtype should be one of {names}. Got: '{tensor.dtype}'")
-    return tensor.detach()
+    return tensor.detach() if tensor.requires_grad else tensor
 
 
 def _contiguous(tensor: torch.Tensor) -> torch.Tensor:
@@ -72,9 +72,20 @@ def _stream(t: torch.Tensor) -> int:
     return torch.cuda.current_stream(t.device).cuda_stream if t.is_cuda else 0
 
 
+def _engine_view(t: Optional[torch.Tensor]) -> Any:
+    """What the engine is handed for ``t`` (contiguous, or None): a CPU
+    tensor as its host memory (address, nbytes, shape), which costs a
+    fraction of a DLPack export; a CUDA tensor as itself (DLPack, which
+    carries its device)."""
+    if t is None or t.is_cuda:
+        return t
+    return (t.data_ptr(), t.nbytes, t.shape)
+
+
 def _enqueue(kind: int, name: str, inp: torch.Tensor, out: Optional[torch.Tensor], **kw: Any) -> int:
     # inp and out are contiguous; the caller keeps them alive until the handle is released.
-    return _frontend.enqueue(kind, name, inp, out, _DTYPE_CODES[inp.dtype], inp.shape, stream=_stream(inp), **kw)
+    return _frontend.enqueue(kind, name, _engine_view(inp), _engine_view(out), _DTYPE_CODES[inp.dtype], inp.shape,
+                             stream=_stream(inp), **kw)
 
 
 def _enqueue_group(kind: int, names: List[str], bufs: List[torch.Tensor], outs: Optional[List[Optional[torch.Tensor]]],
@@ -82,8 +93,9 @@ def _enqueue_group(kind: int, names: List[str], bufs: List[torch.Tensor], outs: 
     """:func:`_enqueue` of every buffer, in one engine call (nothing is
     queued when one is refused)."""
     streams = [_stream(b) for b in bufs] if any(b.is_cuda for b in bufs) else ()
-    return _frontend.enqueue_group(kind, names, bufs, outs, [_DTYPE_CODES[b.dtype] for b in bufs], streams=streams,
-                                   **kw)
+    return _frontend.enqueue_group(kind, names, [_engine_view(b) for b in bufs],
+                                   None if outs is None else [_engine_view(o) for o in outs],
+                                   [_DTYPE_CODES[b.dtype] for b in bufs], streams=streams, **kw)
 
 
 def _same_memory(tensor: torch.Tensor, buf: torch.Tensor) -> bool:
@@ -149,6 +161,9 @@ def _allreduce_group(tensors: Sequence[Any], label: str, name: Optional[str], op
     bufs = [_contiguous(_checked(t)) for t in tensors]
     names = group_names(_handles.auto_name(label, name, ps), len(bufs), grouped)
     outs = bufs if inplace else [torch.empty_like(b) for b in bufs]
+    if not wake and len(bufs) == 1 and not bufs[0].is_cuda:
+        return _allreduce_now(tensors[0], names[0], bufs[0], outs[0], op, prescale_factor, postscale_factor, ps,
+                              inplace, grouped)
     ids = _enqueue_group(_frontend.ALLREDUCE, names, bufs, outs, op=op, prescale=prescale_factor,
                          postscale=postscale_factor, process_set=ps, wake=wake)
 
@@ -168,6 +183,29 @@ def _allreduce_group(tensors: Sequence[Any], label: str, name: Optional[str], op
     keep = (tuple(tensors), tuple(bufs), tuple(outs))
     _handles.outputs_given(finish)
     return _handles.register(ids, keep, finish) if wake else _handles.finish_now(ids, keep, finish)
+
+
+def _allreduce_now(tensor: Any, name: str, buf: torch.Tensor, out: torch.Tensor, op: int, prescale: float,
+                   postscale: float, ps: int, inplace: bool, grouped: bool) -> Any:
+    """:func:`_allreduce_group`'s synchronous call on one CPU tensor
+    (``buf``, its contiguous view or copy, reduced into ``out``) in the
+    fewest steps: one engine call to queue, one to wait."""
+    h = _frontend.enqueue_now(_frontend.ALLREDUCE, name, _engine_view(buf), _engine_view(out), _DTYPE_CODES[buf.dtype],
+                              buf.shape, op, prescale, postscale, ps)
+    _handles.wait_now(h, (tensor, buf, out))
+    if inplace and not _same_memory(tensor, buf):
+        with torch.no_grad():
+            tensor.copy_(buf)
+    res = tensor if inplace else out
+    return [res] if grouped else res
+
+
+def allreduce_sync(tensor: torch.Tensor, name: Optional[str], op: int, prescale_factor: float,
+                   postscale_factor: float, process_set: ProcessSet) -> torch.Tensor:
+    """``synchronize(allreduce_async(...))`` without a handle in between:
+    the result of reducing ``tensor`` (not modified) over ``process_set``."""
+    return _allreduce_group([tensor], "allreduce", name, op, prescale_factor, postscale_factor, process_set,
+                            inplace=False, grouped=False, wake=False)
 
 
 def allreduce_async(tensor: torch.Tensor, average: Optional[bool] = None, name: Optional[str] = None,

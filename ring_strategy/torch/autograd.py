@@ -44,7 +44,7 @@ class _Allreduce(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name, op, prescale, postscale, process_set):
         ctx.args = (op, prescale, postscale, process_set)
-        return synchronize(_ops.allreduce_async(tensor, None, name, op, prescale, postscale, process_set))
+        return _ops.allreduce_sync(tensor, name, op, prescale, postscale, process_set)
 
     @staticmethod
     def backward(ctx, grad):
@@ -80,7 +80,10 @@ def allreduce(tensor: torch.Tensor, average: Optional[bool] = None, name: Option
     """
     op = handle_average_backwards_compatibility(op, average)
     compressed, cctx = compression.compress(tensor)
-    reduced = _Allreduce.apply(compressed, name, op, prescale_factor, postscale_factor, process_set)
+    if getattr(compressed, "requires_grad", False) and torch.is_grad_enabled():
+        reduced = _Allreduce.apply(compressed, name, op, prescale_factor, postscale_factor, process_set)
+    else:  # nothing to differentiate: the same result without autograd's bookkeeping
+        reduced = _ops.allreduce_sync(compressed, name, op, prescale_factor, postscale_factor, process_set)
     return compression.decompress(reduced, cctx)
 
 

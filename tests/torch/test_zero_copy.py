@@ -2,12 +2,26 @@
 engine calls replaced: contiguous tensors go in where they lie (no copy),
 strided ones through one contiguous buffer whose result is copied back."""
 
+import ctypes
+
 import pytest
 import torch
 
 import ring_strategy
 from ring_strategy import _frontend
-from ring_strategy.torch import mpi_ops
+from ring_strategy.torch import _async_ops, mpi_ops
+
+_TORCH_DTYPES = {code: dtype for dtype, code in _async_ops._DTYPE_CODES.items()}
+
+
+def _tensor_at(view, dtype_code):
+    """The memory the engine is handed, as a tensor: a CPU tensor arrives
+    as (address, nbytes, shape)."""
+    if not isinstance(view, tuple):
+        return view
+    address, nbytes, shape = view
+    raw = (ctypes.c_uint8 * nbytes).from_address(address)
+    return torch.frombuffer(raw, dtype=_TORCH_DTYPES[dtype_code]).reshape(tuple(shape))
 
 
 @pytest.fixture
@@ -20,12 +34,14 @@ def engine(monkeypatch):
 
     def enqueue(kind, name, inp, out, dtype_code, shape, **kw):
         hid = len(calls) + 1
+        inp, out = _tensor_at(inp, dtype_code), None if out is None else _tensor_at(out, dtype_code)
         calls[hid] = dict(kind=kind, name=name, inp=inp, out=out, dtype_code=dtype_code, shape=list(shape), **kw)
         return hid
 
     def enqueue_group(kind, names, inputs, outputs, dtype_codes, **kw):
         outputs = outputs or [None] * len(names)
-        return [enqueue(kind, nm, i, o, c, i.shape, **kw) for nm, i, o, c in zip(names, inputs, outputs, dtype_codes)]
+        return [enqueue(kind, nm, i, o, c, _tensor_at(i, c).shape, **kw)
+                for nm, i, o, c in zip(names, inputs, outputs, dtype_codes)]
 
     def wait(hid):
         c = calls[hid]
@@ -84,11 +100,11 @@ def test_broadcast_inplace_and_grouped(engine):
     assert mpi_ops.synchronize(h) is t
 
 
-def test_requires_grad_tensor_is_detached(engine):
+def test_requires_grad_tensor_is_read_where_it_lies(engine):
     w = torch.ones(3, requires_grad=True)
     mpi_ops.synchronize(mpi_ops.allreduce_async(w, name="w"))
     (c,) = engine.values()
-    assert not c["inp"].requires_grad and c["inp"].data_ptr() == w.data_ptr()
+    assert c["inp"].data_ptr() == w.data_ptr() and not w.grad_fn
 
 
 def test_local_errors_send_nothing(engine):

@@ -83,6 +83,17 @@ def bad_member() -> None:
                                                                 [x, np.ones(4, np.float32)], [out, frozen],
                                                                 [f32, f32]),
            "output of tensor 'frozen'")
+    # Host memory described as (address, nbytes, shape), as the torch front
+    # end hands CPU tensors over: a malformed description, or bytes that do
+    # not fit the shape and dtype, are refused naming the member.
+    span = (x.ctypes.data, x.nbytes, x.shape)
+    for bad, why in [((x.ctypes.data, -1, x.shape), "should be (address, nbytes, shape)"),
+                     ((0, 8, x.shape), "should be (address, nbytes, shape)"),
+                     ((x.ctypes.data, 8, "2"), "should be (address, nbytes, shape)"),
+                     ((x.ctypes.data, 4, x.shape), "has 4 bytes")]:
+        raises(rs.BadArgumentError, lambda: _frontend.enqueue_group(_frontend.ALLREDUCE, ["ok", "span"], [span, bad],
+                                                                    [out, None], [f32, f32]),
+               "'span'", why)
     # Had "bad.0" or "dup" been queued, these would be refused (name in flight) or pair with it.
     n = rs.size()
     outs = rs.grouped_allreduce([np.ones(4, np.float32), np.ones(4, np.int32)], op=rs.Sum, name="bad")
