@@ -14,7 +14,7 @@ and Lightning's ``RingStrategy`` share (through
 
 ``RING_GRADIENT_SCHEDULE`` chooses: ``auto`` (the default), ``overlap`` or
 ``after_backward``. ``auto`` is ``overlap`` when this process may run on at
-least two CPUs per rank of its host (:func:`cpus_per_rank`), else
+least two CPUs of its own (:func:`cpus_per_rank`), else
 ``after_backward``. Results are the same either way (bitwise, since fusion
 never changes a sum); only the time differs.
 """
@@ -39,9 +39,19 @@ _KIND = values.word("auto, overlap or after_backward", _CHOICES)
 _OVERLAP_CPUS = 2.0
 
 
-def cpus_per_rank(local_size: int) -> float:
-    """The CPUs this process may run on, divided by the ranks on its host
-    (the engine's count, which also decides whether its waits spin)."""
+def cpus_per_rank(local_size: Optional[int] = None) -> float:
+    """The CPUs this rank may count on. In a running job (``local_size``
+    None) the engine's count, which also decides whether its waits spin:
+    the rank's own CPUs when a launcher bound the ranks of its host to
+    separate cores, else the CPUs they share divided by their number.
+    Otherwise the CPUs this process may run on divided by ``local_size``
+    (1 outside a job)."""
+    if local_size is None:
+        from ring_strategy.basics import _state
+
+        if _state.runtime is not None:
+            return _state.runtime.cpus_per_rank()
+        local_size = 1
     return _native.cpus_per_rank(int(local_size))
 
 
@@ -52,7 +62,8 @@ def gradient_schedule(given: Optional[str] = None, local_size: Optional[int] = N
     Args:
         given: The schedule asked for in code (``auto``, ``overlap`` or
             ``after_backward``); None reads ``RING_GRADIENT_SCHEDULE``.
-        local_size: Ranks on this host; None asks the running job (1 outside one).
+        local_size: Ranks on this host; None asks the running job (see
+            :func:`cpus_per_rank`).
         environ: The variables to read (``os.environ`` by default).
 
     Raises:
@@ -64,10 +75,6 @@ def gradient_schedule(given: Optional[str] = None, local_size: Optional[int] = N
         choice = _KIND.value("gradient_schedule", str(given))
     if choice != "auto":
         return choice
-    if local_size is None:
-        import ring_strategy as rs
-
-        local_size = rs.local_size() if rs.is_initialized() else 1
     return OVERLAP if cpus_per_rank(local_size) >= _OVERLAP_CPUS else AFTER_BACKWARD
 
 

@@ -438,6 +438,7 @@ void register_runtime(nb::module_& m) {
       .def("local_endpoint", &ring::Runtime::local_endpoint)
       .def("connect", &ring::Runtime::connect, "endpoints"_a, nb::call_guard<nb::gil_scoped_release>())
       .def("start", &ring::Runtime::start)
+      .def("cpus_per_rank", &ring::Runtime::cpus_per_rank)
       .def("enqueue", &enqueue, "op"_a, "name"_a, "input"_a, "output"_a.none(), "dtype"_a,
            "reduce_op"_a, "root"_a, "prescale"_a, "postscale"_a, "shape"_a, "splits"_a, "wake"_a = true,
            "device"_a = "", "process_set"_a = 0, "stream"_a = 0)

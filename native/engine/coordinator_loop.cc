@@ -65,7 +65,7 @@ bool Runtime::emit_responses(Coordinator& coord) {
   for (int w = 1; w < opts_.size; ++w) need_ack |= s.received[w] != s.acked_by[w];
   if (coord.has_work() && !s.batching) {
     s.batching = true;
-    s.first_ready = std::chrono::steady_clock::now();
+    s.first_ready = s.now;
   }
   const double cycle_s = s.cycle_time_ms / 1000.0;
   const bool emit = coord.has_work() && !(coord.worth_waiting() && seconds_since(s.first_ready) < cycle_s);
@@ -111,11 +111,11 @@ bool Runtime::coordinator_step() {
   s.heartbeats->send_due();
   bool progress = gather_requests(coord);
   if (s.finished) return true;  // a worker's failure ended the job
-  s.stalls->inspect(coord);
+  s.stalls->inspect(coord, s.now);
   progress |= emit_responses(coord);
   if (s.finished) return true;  // the list ended the job
-  if (!progress && seconds_since(s.last_check) > kIdleLivenessSeconds) {
-    s.last_check = std::chrono::steady_clock::now();
+  if (!progress && std::chrono::duration<double>(s.now - s.last_check).count() > kIdleLivenessSeconds) {
+    s.last_check = s.now;
     for (int w = 1; w < opts_.size; ++w) control_->check_alive(w);
     s.heartbeats->check();
   }

@@ -31,7 +31,8 @@ class Heartbeats {
   // Sends a heartbeat to every watched peer when a third of the timeout
   // has passed since the last; cheap when none is due.
   void send_due();
-  // Something (a message or a heartbeat) came from `peer`.
+  // Something (a message or a heartbeat) came from `peer` (noted only when
+  // some peer is watched).
   void heard(int peer);
   // Throws RingError(PeerFailure) for a watched peer heard nothing from for
   // the timeout. Call it after reading what the peers sent.

@@ -62,22 +62,33 @@ Runtime::~Runtime() {
 }
 
 std::string Runtime::local_endpoint() {
-  return data_builder_->local_endpoint() + kEndpointSeparator + control_builder_->local_endpoint();
+  const char sep = kEndpointSeparator;
+  return data_builder_->local_endpoint() + sep + control_builder_->local_endpoint() + sep + affinity_mask() + sep +
+         opts_.host_id;
 }
 
 void Runtime::connect(const std::vector<std::string>& endpoints) {
   if (static_cast<int>(endpoints.size()) != opts_.size)
     throw_error(ErrorKind::BadArgument, "expected " + std::to_string(opts_.size) + " endpoints, got " +
                                             std::to_string(endpoints.size()));
-  std::vector<std::string> data, control;
-  for (const auto& e : endpoints) {
-    size_t cut = e.find(kEndpointSeparator);
-    if (cut == std::string::npos) throw_error(ErrorKind::BadArgument, "malformed endpoint from the rendezvous");
-    data.push_back(e.substr(0, cut));
-    control.push_back(e.substr(cut + 1));
+  std::vector<std::string> data, control, local_masks;
+  std::string mine;
+  for (int r = 0; r < opts_.size; ++r) {
+    const std::string& e = endpoints[r];
+    // data, control, affinity mask, host (the rest: a host name may hold anything)
+    size_t c1 = e.find(kEndpointSeparator);
+    size_t c2 = c1 == std::string::npos ? c1 : e.find(kEndpointSeparator, c1 + 1);
+    size_t c3 = c2 == std::string::npos ? c2 : e.find(kEndpointSeparator, c2 + 1);
+    if (c3 == std::string::npos) throw_error(ErrorKind::BadArgument, "malformed endpoint from the rendezvous");
+    data.push_back(e.substr(0, c1));
+    control.push_back(e.substr(c1 + 1, c2 - c1 - 1));
+    if (e.compare(c3 + 1, std::string::npos, opts_.host_id) != 0) continue;
+    local_masks.push_back(e.substr(c2 + 1, c3 - c2 - 1));
+    if (r == opts_.rank) mine = local_masks.back();
   }
   data_builder_->connect(data);
   control_builder_->connect(control);
+  cpus_per_rank_ = cpus_of_rank(mine, local_masks);
 }
 
 void Runtime::start() {
@@ -95,12 +106,14 @@ void Runtime::start() {
       std::make_unique<Heartbeats>(control_.get(), Heartbeats::watched_peers(*control_), config_.timeout_seconds);
   constexpr double kTickSeconds = 0.25;  // long transfers still send heartbeats on time
   data_->set_tick([this] { loop_.heartbeats->send_due(); }, kTickSeconds);
-  // Waits spin only when every rank has a CPU: oversubscribed, a spinning
+  // Waits spin only when this rank has a CPU of its own (cpus_per_rank_,
+  // from its host's affinities: mpirun binds each rank to one core, which
+  // the host's CPUs over its ranks would count as 0.5). Oversubscribed, a spinning
   // waiter takes the core from the peer it waits for (measured on 2 cores:
   // np=4 small allreduces 119-125 us without the spin, 200-340 us with it;
   // at np=2 the spin still helps many small tensors at once).
   constexpr double kSpinCpusPerRank = 1.0;
-  Backoff::set_spin(cpus_per_rank(opts_.local_size) >= kSpinCpusPerRank);
+  Backoff::set_spin(cpus_per_rank_ >= kSpinCpusPerRank);
   set_streaming_stores(config_.streaming_stores);
   queue_.set_doorbell(control_->doorbell());
   executor_ = std::make_unique<Executor>(&handles_);

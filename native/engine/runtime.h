@@ -83,9 +83,14 @@ class Runtime {
   const RuntimeOptions& options() const { return opts_; }
   const Config& config() const { return config_; }
 
+  // This rank's endpoint for the rendezvous: its data and control
+  // listeners, its CPU affinity and its host; connect() takes every rank's.
   std::string local_endpoint();
   void connect(const std::vector<std::string>& endpoints);
   void start();
+  // The CPUs this rank may count on (cpus_of_rank over its host's ranks),
+  // known from connect() on.
+  double cpus_per_rank() const { return cpus_per_rank_; }
 
   // Validates and queues; returns a handle. Throws BadArgument for invalid
   // arguments (a device no backend serves among them), Shutdown when not
@@ -161,6 +166,7 @@ class Runtime {
     std::vector<int64_t> received, acked_by;
     bool shutdown_noted = false;
     bool batching = false;
+    std::chrono::steady_clock::time_point now{};  // when the current step() began
     std::chrono::steady_clock::time_point first_ready{};
     std::chrono::steady_clock::time_point last_check{};
     std::unique_ptr<StallInspector> stalls;
@@ -231,7 +237,8 @@ class Runtime {
   std::unique_ptr<Executor> executor_;
   Timeline timeline_;
   std::mutex progress_mu_;  // one thread steps at a time
-  // A caller that queued with wake = false is about to drive its operation:
+  // A caller that queued with wake = false drives its operation (claimed
+  // after each of its steps):
   // until this steady-clock time (ns; 0: none) the background thread leaves
   // the stepping to it and sleeps instead of competing for progress_mu_.
   // A claim expires by itself, so a caller that never waits stalls nothing.
@@ -248,6 +255,7 @@ class Runtime {
   std::atomic<bool> shutdown_requested_{false};
   mutable std::mutex state_mu_;
   std::condition_variable state_cv_;
+  double cpus_per_rank_ = 1.0;
   enum class State { Created, Running, Stopped } state_ = State::Created;
   ErrorKind stop_kind_ = ErrorKind::Shutdown;
   std::string stop_reason_;

@@ -30,10 +30,11 @@ constexpr double kLingerSeconds = 100e-6;
 // How long a caller's claim to drive its operation holds without renewal.
 constexpr int64_t kDriveClaimNs = 1'000'000;
 
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+int64_t ns_of(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
 }
+
+int64_t now_ns() { return ns_of(std::chrono::steady_clock::now()); }
 
 }  // namespace
 
@@ -94,7 +95,8 @@ bool Runtime::wait_all(const std::vector<int64_t>& handles, double timeout_s) {
   return true;
 }
 
-void Runtime::claim_drive() { drive_claim_ns_.store(now_ns() + kDriveClaimNs, std::memory_order_relaxed); }
+// Counts from the start of the last step (no clock of its own).
+void Runtime::claim_drive() { drive_claim_ns_.store(ns_of(loop_.now) + kDriveClaimNs, std::memory_order_relaxed); }
 
 bool Runtime::drive_claimed() const {
   const int64_t until = drive_claim_ns_.load(std::memory_order_relaxed);
@@ -107,8 +109,8 @@ void Runtime::drive(int64_t handle) {
   while (!(done = handles_.poll(handle)) && backoff.idle_seconds() < kDriveIdleSeconds) {
     std::unique_lock<std::mutex> lock(progress_mu_, std::try_to_lock);
     if (lock.owns_lock() && !loop_.finished) {
-      claim_drive();
       bool progress = step();
+      claim_drive();
       left = !quiet();
       if (progress) {
         backoff.reset();
@@ -150,6 +152,7 @@ bool Runtime::step() {
   if (loop_.finished) return false;
   try {
     executor_->check();
+    loop_.now = std::chrono::steady_clock::now();
     return opts_.rank == 0 ? coordinator_step() : worker_step();
   } catch (const RingError& e) {
     end(e.kind(), e.what());

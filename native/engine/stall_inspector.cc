@@ -27,8 +27,7 @@ std::string describe_stalls(const std::vector<Coordinator::Stall>& stalls) {
   return text;
 }
 
-void StallInspector::inspect(Coordinator& coord) {
-  const Clock::time_point now = Clock::now();
+void StallInspector::inspect(Coordinator& coord, Clock::time_point now) {
   if ((check_s_ <= 0 && shutdown_s_ <= 0) || seconds_between(last_check_, now) < kPollSeconds) return;
   last_check_ = now;
   if (shutdown_s_ > 0 && !coord.stalled(now, shutdown_s_).empty()) {

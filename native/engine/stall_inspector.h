@@ -26,8 +26,8 @@ class StallInspector {
       : check_s_(check_seconds), shutdown_s_(shutdown_seconds) {}
 
   // Warns about, or fails, what `coord` has stalled (caller: rank 0's
-  // progress step).
-  void inspect(Coordinator& coord);
+  // progress step, `now` the time it started).
+  void inspect(Coordinator& coord, std::chrono::steady_clock::time_point now);
 
  private:
   using Clock = std::chrono::steady_clock;

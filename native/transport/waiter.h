@@ -6,6 +6,8 @@
 #pragma once
 
 #include <chrono>
+#include <string>
+#include <vector>
 
 namespace ring {
 
@@ -35,8 +37,20 @@ class Backoff {
 };
 
 // The CPUs this process may run on (its affinity), divided by the
-// `local_size` ranks of its host.
+// `local_size` ranks of its host: the estimate before the ranks of a host
+// have compared their affinities (cpus_of_rank).
 double cpus_per_rank(int local_size);
+
+// This process's affinity as hex digits, the lowest CPUs last ("3": CPUs
+// 0 and 1); "" when it cannot be read.
+std::string affinity_mask();
+
+// The CPUs a rank may count on, from the affinity_mask() of every rank of
+// its host (`local`, its own `mine` among them): its own CPUs when the
+// masks are pairwise disjoint (a launcher bound each rank to cores of its
+// own, as mpirun does), else all the CPUs they cover divided by how many
+// ranks share them. Unreadable masks fall back to cpus_per_rank().
+double cpus_of_rank(const std::string& mine, const std::vector<std::string>& local);
 
 // Seconds from `t` until now.
 inline double seconds_since(std::chrono::steady_clock::time_point t) {

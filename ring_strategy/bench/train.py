@@ -199,7 +199,7 @@ def _report(args: argparse.Namespace, params: int, local: float, rates: Dict[str
     print(f"# efficiency = np={n} samples/s / ({n} x np=1 samples/s)")
     from ring_strategy._schedule import cpus_per_rank, gradient_schedule
 
-    print(f"# ring: gradient schedule {gradient_schedule('auto')} (auto: {cpus_per_rank(rs.local_size()):g} CPUs "
+    print(f"# ring: gradient schedule {gradient_schedule('auto')} (auto: {cpus_per_rank():g} CPUs "
           "per rank here; RING_GRADIENT_SCHEDULE forces one)")
     print(f"#{'setup':>27}  {'samples/s':>10}  {'efficiency':>10}")
     print(f"{'np=1, no communication':>28}  {local:>10.1f}  {'-':>10}")

@@ -47,10 +47,10 @@ class RedirectedRuntime(_native.Runtime):
         written = self.gate / "endpoints.json.partial"
         written.write_text(json.dumps(list(endpoints)))
         written.rename(self.gate / "endpoints.json")  # the proxy never reads half a file
-        lines = endpoints[0].split("\n")  # rank 0's data and control endpoints
+        lines = endpoints[0].split("\n")  # rank 0's data and control endpoints, then its CPUs and host
         endpoints = list(endpoints)
-        endpoints[0] = "\n".join(re.sub(r";port=\d+", f";port={port}", line)
-                                 for line, port in zip(lines, self.proxy_ports))
+        redirected = [re.sub(r";port=\d+", f";port={port}", line) for line, port in zip(lines, self.proxy_ports)]
+        endpoints[0] = "\n".join(redirected + lines[len(redirected):])
         super().connect(endpoints)
 
 
