@@ -64,14 +64,13 @@ def enqueue(
     )
 
 
-def enqueue_now(kind: int, name: str, input: Any, output: Any, dtype_code: int, shape: Sequence[int], op: Any,
-                prescale: Any, postscale: Any, process_set: int = 0) -> int:
-    """:func:`enqueue` of a reduction of host memory with ``wake=False``
-    and no splits, in one call: the synchronous calls' short path."""
-    return _runtime().enqueue(
-        kind, name, input, output, dtype_code, check_op(op), 0, float(prescale), float(postscale), shape, (),
-        False, "", process_set, 0,
-    )
+def enqueue_now(kind: int, name: str, input: Any, output: Any, dtype_code: int, op: Any, prescale: Any,
+                postscale: Any, process_set: int = 0) -> int:
+    """:func:`enqueue` of a reduction of host memory shaped as ``input``,
+    with ``wake=False`` and no splits: the synchronous calls' short path
+    (one engine call with few arguments)."""
+    return _runtime().enqueue_now(kind, name, input, output, dtype_code, check_op(op), float(prescale),
+                                  float(postscale), process_set)
 
 
 def enqueue_group(

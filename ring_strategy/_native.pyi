@@ -77,6 +77,9 @@ class Runtime:
     def local_endpoint(self) -> str: ...
     def connect(self, endpoints: Sequence[str]) -> None: ...
     def start(self) -> None: ...
+    def cpus_per_rank(self) -> float:
+        """The CPUs this rank may count on, from its host's ranks' CPU
+        affinities (known after connect())."""
     def enqueue(
         self,
         op: int,
@@ -97,7 +100,7 @@ class Runtime:
     ) -> int:
         """Queues one operation; returns its handle. ``input`` and ``output``
         are DLPack arrays (or capsules) in host memory or on a CUDA GPU, both
-        on one device; ``device`` ("" or e.g. "cuda:1") must name it when
+        on one device, or host memory described as (address, nbytes, shape); ``device`` ("" or e.g. "cuda:1") must name it when
         given. A device no backend serves raises BadArgumentError ("no
         backend for device ...", and why). ``stream``: for GPU tensors, the
         CUstream (an integer) the input was produced on; the engine reads the
@@ -105,6 +108,20 @@ class Runtime:
         stream). ``process_set``
         is the id of a set this rank belongs to (0: every rank); a broadcast's
         root is a global rank of that set."""
+    def enqueue_now(
+        self,
+        op: int,
+        name: str,
+        input: Any,
+        output: Optional[Any],
+        dtype: int,
+        reduce_op: int,
+        prescale: float,
+        postscale: float,
+        process_set: int,
+    ) -> int:
+        """:meth:`enqueue` with ``wake=False``, the input's shape, no splits
+        and no stream: for a caller that waits for the handle at once."""
     def enqueue_group(
         self,
         op: int,

@@ -216,10 +216,6 @@ def _allreduce(
     tensor: Any, op: int, name: Optional[str], prescale: float, postscale: float, wake: bool,
     out: Optional[np.ndarray] = None, process_set: ProcessSet = global_process_set,
 ) -> Handle:
-    if not wake and process_set is global_process_set and tensor.__class__ is np.ndarray:
-        done = _allreduce_now(tensor, op, name, prescale, postscale, out)
-        if done is not None:
-            return done
     place = _check_process_set(process_set)
     arr = _as_array(tensor)
     out = _empty_like(arr) if out is None else _check_out(out, arr)
@@ -244,8 +240,8 @@ def _allreduce_now(arr: np.ndarray, op: int, name: Optional[str], prescale: floa
     elif not (out.__class__ is np.ndarray and out.shape == arr.shape and out.dtype == arr.dtype
               and out.flags.carray):
         return None
-    h = _frontend.enqueue_now(_native.OP_ALLREDUCE, _handles.auto_name("allreduce", name), arr, out, code,
-                              arr.shape, op, prescale, postscale)
+    h = _frontend.enqueue_now(_native.OP_ALLREDUCE, _handles.auto_name("allreduce", name), arr, out, code, op,
+                              prescale, postscale)
     _handles.wait_now(h, (arr, out))
     return out
 
@@ -279,6 +275,10 @@ def allreduce(
     Returns:
         The reduced values (``out`` when given), identical on every rank of the set.
     """
+    if process_set is global_process_set and tensor.__class__ is np.ndarray:
+        done = _allreduce_now(tensor, op, name, prescale_factor, postscale_factor, out)
+        if done is not None:
+            return done
     return _allreduce(tensor, op, name, prescale_factor, postscale_factor, False, out, process_set)
 
 
