@@ -208,6 +208,14 @@ def allreduce_sync(tensor: torch.Tensor, name: Optional[str], op: int, prescale_
                             inplace=False, grouped=False, wake=False)
 
 
+def grouped_allreduce_sync(tensors: Sequence[torch.Tensor], name: Optional[str], op: int, prescale_factor: float,
+                           postscale_factor: float, process_set: ProcessSet) -> List[torch.Tensor]:
+    """``synchronize(grouped_allreduce_async(...))`` without a handle in
+    between (the same generated names)."""
+    return _allreduce_group(list(tensors), "grouped_allreduce", name, op, prescale_factor, postscale_factor,
+                            process_set, inplace=False, grouped=True, wake=False)
+
+
 def allreduce_async(tensor: torch.Tensor, average: Optional[bool] = None, name: Optional[str] = None,
                     op: Optional[int] = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                     process_set: ProcessSet = global_process_set) -> int:

@@ -30,6 +30,13 @@ from ring_strategy.torch._async_ops import synchronize
 from ring_strategy.torch.compression import Compression
 
 
+def _differentiable(tensors: Sequence[Any]) -> bool:
+    """Whether autograd records an operation on ``tensors``: otherwise the
+    collectives skip its Function, whose bookkeeping costs microseconds a
+    call (the results are the same)."""
+    return torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in tensors)
+
+
 def _process_set_size(process_set: ProcessSet) -> int:
     return _check_process_set(process_set).size
 
@@ -80,9 +87,9 @@ def allreduce(tensor: torch.Tensor, average: Optional[bool] = None, name: Option
     """
     op = handle_average_backwards_compatibility(op, average)
     compressed, cctx = compression.compress(tensor)
-    if getattr(compressed, "requires_grad", False) and torch.is_grad_enabled():
+    if _differentiable([compressed]):
         reduced = _Allreduce.apply(compressed, name, op, prescale_factor, postscale_factor, process_set)
-    else:  # nothing to differentiate: the same result without autograd's bookkeeping
+    else:
         reduced = _ops.allreduce_sync(compressed, name, op, prescale_factor, postscale_factor, process_set)
     return compression.decompress(reduced, cctx)
 
@@ -91,8 +98,7 @@ class _GroupedAllreduce(torch.autograd.Function):
     @staticmethod
     def forward(ctx, name, op, prescale, postscale, process_set, *tensors):
         ctx.args = (op, prescale, postscale, process_set)
-        return tuple(synchronize(_ops.grouped_allreduce_async(
-            list(tensors), None, name, op, prescale, postscale, process_set)))
+        return tuple(_ops.grouped_allreduce_sync(tensors, name, op, prescale, postscale, process_set))
 
     @staticmethod
     def backward(ctx, *grads):
@@ -111,7 +117,10 @@ def grouped_allreduce(tensors: Sequence[torch.Tensor], average: Optional[bool] =
     if not tensors:
         return []
     compressed, cctxs = zip(*[compression.compress(t) for t in tensors])
-    reduced = _GroupedAllreduce.apply(name, op, prescale_factor, postscale_factor, process_set, *compressed)
+    if _differentiable(compressed):
+        reduced = _GroupedAllreduce.apply(name, op, prescale_factor, postscale_factor, process_set, *compressed)
+    else:
+        reduced = _ops.grouped_allreduce_sync(compressed, name, op, prescale_factor, postscale_factor, process_set)
     return [compression.decompress(t, c) for t, c in zip(reduced, cctxs)]
 
 

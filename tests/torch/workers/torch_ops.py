@@ -236,6 +236,18 @@ def grads():
     torch.autograd.backward(ys, [torch.full((2,), g_me), torch.full((3,), 2 * g_me)])
     close(xs[0].grad, torch.full((2,), tri), "grouped allreduce grad 0")
     close(xs[1].grad, torch.full((3,), 2 * tri), "grouped allreduce grad 1")
+    # Differentiable on rank 0 only (autograd's Function there, none on the
+    # others): the generated names still pair up, the results agree.
+    for grad_here in (ME == 0, ME != 0):
+        x = torch.ones(3, requires_grad=grad_here)
+        y = hvd.allreduce(x, op=hvd.Sum)
+        assert y.requires_grad == grad_here
+        close(y.detach(), torch.full((3,), float(N)), "allreduce, grad on some ranks")
+        ys = hvd.grouped_allreduce([x, torch.ones(2)], op=hvd.Sum)
+        assert ys[0].requires_grad == grad_here
+        close(ys[1].detach(), torch.full((2,), float(N)), "grouped allreduce, grad on some ranks")
+        with torch.no_grad():
+            assert not hvd.allreduce(x).requires_grad
     # allgather: this rank's rows of the averaged upstream gradient
     rows = [r + 1 for r in range(N)]
     total, off = sum(rows), sum(rows[:ME])
