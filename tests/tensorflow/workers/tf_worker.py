@@ -97,6 +97,18 @@ def scenario_gradients():
     # d/dx: allreduce Sum grad = n * (r+1); allgather: summed 2*n; broadcast: 3*n on root, 0 elsewhere.
     expected = n * (r + 1) + 2 * n + (3 * n if r == 0 else 0)
     equal(got, np.full(2, expected, np.float32))
+    # Eagerly, under a tape (autograd's path) and outside one (no custom
+    # gradient is built): the same results, and the gradient flows.
+    x = tf.ones([2])
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        a, b = hvd.grouped_allreduce([x * float(r + 1), x * 2.0], op=hvd.Sum)
+        loss = tf.reduce_sum(a) + tf.reduce_sum(b)
+    equal(tape.gradient(loss, x), np.full(2, n * (r + 1) + 2 * n, np.float32))
+    equal(a, np.full(2, n * (n + 1) / 2, np.float32))
+    outside = hvd.grouped_allreduce([x * float(r + 1), x * 2.0], op=hvd.Sum)
+    equal(outside[0], a.numpy())
+    equal(outside[1], b.numpy())
 
 
 def scenario_broadcast_helpers():
