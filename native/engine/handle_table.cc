@@ -63,6 +63,7 @@ void HandleTable::remove(State& s) {
 void HandleTable::finish_locked(State& s) {
   s.done = true;
   in_flight_.erase(s.name);
+  finished_.fetch_add(1, std::memory_order_release);
 }
 
 void HandleTable::complete_locked(int64_t handle, OpResult& result) {

@@ -12,6 +12,7 @@
 // mistaken for the slot's current one.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -59,6 +60,9 @@ class HandleTable {
 
   // True when finished (successfully or not). Unknown handle: BadArgument.
   bool poll(int64_t handle);
+  // How many handles have finished so far, without the lock: a poller
+  // needs to poll() again only once this has moved.
+  uint64_t finished_count() const { return finished_.load(std::memory_order_acquire); }
   // The index of the first unfinished handle of handles[from...], under one
   // lock; handles.size() when all have finished. Unknown handle: BadArgument.
   size_t first_unfinished(const std::vector<int64_t>& handles, size_t from = 0);
@@ -101,6 +105,7 @@ class HandleTable {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
+  std::atomic<uint64_t> finished_{0};  // bumped by finish_locked, after `done`
   std::vector<State> slots_;
   std::vector<uint32_t> free_;  // slots not in use
   std::unordered_set<std::string> in_flight_;  // names of unfinished handles

@@ -106,7 +106,21 @@ bool Runtime::drive_claimed() const {
 void Runtime::drive(int64_t handle) {
   Backoff backoff;
   bool done = false, left = false;
-  while (!(done = handles_.poll(handle)) && backoff.idle_seconds() < kDriveIdleSeconds) {
+  // Polls the table (a lock) only when some handle has finished since the
+  // last poll: read the count first, so a handle finishing after that is
+  // seen by this poll or moves the count for the next.
+  bool polled = false;
+  uint64_t seen = 0;
+  auto finished = [&] {
+    const uint64_t count = handles_.finished_count();
+    if (!polled || count != seen) {
+      polled = true;
+      seen = count;
+      done = handles_.poll(handle);
+    }
+    return done;
+  };
+  while (!finished() && backoff.idle_seconds() < kDriveIdleSeconds) {
     std::unique_lock<std::mutex> lock(progress_mu_, std::try_to_lock);
     if (lock.owns_lock() && !loop_.finished) {
       bool progress = step();

@@ -15,6 +15,9 @@ namespace ring {
 
 class ByteWriter {
  public:
+  // Room for a typical control message up front: one allocation, not one
+  // per doubling of a growing buffer.
+  ByteWriter() { buf_.reserve(128); }
   void u8(uint8_t v) { buf_.push_back(v); }
   void u32(uint32_t v) { raw(&v, 4); }
   void i64(int64_t v) { raw(&v, 8); }
