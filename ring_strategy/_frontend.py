@@ -64,13 +64,13 @@ def enqueue(
     )
 
 
-def enqueue_now(kind: int, name: str, input: Any, output: Any, dtype_code: int, op: Any, prescale: Any,
-                postscale: Any, process_set: int = 0) -> int:
+def enqueue_reduce(kind: int, name: str, input: Any, output: Any, dtype_code: int, op: Any, prescale: Any,
+                   postscale: Any, process_set: int = 0, wake: bool = False) -> int:
     """:func:`enqueue` of a reduction of host memory shaped as ``input``,
-    with ``wake=False`` and no splits: the synchronous calls' short path
-    (one engine call with few arguments)."""
-    return _runtime().enqueue_now(kind, name, input, output, dtype_code, check_op(op), float(prescale),
-                                  float(postscale), process_set)
+    with no splits: the front ends' short path (one engine call with few
+    arguments); ``wake=False`` for a caller that waits for it at once."""
+    return _runtime().enqueue_reduce(kind, name, input, output, dtype_code, check_op(op), float(prescale),
+                                     float(postscale), process_set, wake)
 
 
 def enqueue_group(

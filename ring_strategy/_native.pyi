@@ -108,7 +108,7 @@ class Runtime:
         stream). ``process_set``
         is the id of a set this rank belongs to (0: every rank); a broadcast's
         root is a global rank of that set."""
-    def enqueue_now(
+    def enqueue_reduce(
         self,
         op: int,
         name: str,
@@ -119,9 +119,10 @@ class Runtime:
         prescale: float,
         postscale: float,
         process_set: int,
+        wake: bool,
     ) -> int:
-        """:meth:`enqueue` with ``wake=False``, the input's shape, no splits
-        and no stream: for a caller that waits for the handle at once."""
+        """:meth:`enqueue` with the input's shape, no splits and no stream
+        (fewer arguments to convert)."""
     def enqueue_group(
         self,
         op: int,

@@ -192,6 +192,10 @@ def allreduce_async(
     process_set: ProcessSet = global_process_set,
 ) -> Handle:
     """Starts reducing ``tensor`` over the ranks of ``process_set``; see :func:`allreduce`."""
+    if process_set is global_process_set and tensor.__class__ is np.ndarray:
+        started = _allreduce_lean(tensor, op, name, prescale_factor, postscale_factor, out, True)
+        if started is not None:
+            return started
     return _allreduce(tensor, op, name, prescale_factor, postscale_factor, True, out, process_set)
 
 
@@ -225,13 +229,14 @@ def _allreduce(
     )
 
 
-def _allreduce_now(arr: np.ndarray, op: int, name: Optional[str], prescale: float, postscale: float,
-                   out: Optional[np.ndarray]) -> Optional[np.ndarray]:
-    """The synchronous allreduce of a numpy array over every rank in the
-    fewest steps (a latency-bound call's time is mostly this front end's):
-    the same checks and result as :func:`_allreduce`'s general path, or None,
-    having queued nothing, for anything that path must look at (a strided
-    or bfloat16 input, an ``out`` that is not a ready numpy array)."""
+def _allreduce_lean(arr: np.ndarray, op: int, name: Optional[str], prescale: float, postscale: float,
+                    out: Optional[np.ndarray], wake: bool) -> Any:
+    """The allreduce of a numpy array over every rank in the fewest steps
+    (a latency-bound call's time is mostly this front end's): the same
+    checks and result as :func:`_allreduce`'s general path, or None, having
+    queued nothing, for anything that path must look at (a strided or
+    bfloat16 input, an ``out`` that is not a ready numpy array). A Handle
+    when ``wake``, else the result, waited for here."""
     code = _DTYPE_CODES.get(arr.dtype)
     if code is None or not arr.flags.c_contiguous:
         return None
@@ -240,8 +245,11 @@ def _allreduce_now(arr: np.ndarray, op: int, name: Optional[str], prescale: floa
     elif not (out.__class__ is np.ndarray and out.shape == arr.shape and out.dtype == arr.dtype
               and out.flags.carray):
         return None
-    h = _frontend.enqueue_now(_native.OP_ALLREDUCE, _handles.auto_name("allreduce", name), arr, out, code, op,
-                              prescale, postscale)
+    h = _frontend.enqueue_reduce(_native.OP_ALLREDUCE, _handles.auto_name("allreduce", name), arr, out, code, op,
+                                 prescale, postscale, wake=wake)
+    if wake:
+        result = out
+        return Handle([h], (arr, out), _handles.outputs_given(lambda _: result))
     _handles.wait_now(h, (arr, out))
     return out
 
@@ -276,7 +284,7 @@ def allreduce(
         The reduced values (``out`` when given), identical on every rank of the set.
     """
     if process_set is global_process_set and tensor.__class__ is np.ndarray:
-        done = _allreduce_now(tensor, op, name, prescale_factor, postscale_factor, out)
+        done = _allreduce_lean(tensor, op, name, prescale_factor, postscale_factor, out, False)
         if done is not None:
             return done
     return _allreduce(tensor, op, name, prescale_factor, postscale_factor, False, out, process_set)

@@ -180,12 +180,12 @@ int64_t enqueue(ring::Runtime& rt, int op, const std::string& name, nb::handle i
                               array_of(output, name, "output", true, true), dtype, shape, splits, device, stream));
 }
 
-// enqueue() of a reduction its caller waits for at once (wake = false),
-// shaped as its input, with no splits and no stream: the synchronous calls'
-// short path, with fewer arguments to convert.
-int64_t enqueue_now(ring::Runtime& rt, int op, const std::string& name, nb::handle input, nb::handle output,
-                    int dtype, int reduce_op, double prescale, double postscale, int32_t process_set) {
-  const SharedFields f{op, reduce_op, 0, prescale, postscale, process_set, false};
+// enqueue() of a reduction shaped as its input, with no splits and no
+// stream: the front ends' short path for host arrays, with fewer arguments
+// to convert (wake = false: its caller waits for it at once).
+int64_t enqueue_reduce(ring::Runtime& rt, int op, const std::string& name, nb::handle input, nb::handle output,
+                       int dtype, int reduce_op, double prescale, double postscale, int32_t process_set, bool wake) {
+  const SharedFields f{op, reduce_op, 0, prescale, postscale, process_set, wake};
   ArrayRef in = *array_of(input, name, "input", false, false);
   std::vector<int64_t> shape = std::move(in.shape);
   return rt.enqueue(make_args(f, name, in, array_of(output, name, "output", true, true), dtype, std::move(shape), {},
@@ -454,8 +454,8 @@ void register_runtime(nb::module_& m) {
       .def("enqueue", &enqueue, "op"_a, "name"_a, "input"_a, "output"_a.none(), "dtype"_a,
            "reduce_op"_a, "root"_a, "prescale"_a, "postscale"_a, "shape"_a, "splits"_a, "wake"_a = true,
            "device"_a = "", "process_set"_a = 0, "stream"_a = 0)
-      .def("enqueue_now", &enqueue_now, "op"_a, "name"_a, "input"_a, "output"_a.none(), "dtype"_a, "reduce_op"_a,
-           "prescale"_a, "postscale"_a, "process_set"_a)
+      .def("enqueue_reduce", &enqueue_reduce, "op"_a, "name"_a, "input"_a, "output"_a.none(), "dtype"_a,
+           "reduce_op"_a, "prescale"_a, "postscale"_a, "process_set"_a, "wake"_a)
       .def("enqueue_group", &enqueue_group, "op"_a, "names"_a, "inputs"_a, "outputs"_a.none(), "dtypes"_a,
            "shapes"_a.none() = nb::none(), "reduce_op"_a = 0, "root"_a = 0, "prescale"_a = 1.0, "postscale"_a = 1.0,
            "wake"_a = true, "process_set"_a = 0, "streams"_a = std::vector<uint64_t>())

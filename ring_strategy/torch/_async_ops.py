@@ -190,8 +190,8 @@ def _allreduce_now(tensor: Any, name: str, buf: torch.Tensor, out: torch.Tensor,
     """:func:`_allreduce_group`'s synchronous call on one CPU tensor
     (``buf``, its contiguous view or copy, reduced into ``out``) in the
     fewest steps: one engine call to queue, one to wait."""
-    h = _frontend.enqueue_now(_frontend.ALLREDUCE, name, _engine_view(buf), _engine_view(out), _DTYPE_CODES[buf.dtype],
-                              op, prescale, postscale, ps)
+    h = _frontend.enqueue_reduce(_frontend.ALLREDUCE, name, _engine_view(buf), _engine_view(out),
+                                 _DTYPE_CODES[buf.dtype], op, prescale, postscale, ps)
     _handles.wait_now(h, (tensor, buf, out))
     if inplace and not _same_memory(tensor, buf):
         with torch.no_grad():

@@ -69,6 +69,8 @@ def bad_arguments():
         lambda: rs.allreduce(x, out=np.zeros(5, np.float32)),
         lambda: rs.allreduce(x, out=np.zeros(4, np.float64)),
         lambda: rs.allreduce(x, out=np.zeros(8, np.float32)[::2]),
+        lambda: rs.allreduce_async(x, out=np.zeros(5, np.float32)),
+        lambda: rs.allreduce_async(x, op=42),
     ]
     for call in checks:
         raises(rs.BadArgumentError, call)
@@ -95,6 +97,9 @@ def bad_arguments():
     # A strided input is reduced from a contiguous copy.
     z = (np.arange(12, dtype=np.float64) + rs.rank())[::2]
     assert np.array_equal(rs.allreduce(z, op=rs.Sum), n * np.arange(0, 12, 2) + n * (n - 1) / 2)
+    assert np.array_equal(rs.synchronize(rs.allreduce_async(z, op=rs.Sum)), n * np.arange(0, 12, 2) + n * (n - 1) / 2)
+    into = np.empty(6)
+    assert rs.synchronize(rs.allreduce_async(np.ascontiguousarray(z), op=rs.Sum, out=into)) is into
 
 
 def deterministic():
