@@ -161,9 +161,9 @@ def _allreduce_group(tensors: Sequence[Any], label: str, name: Optional[str], op
     bufs = [_contiguous(_checked(t)) for t in tensors]
     names = group_names(_handles.auto_name(label, name, ps), len(bufs), grouped)
     outs = bufs if inplace else [torch.empty_like(b) for b in bufs]
-    if not wake and len(bufs) == 1 and not bufs[0].is_cuda:
-        return _allreduce_now(tensors[0], names[0], bufs[0], outs[0], op, prescale_factor, postscale_factor, ps,
-                              inplace, grouped)
+    if len(bufs) == 1 and not bufs[0].is_cuda:
+        return _allreduce_one(tensors[0], names[0], bufs[0], outs[0], op, prescale_factor, postscale_factor, ps,
+                              inplace, grouped, wake)
     ids = _enqueue_group(_frontend.ALLREDUCE, names, bufs, outs, op=op, prescale=prescale_factor,
                          postscale=postscale_factor, process_set=ps, wake=wake)
 
@@ -185,19 +185,26 @@ def _allreduce_group(tensors: Sequence[Any], label: str, name: Optional[str], op
     return _handles.register(ids, keep, finish) if wake else _handles.finish_now(ids, keep, finish)
 
 
-def _allreduce_now(tensor: Any, name: str, buf: torch.Tensor, out: torch.Tensor, op: int, prescale: float,
-                   postscale: float, ps: int, inplace: bool, grouped: bool) -> Any:
-    """:func:`_allreduce_group`'s synchronous call on one CPU tensor
-    (``buf``, its contiguous view or copy, reduced into ``out``) in the
-    fewest steps: one engine call to queue, one to wait."""
+def _allreduce_one(tensor: Any, name: str, buf: torch.Tensor, out: torch.Tensor, op: int, prescale: float,
+                   postscale: float, ps: int, inplace: bool, grouped: bool, wake: bool) -> Any:
+    """:func:`_allreduce_group` of one CPU tensor (``buf``, its contiguous
+    view or copy, reduced into ``out``) in the fewest steps: one engine
+    call with few arguments to queue; with ``wake=False`` one to wait."""
     h = _frontend.enqueue_reduce(_frontend.ALLREDUCE, name, _engine_view(buf), _engine_view(out),
-                                 _DTYPE_CODES[buf.dtype], op, prescale, postscale, ps)
-    _handles.wait_now(h, (tensor, buf, out))
-    if inplace and not _same_memory(tensor, buf):
-        with torch.no_grad():
-            tensor.copy_(buf)
-    res = tensor if inplace else out
-    return [res] if grouped else res
+                                 _DTYPE_CODES[buf.dtype], op, prescale, postscale, ps, wake)
+    keep = (tensor, buf, out)
+
+    def finish(_results: Any = None) -> Any:
+        if inplace and not _same_memory(tensor, buf):
+            with torch.no_grad():
+                tensor.copy_(buf)
+        res = tensor if inplace else out
+        return [res] if grouped else res
+
+    if wake:
+        return _handles.register([h], keep, _handles.outputs_given(finish))
+    _handles.wait_now(h, keep)
+    return finish()
 
 
 def allreduce_sync(tensor: torch.Tensor, name: Optional[str], op: int, prescale_factor: float,

@@ -38,6 +38,11 @@ def engine(monkeypatch):
         calls[hid] = dict(kind=kind, name=name, inp=inp, out=out, dtype_code=dtype_code, shape=list(shape), **kw)
         return hid
 
+    def enqueue_reduce(kind, name, inp, out, dtype_code, op, prescale, postscale, process_set=0, wake=False):
+        shape = _tensor_at(inp, dtype_code).shape
+        return enqueue(kind, name, inp, out, dtype_code, shape, op=op, prescale=prescale, postscale=postscale,
+                       process_set=process_set, wake=wake)
+
     def enqueue_group(kind, names, inputs, outputs, dtype_codes, **kw):
         outputs = outputs or [None] * len(names)
         return [enqueue(kind, nm, i, o, c, _tensor_at(i, c).shape, **kw)
@@ -51,6 +56,7 @@ def engine(monkeypatch):
 
     monkeypatch.setattr(_frontend, "enqueue", enqueue)
     monkeypatch.setattr(_frontend, "enqueue_group", enqueue_group)
+    monkeypatch.setattr(_frontend, "enqueue_reduce", enqueue_reduce)
     monkeypatch.setattr(_frontend, "wait_all", lambda hids, results=True: [wait(h) for h in hids])
     monkeypatch.setattr(_frontend, "poll", lambda hid: True)
     ring_strategy.init()
