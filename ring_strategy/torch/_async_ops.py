@@ -62,6 +62,12 @@ def _checked(tensor: Any, what: str = "tensor") -> torch.Tensor:
 
 
 def _contiguous(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` itself when the engine can read its values from its
+    memory as they lie, else a contiguous copy of them: for a strided view,
+    and for a view whose negation torch applies lazily (the negative bit),
+    whose memory holds the values negated."""
+    if tensor.is_neg():
+        tensor = tensor.resolve_neg()
     return tensor if tensor.is_contiguous() else tensor.contiguous()
 
 

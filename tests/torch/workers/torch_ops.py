@@ -95,6 +95,12 @@ def allreduce():
     equal(hvd.allreduce(torch.zeros(0, 3)), torch.zeros(0, 3), "empty")
     w = torch.ones(3, requires_grad=True)
     equal(hvd.synchronize(hvd.allreduce_async(w, op=hvd.Sum)), torch.full((3,), float(N)), "requires_grad")
+    # A view whose negation torch applies lazily holds -values in memory: the
+    # engine must reduce the values (the negative bit is resolved first).
+    neg = torch._neg_view(torch.ones(3))
+    equal(hvd.allreduce(neg, op=hvd.Sum), torch.full((3,), -float(N)), "negative view")
+    hvd.allreduce_(neg, op=hvd.Sum)
+    equal(neg.resolve_neg(), torch.full((3,), -float(N)), "negative view in place")
 
 
 def grouped_allreduce():
