@@ -167,50 +167,33 @@ def _allreduce_group(tensors: Sequence[Any], label: str, name: Optional[str], op
     bufs = [_contiguous(_checked(t)) for t in tensors]
     names = group_names(_handles.auto_name(label, name, ps), len(bufs), grouped)
     outs = bufs if inplace else [torch.empty_like(b) for b in bufs]
-    if len(bufs) == 1 and not bufs[0].is_cuda:
-        return _allreduce_one(tensors[0], names[0], bufs[0], outs[0], op, prescale_factor, postscale_factor, ps,
-                              inplace, grouped, wake)
-    ids = _enqueue_group(_frontend.ALLREDUCE, names, bufs, outs, op=op, prescale=prescale_factor,
-                         postscale=postscale_factor, process_set=ps, wake=wake)
+    one_cpu_tensor = len(bufs) == 1 and not bufs[0].is_cuda
+    if one_cpu_tensor:  # one engine call with few arguments
+        ids = [_frontend.enqueue_reduce(_frontend.ALLREDUCE, names[0], _engine_view(bufs[0]), _engine_view(outs[0]),
+                                        _DTYPE_CODES[bufs[0].dtype], op, prescale_factor, postscale_factor, ps, wake)]
+    else:
+        ids = _enqueue_group(_frontend.ALLREDUCE, names, bufs, outs, op=op, prescale=prescale_factor,
+                             postscale=postscale_factor, process_set=ps, wake=wake)
 
-    copies = [(t, b) for t, b in zip(tensors, bufs) if inplace and not _same_memory(t, b)]
+    copies = [(t, b) for t, b in zip(tensors, bufs) if not _same_memory(t, b)] if inplace else ()
 
-    def finish(_results: list) -> Any:
+    def finish(_results: Any) -> Any:
         if copies:
             with torch.no_grad():
                 for t, b in copies:
                     t.copy_(b)
-        if inplace:
-            res = list(tensors)
-        else:
-            res = outs
-        return res if grouped else res[0]
+        if not grouped:
+            return tensors[0] if inplace else outs[0]
+        return list(tensors) if inplace else outs
 
     keep = (tuple(tensors), tuple(bufs), tuple(outs))
     _handles.outputs_given(finish)
-    return _handles.register(ids, keep, finish) if wake else _handles.finish_now(ids, keep, finish)
-
-
-def _allreduce_one(tensor: Any, name: str, buf: torch.Tensor, out: torch.Tensor, op: int, prescale: float,
-                   postscale: float, ps: int, inplace: bool, grouped: bool, wake: bool) -> Any:
-    """:func:`_allreduce_group` of one CPU tensor (``buf``, its contiguous
-    view or copy, reduced into ``out``) in the fewest steps: one engine
-    call with few arguments to queue; with ``wake=False`` one to wait."""
-    h = _frontend.enqueue_reduce(_frontend.ALLREDUCE, name, _engine_view(buf), _engine_view(out),
-                                 _DTYPE_CODES[buf.dtype], op, prescale, postscale, ps, wake)
-    keep = (tensor, buf, out)
-
-    def finish(_results: Any = None) -> Any:
-        if inplace and not _same_memory(tensor, buf):
-            with torch.no_grad():
-                tensor.copy_(buf)
-        res = tensor if inplace else out
-        return [res] if grouped else res
-
     if wake:
-        return _handles.register([h], keep, _handles.outputs_given(finish))
-    _handles.wait_now(h, keep)
-    return finish()
+        return _handles.register(ids, keep, finish)
+    if one_cpu_tensor:  # one engine call to wait
+        _handles.wait_now(ids[0], keep)
+        return finish(None)
+    return _handles.finish_now(ids, keep, finish)
 
 
 def allreduce_sync(tensor: torch.Tensor, name: Optional[str], op: int, prescale_factor: float,
