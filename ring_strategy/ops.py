@@ -199,10 +199,17 @@ def allreduce_async(
     return _allreduce(tensor, op, name, prescale_factor, postscale_factor, True, out, process_set)
 
 
+def _out_ready(out: Any, arr: np.ndarray) -> bool:
+    """True when ``out`` is a numpy array that takes a result shaped like
+    ``arr`` as it is (carray: C-contiguous, aligned, writeable): the
+    common case, in one test."""
+    return out.__class__ is np.ndarray and out.shape == arr.shape and out.dtype == arr.dtype and out.flags.carray
+
+
 def _check_out(out: Any, arr: np.ndarray) -> np.ndarray:
     """``out`` if it can receive a result shaped like ``arr``, else BadArgumentError."""
-    if out.__class__ is np.ndarray and out.shape == arr.shape and out.dtype == arr.dtype and out.flags.carray:
-        return out  # the common case in one test (carray: C-contiguous, aligned, writeable)
+    if _out_ready(out, arr):
+        return out
     if not isinstance(arr, np.ndarray):  # a GPU input: out is an array of the same kind
         if type(out) is not type(arr) or out.shape != arr.shape or out.dtype != arr.dtype:
             raise BadArgumentError(f"out should be a {type(arr).__name__} of shape {arr.shape} and dtype "
@@ -242,14 +249,12 @@ def _allreduce_lean(arr: np.ndarray, op: int, name: Optional[str], prescale: flo
         return None
     if out is None:
         out = np.empty(arr.shape, arr.dtype)
-    elif not (out.__class__ is np.ndarray and out.shape == arr.shape and out.dtype == arr.dtype
-              and out.flags.carray):
+    elif not _out_ready(out, arr):
         return None
     h = _frontend.enqueue_reduce(_native.OP_ALLREDUCE, _handles.auto_name("allreduce", name), arr, out, code, op,
                                  prescale, postscale, wake=wake)
     if wake:
-        result = out
-        return Handle([h], (arr, out), _handles.outputs_given(lambda _: result))
+        return Handle([h], (arr, out), _handles.outputs_given(lambda _: out))
     _handles.wait_now(h, (arr, out))
     return out
 

@@ -114,8 +114,7 @@ bool Runtime::coordinator_step() {
   s.stalls->inspect(coord, s.now);
   progress |= emit_responses(coord);
   if (s.finished) return true;  // the list ended the job
-  if (!progress && std::chrono::duration<double>(s.now - s.last_check).count() > kIdleLivenessSeconds) {
-    s.last_check = s.now;
+  if (liveness_due(progress)) {
     for (int w = 1; w < opts_.size; ++w) control_->check_alive(w);
     s.heartbeats->check();
   }

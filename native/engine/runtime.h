@@ -180,6 +180,10 @@ class Runtime {
   // moved something. Errors end the job: stop() and loop_.finished.
   bool step();
   bool coordinator_step();
+  // True when a step that moved nothing should check its peers' liveness
+  // (kIdleLivenessSeconds since the last check, as of loop_.now), and the
+  // count starts again.
+  bool liveness_due(bool progress);
   // Creates the coordinator and what drives it (first coordinator_step).
   void start_coordinator();
   // Rank 0's own new entries and shutdown, and the workers' RequestLists,

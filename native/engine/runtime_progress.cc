@@ -176,6 +176,13 @@ bool Runtime::step() {
   return true;
 }
 
+bool Runtime::liveness_due(bool progress) {
+  LoopState& s = loop_;
+  if (progress || std::chrono::duration<double>(s.now - s.last_check).count() <= kIdleLivenessSeconds) return false;
+  s.last_check = s.now;
+  return true;
+}
+
 void Runtime::end(ErrorKind kind, const std::string& reason, bool from_peer, bool quiet) {
   loop_.finished = true;
   std::string why = reason;

@@ -4,7 +4,6 @@
 // collective; executes every ResponseList that arrives, in order.
 #include "common/error.h"
 #include "engine/runtime.h"
-#include "transport/waiter.h"
 
 namespace ring {
 namespace {
@@ -67,8 +66,7 @@ bool Runtime::worker_step() {
     s.shutdown_sent |= want_shutdown;
     progress = true;
   }
-  if (!progress && std::chrono::duration<double>(s.now - s.last_check).count() > kIdleLivenessSeconds) {
-    s.last_check = s.now;
+  if (liveness_due(progress)) {
     control_->check_alive(0);
     s.heartbeats->check();
   }

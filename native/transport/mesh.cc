@@ -226,10 +226,15 @@ class Mesh::Transfer {
   size_t carry_len_ = 0;
 };
 
+void Mesh::rethrow_naming(int peer, const RingError& e) const {
+  if (e.kind() == ErrorKind::PeerFailure) throw RingError(e.kind(), "lost " + peer_names_[peer] + ": " + e.what());
+  throw e;
+}
+
 void Mesh::check_pair(int to, size_t slen, int from, size_t rlen, size_t granule) const {
   for (int peer : {slen ? to : -1, rlen ? from : -1}) {
     if (peer == -1) continue;
-    if (peer < 0 || peer >= size_ || peer == rank_ || !channels_[peer])
+    if (!has_channel(peer))
       throw_error(ErrorKind::Internal, "Mesh: no channel from rank " + std::to_string(rank_) + " to rank " +
                                            std::to_string(peer));
   }
@@ -275,8 +280,7 @@ void Mesh::sendrecv_sink(int to, std::vector<Piece> pieces, int from, size_t rle
       wait_for_progress(t, to, from, backoff, last_liveness, peer);
     }
   } catch (const RingError& e) {
-    if (peer >= 0 && e.kind() == ErrorKind::PeerFailure)
-      throw RingError(e.kind(), "lost " + peer_names_[peer] + ": " + e.what());
+    if (peer >= 0) rethrow_naming(peer, e);
     throw;
   }
 }
@@ -356,15 +360,14 @@ void Mesh::send_msg(int to, const std::vector<uint8_t>& msg) {
   uint8_t header[8];
   little_endian_u64(msg.size(), header);
   size_t taken = 0;  // bytes of header + msg the channel took at once
-  if (msg.size() < kAlignFrom && to >= 0 && to < size_ && to != rank_ && channels_[to] && !aborted()) {
+  if (msg.size() < kAlignFrom && has_channel(to) && !aborted()) {
     // The usual control message: header and body in one write, no transfer
     // loop (neither is long enough to be padded, on either side).
     const Piece pieces[2] = {{header, 8}, {msg.data(), msg.size()}};
     try {
       taken = channels_[to]->try_write_pieces(pieces, msg.empty() ? 1 : 2);
     } catch (const RingError& e) {
-      if (e.kind() == ErrorKind::PeerFailure) throw RingError(e.kind(), "lost " + peer_names_[to] + ": " + e.what());
-      throw;
+      rethrow_naming(to, e);
     }
     channels_[to]->stream_out += taken;
   }
@@ -395,7 +398,7 @@ bool Mesh::post_msg(int to, const std::vector<uint8_t>& msg, double patience_s) 
 }
 
 std::vector<uint8_t> Mesh::recv_msg(int from, size_t max_len) {
-  if (from >= 0 && from < size_ && from != rank_ && channels_[from] && !aborted()) {
+  if (has_channel(from) && !aborted()) {
     // The usual control message, already whole in the channel: read it in
     // place, no transfer loop (too short to be padded).
     Channel& c = *channels_[from];
@@ -403,8 +406,7 @@ std::vector<uint8_t> Mesh::recv_msg(int from, size_t max_len) {
     try {
       span = c.peek(8 + kAlignFrom);
     } catch (const RingError& e) {
-      if (e.kind() == ErrorKind::PeerFailure) throw RingError(e.kind(), "lost " + peer_names_[from] + ": " + e.what());
-      throw;
+      rethrow_naming(from, e);
     }
     const uint64_t len = span.second >= 8 ? read_u64(span.first) : kAlignFrom;
     if (len < kAlignFrom && len <= max_len && span.second >= 8 + len) {

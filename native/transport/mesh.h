@@ -26,6 +26,7 @@
 namespace ring {
 
 class Backoff;
+class RingError;
 struct Doorbell;
 
 class Mesh {
@@ -130,6 +131,11 @@ class Mesh {
   // Throws RingError(Internal) unless the peers that move bytes have channels
   // and the granule is 1..16.
   void check_pair(int to, size_t slen, int from, size_t rlen, size_t granule) const;
+  // Whether `peer` is another rank of this mesh with a channel.
+  bool has_channel(int peer) const { return peer >= 0 && peer < size_ && peer != rank_ && channels_[peer]; }
+  // Rethrows `e`, a PeerFailure as "lost <peer's name>: ..." (what a channel
+  // of `peer` threw).
+  [[noreturn]] void rethrow_naming(int peer, const RingError& e) const;
   // After an iteration of `t` that moved nothing: checks the peers are alive
   // (every kLivenessCheckSeconds), throws Timeout after timeout() without
   // progress, else waits a little (poll() when only sockets are involved).

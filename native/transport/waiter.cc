@@ -64,6 +64,7 @@ std::string affinity_mask() {
 
 double cpus_of_rank(const std::string& mine, const std::vector<std::string>& local) {
   const int ranks = std::max<int>(1, static_cast<int>(local.size()));
+  if (mine.empty()) return cpus_per_rank(ranks);
   std::vector<int> users;  // per CPU: how many local ranks may run on it
   for (const std::string& mask : local) {
     if (mask.empty()) return cpus_per_rank(ranks);
@@ -79,7 +80,7 @@ double cpus_of_rank(const std::string& mine, const std::vector<std::string>& loc
     disjoint &= users[c] <= 1;
     own += c < me.size() && me[c];
   }
-  if (mine.empty() || covered == 0) return cpus_per_rank(ranks);
+  if (covered == 0) return cpus_per_rank(ranks);
   return disjoint ? static_cast<double>(own) : static_cast<double>(covered) / ranks;
 }
 

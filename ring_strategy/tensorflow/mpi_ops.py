@@ -82,19 +82,15 @@ def _tensor(x: Any, what: str = "tensor") -> tf.Tensor:
         raise BadArgumentError(f"{what} should be a tf.Tensor. Got: {type(x).__name__}") from e
 
 
+# _recording(): whether a gradient tape (or forward accumulator) may record
+# an eager operation now; True where TensorFlow cannot say. Without one an
+# eager allreduce skips ``tf.custom_gradient``, which costs tens of
+# microseconds a call (its decorator is built per call).
 try:
-    from tensorflow.python.eager.record import could_possibly_record as _could_record
+    from tensorflow.python.eager.record import could_possibly_record as _recording
 except ImportError:  # pragma: no cover - TensorFlow moved it: assume a tape may record
-    def _could_record() -> bool:
+    def _recording() -> bool:
         return True
-
-
-def _recording() -> bool:
-    """Whether a gradient tape (or forward accumulator) may record an eager
-    operation now; True where TensorFlow cannot say. Without one an eager
-    allreduce skips ``tf.custom_gradient``, which costs tens of
-    microseconds a call (its decorator is built per call)."""
-    return bool(_could_record())
 
 
 # ---------------------------------------------------------------- allreduce
