@@ -93,7 +93,7 @@ $(PY_BUILD)/build.ninja: $(VENV)/.deps-stamp
 	  -DCMAKE_LIBRARY_OUTPUT_DIRECTORY=$(CURDIR)/ring_strategy
 
 build: $(VENV)/.editable-stamp $(PY_BUILD)/build.ninja
-	cmake --build $(PY_BUILD) --target _native
+	cmake --build $(PY_BUILD) --target _native ring_tf_ops
 
 # ---------------------------------------------------------------- tests
 # tests/cluster runs real mpirun jobs; tests/multihost builds hosts from network

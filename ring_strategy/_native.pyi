@@ -53,6 +53,10 @@ def allreduce_algorithm(mode: str, size: int, one_host: bool, batch: int) -> str
 def gpu_info(nccl_wheel_paths: Sequence[str]) -> Dict[str, Any]: ...
 
 MIN_NCCL_VERSION: int
+def engine_api_address() -> int:
+    """The address of the engine's C interface (native/frameworks/engine_api.h),
+    handed to framework operation libraries built outside this module."""
+def engine_api_version() -> int: ...
 def shm_segment_names(job_id: str, rank: int) -> list[str]:
     """Every POSIX shared-memory name (as given to shm_open, with its leading
     '/') that rank ``rank`` of job ``job_id`` may create, data mesh first

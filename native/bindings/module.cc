@@ -22,7 +22,9 @@
 #include "common/types.h"
 #include "engine/config.h"
 #include "engine/mesh_names.h"
+#include "engine/published.h"
 #include "engine/runtime.h"
+#include "frameworks/engine_calls.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -369,6 +371,11 @@ void register_rules(nb::module_& m) {
       "mode"_a, "size"_a, "one_host"_a, "batch"_a,
       "The flat allreduce the engine runs for a batch of `batch` bytes on `size` ranks (all on one host or "
       "not), as its timeline phase name (RING_ALLREDUCE, ...).");
+  m.def(
+      "engine_api_address", [] { return reinterpret_cast<uintptr_t>(ring::engine_api()); },
+      "The address of the engine's C interface (native/frameworks/engine_api.h), handed to framework operation "
+      "libraries built outside this module.");
+  m.def("engine_api_version", [] { return RING_ENGINE_API_VERSION; });
   m.def("shm_segment_names", &ring::shm_segment_names, "job_id"_a, "rank"_a);
   m.def("cpus_per_rank", &ring::cpus_per_rank, "local_size"_a,
         "The CPUs this process may run on, divided by the ranks of its host (what decides whether the "
@@ -449,7 +456,13 @@ void register_runtime(nb::module_& m) {
            "advertise_host"_a = "127.0.0.1")
       .def("local_endpoint", &ring::Runtime::local_endpoint)
       .def("connect", &ring::Runtime::connect, "endpoints"_a, nb::call_guard<nb::gil_scoped_release>())
-      .def("start", &ring::Runtime::start)
+      .def(
+          "start",
+          [](ring::Runtime& rt) {
+            rt.start();
+            ring::publish_runtime(&rt);  // framework operations reach it from here on
+          },
+          "Starts the background thread and publishes this runtime to framework operations.")
       .def("cpus_per_rank", &ring::Runtime::cpus_per_rank)
       .def("enqueue", &enqueue, "op"_a, "name"_a, "input"_a, "output"_a.none(), "dtype"_a,
            "reduce_op"_a, "root"_a, "prescale"_a, "postscale"_a, "shape"_a, "splits"_a, "wake"_a = true,
@@ -467,7 +480,13 @@ void register_runtime(nb::module_& m) {
       .def("release", &release, "handle"_a)
       .def("wait_release", &wait_release, "handle"_a, "results"_a = true)
       .def("wait_interruptibly", &wait_interruptibly, "handle"_a)
-      .def("shutdown", &ring::Runtime::shutdown, nb::call_guard<nb::gil_scoped_release>())
+      .def(
+          "shutdown",
+          [](ring::Runtime& rt) {
+            ring::withdraw_runtime(&rt);
+            rt.shutdown();
+          },
+          nb::call_guard<nb::gil_scoped_release>())
       .def("start_timeline", &ring::Runtime::start_timeline, "path"_a, "mark_cycles"_a = false)
       .def("stop_timeline", &ring::Runtime::stop_timeline)
       .def("running", &ring::Runtime::running)

@@ -10,6 +10,10 @@
 
 namespace ring {
 
+// The collective an operation runs.
+enum class OpType : uint8_t { Allreduce = 0, Allgather, Broadcast, Alltoall, Reducescatter, Barrier, Join };
+constexpr int kNumOpTypes = static_cast<int>(OpType::Join) + 1;
+
 enum class DataType : uint8_t {
   UInt8 = 0,
   Int8 = 1,

@@ -57,13 +57,44 @@ void HandleTable::remove(State& s) {
   s.live = s.done = s.failed = false;
   s.message.clear();
   s.result = OpResult{};
+  s.callback = nullptr;
   free_.push_back(static_cast<uint32_t>(&s - slots_.data()));
 }
 
 void HandleTable::finish_locked(State& s) {
   s.done = true;
   in_flight_.erase(s.name);
+  if (s.callback) {
+    due_.push_back(std::move(s.callback));
+    s.callback = nullptr;
+    any_due_.store(true, std::memory_order_relaxed);
+  }
   finished_.fetch_add(1, std::memory_order_release);
+}
+
+void HandleTable::run_callbacks() {
+  if (!any_due_.load(std::memory_order_relaxed)) return;
+  std::vector<std::function<void()>> due;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    due.swap(due_);
+    any_due_.store(false, std::memory_order_relaxed);
+  }
+  for (auto& fn : due) fn();
+}
+
+void HandleTable::on_finish(int64_t handle, std::function<void()> fn) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    State& s = find(handle);
+    if (s.callback)
+      throw_error(ErrorKind::BadArgument, "handle " + std::to_string(handle) + " already has a callback");
+    if (!s.done) {
+      s.callback = std::move(fn);
+      return;
+    }
+  }
+  fn();
 }
 
 void HandleTable::complete_locked(int64_t handle, OpResult& result) {
@@ -79,6 +110,7 @@ void HandleTable::complete(int64_t handle, OpResult result) {
     complete_locked(handle, result);
   }
   cv_.notify_all();
+  run_callbacks();
 }
 
 void HandleTable::complete_all(const std::vector<int64_t>& handles, std::vector<OpResult>& results) {
@@ -87,9 +119,10 @@ void HandleTable::complete_all(const std::vector<int64_t>& handles, std::vector<
     for (size_t i = 0; i < handles.size(); ++i) complete_locked(handles[i], results[i]);
   }
   cv_.notify_all();
+  run_callbacks();
 }
 
-void HandleTable::fail(int64_t handle, ErrorKind kind, const std::string& message) {
+void HandleTable::fail(int64_t handle, ErrorKind kind, const std::string& message, bool callbacks) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     State* s = lookup(handle);
@@ -100,9 +133,10 @@ void HandleTable::fail(int64_t handle, ErrorKind kind, const std::string& messag
     s->message = message;
   }
   cv_.notify_all();
+  if (callbacks) run_callbacks();
 }
 
-void HandleTable::fail_all(ErrorKind kind, const std::string& message) {
+void HandleTable::fail_all(ErrorKind kind, const std::string& message, bool callbacks) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (State& s : slots_) {
@@ -114,6 +148,7 @@ void HandleTable::fail_all(ErrorKind kind, const std::string& message) {
     }
   }
   cv_.notify_all();
+  if (callbacks) run_callbacks();
 }
 
 bool HandleTable::poll(int64_t handle) {

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -54,9 +55,15 @@ class HandleTable {
   // complete() of handles[i] with results[i] (moved from), under one lock
   // and with one wake-up of the waiters.
   void complete_all(const std::vector<int64_t>& handles, std::vector<OpResult>& results);
-  void fail(int64_t handle, ErrorKind kind, const std::string& message);
+  // fail() and fail_all() with `callbacks` false leave the callbacks they
+  // make due to a later run_callbacks() (a caller holding a lock a
+  // callback may need).
+  void fail(int64_t handle, ErrorKind kind, const std::string& message, bool callbacks = true);
   // Fails every unfinished handle (lost peer, shutdown).
-  void fail_all(ErrorKind kind, const std::string& message);
+  void fail_all(ErrorKind kind, const std::string& message, bool callbacks = true);
+  // Runs the on_finish callbacks of finished handles not run yet (the
+  // caller holds no lock a callback may take).
+  void run_callbacks();
 
   // True when finished (successfully or not). Unknown handle: BadArgument.
   bool poll(int64_t handle);
@@ -80,6 +87,12 @@ class HandleTable {
   // Forgets a handle whatever its state (an enqueue that was rejected),
   // freeing its name.
   void discard(int64_t handle);
+  // Calls `fn` once `handle` has finished (completed or failed): at once,
+  // on this thread, when it already has; otherwise on the thread that
+  // finishes it, after the table's lock is released (so `fn` may release
+  // the handle). One callback per handle; BadArgument for an unknown
+  // handle or a second callback. Callbacks never run under the lock.
+  void on_finish(int64_t handle, std::function<void()> fn);
 
  private:
   struct State {
@@ -91,6 +104,7 @@ class HandleTable {
     std::string message;
     OpResult result;
     std::string name;
+    std::function<void()> callback;  // on_finish's, until it is due
   };
   // The live state of `handle`, or null.
   State* lookup(int64_t handle);
@@ -100,7 +114,8 @@ class HandleTable {
   void remove(State& s);
   // complete() of one handle (result moved from); the caller holds mu_.
   void complete_locked(int64_t handle, OpResult& result);
-  // Marks `s` finished and frees its name; the caller holds mu_.
+  // Marks `s` finished and frees its name, moving its callback to due_;
+  // the caller holds mu_.
   void finish_locked(State& s);
 
   mutable std::mutex mu_;
@@ -109,6 +124,8 @@ class HandleTable {
   std::vector<State> slots_;
   std::vector<uint32_t> free_;  // slots not in use
   std::unordered_set<std::string> in_flight_;  // names of unfinished handles
+  std::vector<std::function<void()>> due_;  // callbacks of finished handles, not run yet
+  std::atomic<bool> any_due_{false};  // due_ is not empty (read without the lock)
 };
 
 }  // namespace ring

@@ -19,8 +19,7 @@
 
 namespace ring {
 
-enum class OpType : uint8_t { Allreduce = 0, Allgather, Broadcast, Alltoall, Reducescatter, Barrier, Join };
-constexpr int kNumOpTypes = static_cast<int>(OpType::Join) + 1;
+// OpType lives in common/types.h (framework kernels use its codes).
 const char* op_type_name(OpType t);
 
 // What one rank asks for one named tensor. Each field is also declared in

@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "engine/backends/cpu_ring.h"
 #include "engine/mesh_names.h"
+#include "engine/published.h"
 #include "gpu/cuda_driver.h"
 #include "gpu/host_staged.h"
 #include "gpu/nccl_backend.h"
@@ -54,6 +55,7 @@ Runtime::Runtime(RuntimeOptions opts)
 }
 
 Runtime::~Runtime() {
+  withdraw_runtime(this);
   try {
     shutdown();
   } catch (...) {
@@ -333,6 +335,11 @@ std::vector<int64_t> Runtime::enqueue_group(std::vector<EnqueueArgs> group) {
 OpResult Runtime::release(int64_t handle) { return handles_.release(handle); }
 
 void Runtime::stop(ErrorKind kind, const std::string& reason, bool quiet) {
+  stop_locked(kind, reason, quiet);
+  handles_.run_callbacks();  // outside state_mu_: a callback may queue again (and be refused)
+}
+
+void Runtime::stop_locked(ErrorKind kind, const std::string& reason, bool quiet) {
   std::lock_guard<std::mutex> lock(state_mu_);
   if (state_ == State::Stopped) return;
   state_ = State::Stopped;
@@ -345,9 +352,9 @@ void Runtime::stop(ErrorKind kind, const std::string& reason, bool quiet) {
   // as one refused after the stop does.
   for (const Entry& e : queue_.take_all()) {
     if (reason.find("'" + e.req.name + "'") != std::string::npos) continue;
-    handles_.fail(e.handle, kind, not_started(reason, e.req));
+    handles_.fail(e.handle, kind, not_started(reason, e.req), false);
   }
-  handles_.fail_all(kind, reason);
+  handles_.fail_all(kind, reason, false);
   // A failed job: GPU work waiting for a lost peer must not hold the
   // engine (a normal shutdown lets work in flight finish instead).
   if (kind != ErrorKind::Shutdown && executor_) executor_->abort();

@@ -103,6 +103,13 @@ class Runtime {
   // when any member asks for it (EnqueueArgs::wake).
   std::vector<int64_t> enqueue_group(std::vector<EnqueueArgs> group);
   bool poll(int64_t handle) { return handles_.poll(handle); }
+  // Calls `fn` once `handle` has finished (HandleTable::on_finish): at once
+  // when it has, else on the thread that finishes it, holding no lock of
+  // the table or of the runtime's state (it may release the handle and
+  // enqueue again), but possibly the progress lock: `fn` must not wait().
+  void on_finish(int64_t handle, std::function<void()> fn) { handles_.on_finish(handle, std::move(fn)); }
+  // The process set `id` (null when none), for queries of its ranks.
+  std::shared_ptr<const ProcessSet> process_set(int32_t id) const { return sets_.find(id); }
   // Blocks until the operation finished (true) or timeout_s passed (false;
   // < 0: no limit). Makes progress itself while it can (drive(), which may
   // run past timeout_s while progress keeps coming).
@@ -227,8 +234,9 @@ class Runtime {
   RequestList request_list(std::vector<Request>& unsent);
   void execute(const ResponseList& list);
   // Fails every unfinished operation; logs an error unless `quiet` (or a
-  // plain shutdown).
+  // plain shutdown). The handles' callbacks run after state_mu_ is released.
   void stop(ErrorKind kind, const std::string& reason, bool quiet = false);
+  void stop_locked(ErrorKind kind, const std::string& reason, bool quiet);
 
   RuntimeOptions opts_;
   Config config_;

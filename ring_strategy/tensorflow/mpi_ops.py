@@ -1,12 +1,16 @@
 """Horovod-compatible collectives on TensorFlow tensors.
 
-Every operation works eagerly and inside ``tf.function``. Eagerly, the
-tensor is handed to the engine as a numpy view; in a graph, the operation is
-a stateful ``tf.numpy_function``, so ``tf.function``'s automatic control
-dependencies run the collectives of one function in program order on every
-rank. Graph ops take their default engine name from the graph's unique op
-names (``"tf.allreduce_1"``), which do not depend on how often a function was
-traced. XLA cannot compile these ops: call them outside ``jit_compile=True``.
+Every operation works eagerly, inside ``tf.function`` and in TF1 graphs. By
+default each is one of ring's TensorFlow ops
+(:mod:`ring_strategy.tensorflow.native_ops`): an asynchronous kernel that
+queues into the engine and finishes from its callback. Where the op library
+cannot be built or loaded (or ``RING_NATIVE_OPS=0``), the fallback hands the
+tensors to the engine through host calls: eagerly as numpy views, in a graph
+as stateful ``tf.numpy_function`` calls that ``tf.function``'s automatic
+control dependencies run in program order (XLA cannot compile those). Graph
+ops take their default engine name from the graph's unique op names
+(``"tf.allreduce_1"``), which do not depend on how often a function was
+traced.
 
 Each op has a gradient, as in Horovod: an allreduce's gradient is the same
 allreduce of the incoming gradient, an allgather's the summed gradient's rows
@@ -21,7 +25,6 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
-from ring_strategy import _handles
 from ring_strategy import ops as _np
 from ring_strategy._host_call import in_xla_context, tensorflow_call  # noqa: F401  (in_xla_context re-exported)
 from ring_strategy._rules import (  # noqa: F401  (re-exported, as Horovod's mpi_ops does)
@@ -48,20 +51,14 @@ from ring_strategy.basics import (  # noqa: F401  (re-exported)
 )
 from ring_strategy.exceptions import BadArgumentError
 from ring_strategy.process_sets import ProcessSet, _check_process_set, by_id, global_process_set  # noqa: F401
+from ring_strategy.tensorflow import native_ops as _ops
 from ring_strategy.tensorflow.compression import Compression
+from ring_strategy.tensorflow.native_ops import op_name as _op_name
 
 # AutoGraph must not rewrite these functions when a tf.function calls them:
 # they hold no tensor-dependent Python control flow, and converting them
 # costs a second of tracing per call site.
 _do_not_convert = tf.autograph.experimental.do_not_convert
-
-
-def _op_name(label: str, name: Optional[str], process_set: int = 0) -> str:
-    """``name``, or a generated one counted per label and process set (engine id)."""
-    if name is not None or tf.executing_eagerly():
-        return _handles.auto_name(label, name, process_set)
-    scoped = label if process_set == 0 else f"{label}_set{process_set}"
-    return "tf." + tf.compat.v1.get_default_graph().unique_name(scoped)
 
 
 @_do_not_convert
@@ -102,7 +99,10 @@ def _allreduce(x: tf.Tensor, op: int, prescale: float, postscale: float, name: O
 def _grouped(xs: List[tf.Tensor], op: int, prescale: float, postscale: float, name: Optional[str],
              label: str, process_set: ProcessSet = global_process_set) -> List[tf.Tensor]:
     single = len(xs) == 1
-    names = group_names(_op_name(label, name, _check_process_set(process_set).id), len(xs), not single)
+    place = _check_process_set(process_set)
+    names = group_names(_op_name(label, name, place.id), len(xs), not single)
+    if _ops.library() is not None:
+        return _ops.allreduce(xs, names, op, prescale, postscale, place.id)
 
     def reduce(arrays):
         return _np._allreduce_group(arrays, names, op, prescale, postscale, False, process_set)
@@ -204,6 +204,10 @@ def _allgather_group(xs: List[tf.Tensor], name: Optional[str], label: str, group
     the summed incoming gradient."""
     place = _check_process_set(process_set)
     names = group_names(_op_name(label, name, place.id), len(xs), grouped)
+    if _ops.library() is not None:
+        # a scalar counts as one row, as in the numpy core
+        return [_ops.allgather(tf.reshape(x, [1]) if x.shape.rank == 0 else x, nm, place.id)
+                for x, nm in zip(xs, names)]
 
     def gather(arrays):
         handles = [_np.allgather_async(a, name=nm, process_set=process_set) for a, nm in zip(arrays, names)]
@@ -259,6 +263,8 @@ def broadcast(tensor: Any, root_rank: int, name: Optional[str] = None, ignore_na
     root_rank = check_root(root_rank)
     x = _tensor(tensor)
     name = _op_name("broadcast", name, place.id)
+    if _ops.library() is not None:
+        return _ops.broadcast(x, root_rank, name, place.id)
 
     def bcast(a):
         return [_np.broadcast(a[0], root_rank, name=name, process_set=process_set).reshape(a[0].shape)]
@@ -296,6 +302,8 @@ def alltoall(tensor: Any, splits: Any = None, name: Optional[str] = None, ignore
     x = _tensor(tensor)
     require_rows("alltoall", x.shape.rank)
     name = _op_name("alltoall", name, place.id)
+    if _ops.library() is not None:
+        return _ops.alltoall(x, None if splits is None else tf.convert_to_tensor(splits), name, place.id)
     n = place.size
     out_shape = tf.TensorShape([None]).concatenate(x.shape[1:])
     inputs = [x]
@@ -331,6 +339,8 @@ def _reducescatter_group(xs: List[tf.Tensor], op: int, prescale: float, postscal
         require_rows(label, x.shape.rank)
     place = _check_process_set(process_set)
     names = group_names(_op_name(label, name, place.id), len(xs), grouped)
+    if _ops.library() is not None:
+        return _native_reducescatter(xs, op, prescale, postscale, names, place.id)
     n = place.size
     out_shapes = [tf.TensorShape([None if x.shape[0] is None else reducescatter_rows(x.shape[0], n, place.rank)])
                   .concatenate(x.shape[1:]) for x in xs]
@@ -357,6 +367,18 @@ def _reducescatter_group(xs: List[tf.Tensor], op: int, prescale: float, postscal
         return ys, grad
 
     return list(forward(*xs))
+
+
+def _native_reducescatter(xs: List[tf.Tensor], op: int, prescale: float, postscale: float, names: Sequence[str],
+                          process_set: int) -> List[tf.Tensor]:
+    """Reducescatter through the op library; the scale factors are plain
+    multiplications around it, so their gradients are TensorFlow's own."""
+    ys = []
+    for x, nm in zip(xs, names):
+        scaled = x * tf.cast(prescale, x.dtype) if prescale != 1.0 else x
+        y = _ops.reducescatter(scaled, op, nm, process_set)
+        ys.append(y * tf.cast(postscale, y.dtype) if postscale != 1.0 else y)
+    return ys
 
 
 @_do_not_convert
@@ -390,9 +412,14 @@ def grouped_reducescatter(tensors: Sequence[Any], device_dense: str = "", compre
     return [compression.decompress(o, p[1]) for o, p in zip(outs, pairs)]
 
 
-def barrier(process_set: ProcessSet = global_process_set) -> None:
-    """Returns once every rank of ``process_set`` has called ``barrier()`` (eager only)."""
+def barrier(process_set: ProcessSet = global_process_set) -> Any:
+    """Returns once every rank of ``process_set`` has called ``barrier()``;
+    in a graph (with the op library), the op that waits so when it runs."""
+    place = _check_process_set(process_set)
+    if _ops.library() is not None:
+        return _ops.barrier(_op_name("barrier", None, place.id), place.id)
     _np.barrier(process_set)
+    return None
 
 
 # ---------------------------------------------------------------- join, process queries as ops
@@ -416,6 +443,8 @@ def join() -> tf.Tensor:
     Returns:
         An int32 scalar tensor: the rank that joined last, on every rank.
     """
+    if _ops.library() is not None:
+        return _ops.join()
     return _scalar_op(_np.join, "RingJoin")
 
 
@@ -432,6 +461,8 @@ def size_op(process_set_id: int = 0, name: Optional[str] = None) -> tf.Tensor:
     """An op giving the size of the process set with this id (int32; 0:
     :func:`size`) when it runs."""
     ps = by_id(process_set_id)
+    if _ops.library() is not None:
+        return _ops.query(_ops.QUERY_SET_SIZE, process_set_id, name)
     return _scalar_op(lambda: ps.size(), name or "RingSize")
 
 
@@ -439,19 +470,27 @@ def process_set_included_op(process_set_id: int = 0, name: Optional[str] = None)
     """An op giving 1 when this rank is in the process set with this id, 0
     otherwise (int32), when it runs."""
     ps = by_id(process_set_id)
+    if _ops.library() is not None:
+        return tf.cast(_ops.query(_ops.QUERY_SET_RANK, process_set_id, name) >= 0, tf.int32)
     return _scalar_op(lambda: int(bool(ps.included())), name or "RingProcessSetIncluded")
 
 
 def local_size_op(name: Optional[str] = None) -> tf.Tensor:
     """An op giving :func:`local_size` (int32) when it runs."""
+    if _ops.library() is not None:
+        return _ops.query(_ops.QUERY_LOCAL_SIZE, 0, name)
     return _scalar_op(local_size, name or "RingLocalSize")
 
 
 def rank_op(name: Optional[str] = None) -> tf.Tensor:
     """An op giving :func:`rank` (int32) when it runs."""
+    if _ops.library() is not None:
+        return _ops.query(_ops.QUERY_RANK, 0, name)
     return _scalar_op(rank, name or "RingRank")
 
 
 def local_rank_op(name: Optional[str] = None) -> tf.Tensor:
     """An op giving :func:`local_rank` (int32) when it runs."""
+    if _ops.library() is not None:
+        return _ops.query(_ops.QUERY_LOCAL_RANK, 0, name)
     return _scalar_op(local_rank, name or "RingLocalRank")

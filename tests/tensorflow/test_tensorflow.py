@@ -2,7 +2,9 @@
 
 One ringrun runs every scenario of workers/tf_worker.py in sequence
 (importing TensorFlow is the slow part); each test then checks its
-scenario's "<rank>: <scenario> ok" line on both ranks.
+scenario's "<rank>: <scenario> ok" line on both ranks. The scenarios run
+through the op library ("native") and through the forced host-call
+fallback (RING_NATIVE_OPS=0, "host").
 """
 
 from __future__ import annotations
@@ -22,20 +24,24 @@ SCENARIOS = ["eager_ops", "function_ops", "gradients", "broadcast_helpers", "err
 _runs: dict = {}
 
 
-def _run(run_output, np_: int = 2) -> str:
-    if np_ not in _runs:
+def _run(run_output, path: str = "native") -> str:
+    if path not in _runs:
         env = {k: v for k, v in os.environ.items() if not k.startswith("RING_")}
         env.update(TF_CPP_MIN_LOG_LEVEL="2", OMP_NUM_THREADS="1")
-        _runs[np_] = run_output(np_, [sys.executable, str(WORKER), *SCENARIOS], env=env, timeout=180)
-    return _runs[np_]
+        if path == "host":
+            env["RING_NATIVE_OPS"] = "0"
+        _runs[path] = run_output(2, [sys.executable, str(WORKER), *SCENARIOS], env=env, timeout=180)
+    return _runs[path]
 
 
+@pytest.mark.parametrize("path", ["native", "host"])
 @pytest.mark.parametrize("scenario", SCENARIOS)
-def test_scenario(scenario, run_output):
-    out = _run(run_output)
+def test_scenario(scenario, path, run_output):
+    out = _run(run_output, path)
     assert {"0", "1"} <= set(passed_ranks(out, scenario)), f"{scenario}:\n{out[-8000:]}"
 
 
-def test_exit_code(run_output):
-    out = _run(run_output)
+@pytest.mark.parametrize("path", ["native", "host"])
+def test_exit_code(path, run_output):
+    out = _run(run_output, path)
     assert out.startswith("[ringrun exit code 0]"), out[-8000:]

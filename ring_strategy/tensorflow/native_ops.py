@@ -1,0 +1,187 @@
+"""ring's TensorFlow operations (native/frameworks/tensorflow): thin
+wrappers that call the op library, and the ops' gradients, registered as
+Horovod registers its own.
+
+The kernels queue their tensors into the engine and finish from its
+completion callback, so no TensorFlow thread waits: a TF1 session may run
+any number of collectives in any order, and ``tf.function`` does not chain
+them. Each op takes its engine names as a string input. In eager mode a
+ring error comes back as ring's exception class (the kernels prefix it to
+the message: ``[ring:BadArgumentError] ...``); in a graph TensorFlow
+raises its own error class with the same message.
+
+:func:`library` is None when the library cannot be built or loaded; the
+front end (:mod:`ring_strategy.tensorflow.mpi_ops`) then uses host calls.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Any, Callable, List, Optional, Sequence, Tuple
+
+import tensorflow as tf
+
+from ring_strategy import _handles, _native_ops, exceptions
+from ring_strategy._host_call import XLA_ERROR, in_xla_context
+from ring_strategy._rules import Adasum, Average, Sum, group_names
+
+# RingQuery's codes (native/frameworks/engine_api.h: enum RingQuery).
+QUERY_RANK, QUERY_SIZE, QUERY_LOCAL_RANK, QUERY_LOCAL_SIZE, QUERY_SET_SIZE, QUERY_SET_RANK = range(6)
+_ERROR = re.compile(r"\[ring:(\w+)\] ")
+
+
+def library() -> Any:
+    """The loaded op library, or None (host calls)."""
+    return _native_ops.native("tensorflow")
+
+
+def op_name(label: str, name: Optional[str], process_set: int = 0) -> str:
+    """``name``, or a generated one: counted per label and process set
+    eagerly; in a graph, the graph's unique op name (``"tf.allreduce_1"``),
+    which does not depend on how often a function was traced."""
+    if name is not None or tf.executing_eagerly():
+        return _handles.auto_name(label, name, process_set)
+    scoped = label if process_set == 0 else f"{label}_set{process_set}"
+    return "tf." + tf.compat.v1.get_default_graph().unique_name(scoped)
+
+
+def _ring_errors(fn: Callable) -> Callable:
+    """Eagerly, a TensorFlow error the kernels marked as ring's becomes
+    ring's exception. In a graph XLA will compile, a clear error: the ops
+    have no XLA lowering."""
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        if not tf.executing_eagerly() and in_xla_context():
+            raise RuntimeError(XLA_ERROR)
+        try:
+            return fn(*args, **kwargs)
+        except tf.errors.OpError as e:
+            found = _ERROR.search(e.message or "")
+            cls = getattr(exceptions, found.group(1), None) if found else None
+            if cls is None or not tf.executing_eagerly():
+                raise
+            raise cls(e.message[found.end():].split(" [Op:")[0]) from None
+    return call
+
+
+# ---------------------------------------------------------------- collectives
+@_ring_errors
+def allreduce(xs: Sequence[tf.Tensor], names: Sequence[str], op: int, prescale: float, postscale: float,
+              process_set: int) -> List[tf.Tensor]:
+    """Every tensor of ``xs`` reduced (one op: the engine fuses them)."""
+    lib = library()
+    attrs = dict(reduce_op=op, prescale_factor=prescale, postscale_factor=postscale, process_set_id=process_set)
+    if len(xs) == 1:
+        return [lib.ring_allreduce(xs[0], names[0], **attrs)]
+    return list(lib.ring_grouped_allreduce(list(xs), list(names), **attrs))
+
+
+@_ring_errors
+def allgather(x: tf.Tensor, name: str, process_set: int) -> tf.Tensor:
+    return library().ring_allgather(x, name, process_set_id=process_set)
+
+
+@_ring_errors
+def broadcast(x: tf.Tensor, root: int, name: str, process_set: int) -> tf.Tensor:
+    return library().ring_broadcast(x, name, root_rank=root, process_set_id=process_set)
+
+
+@_ring_errors
+def alltoall(x: tf.Tensor, splits: Optional[tf.Tensor], name: str, process_set: int) -> Tuple[tf.Tensor, tf.Tensor]:
+    """``splits`` None: even blocks (the kernel divides the rows by the set's size)."""
+    s = tf.zeros([0], tf.int64) if splits is None else tf.cast(tf.reshape(splits, [-1]), tf.int64)
+    out = library().ring_alltoall(x, s, name, process_set_id=process_set)
+    return out.received, out.received_splits
+
+
+@_ring_errors
+def reducescatter(x: tf.Tensor, op: int, name: str, process_set: int) -> tf.Tensor:
+    return library().ring_reducescatter(x, name, reduce_op=op, process_set_id=process_set)
+
+
+@_ring_errors
+def join() -> tf.Tensor:
+    return library().ring_join()
+
+
+@_ring_errors
+def barrier(name: str, process_set: int) -> Any:
+    return library().ring_barrier(name, process_set_id=process_set)
+
+
+@_ring_errors
+def query(what: int, process_set: int = 0, name: Optional[str] = None) -> tf.Tensor:
+    return library().ring_query(query=what, process_set_id=process_set, name=name)
+
+
+# ---------------------------------------------------------------- gradients
+def _set(op: Any) -> int:
+    return op.get_attr("process_set_id")
+
+
+def _reduce_grads(op: Any, grads: Sequence[Any], label: str) -> List[Any]:
+    """The gradient of a (grouped) allreduce: the same reduction of the
+    incoming gradients (None for Min, Max and Product, as Horovod)."""
+    reduce_op = op.get_attr("reduce_op")
+    n = len(op.outputs)
+    if reduce_op not in (Sum, Average, Adasum):
+        return [None] * (n + 1)
+    dys = [tf.zeros_like(y) if d is None else tf.convert_to_tensor(d) for d, y in zip(grads, op.outputs)]
+    names = group_names(op_name(label, None, _set(op)), n, n > 1)
+    out = allreduce(dys, names, reduce_op, op.get_attr("prescale_factor"), op.get_attr("postscale_factor"), _set(op))
+    return out + [None]  # the names input has no gradient
+
+
+@tf.RegisterGradient("RingAllreduce")
+def _allreduce_grad(op: Any, grad: Any) -> List[Any]:
+    return _reduce_grads(op, [grad], "allreduce")
+
+
+@tf.RegisterGradient("RingGroupedAllreduce")
+def _grouped_allreduce_grad(op: Any, *grads: Any) -> List[Any]:
+    return _reduce_grads(op, grads, "grouped_allreduce")
+
+
+@tf.RegisterGradient("RingAllgather")
+def _allgather_grad(op: Any, grad: Any) -> List[Any]:
+    """This rank's rows of the summed incoming gradient."""
+    x, ps = op.inputs[0], _set(op)
+    summed = allreduce([tf.convert_to_tensor(grad)], [op_name("allreduce", None, ps)], Sum, 1.0, 1.0, ps)[0]
+    rows = tf.shape(x, out_type=tf.int64)[:1] if x.shape.rank != 0 else tf.constant([1], tf.int64)
+    counts = allgather(rows, op_name("allgather", None, ps), ps)
+    me = query(QUERY_SET_RANK, ps)
+    offset = tf.reduce_sum(counts[:me])
+    return [tf.reshape(summed[offset:offset + counts[me]], tf.shape(x)), None]
+
+
+@tf.RegisterGradient("RingBroadcast")
+def _broadcast_grad(op: Any, grad: Any) -> List[Any]:
+    """The summed incoming gradient on the root, zeros elsewhere."""
+    ps = _set(op)
+    summed = allreduce([tf.convert_to_tensor(grad)], [op_name("allreduce", None, ps)], Sum, 1.0, 1.0, ps)[0]
+    on_root = tf.equal(query(QUERY_RANK), op.get_attr("root_rank"))
+    return [tf.where(on_root, summed, tf.zeros_like(summed)), None]
+
+
+@tf.RegisterGradient("RingAlltoall")
+def _alltoall_grad(op: Any, grad: Any, _received_grad: Any) -> List[Any]:
+    """The reverse alltoall: the received rows go back to where they came from."""
+    ps = _set(op)
+    back, _ = alltoall(tf.convert_to_tensor(grad), op.outputs[1], op_name("alltoall", None, ps), ps)
+    return [back, None, None]
+
+
+@tf.RegisterGradient("RingReducescatter")
+def _reducescatter_grad(op: Any, grad: Any) -> List[Any]:
+    """The allgather of the incoming gradient (divided by the set's size for Average)."""
+    ps = _set(op)
+    gathered = allgather(tf.convert_to_tensor(grad), op_name("allgather", None, ps), ps)
+    if op.get_attr("reduce_op") == Average:
+        gathered = gathered / tf.cast(query(QUERY_SET_SIZE, ps), gathered.dtype)
+    return [gathered, None]
+
+
+tf.no_gradient("RingJoin")
+tf.no_gradient("RingBarrier")
+tf.no_gradient("RingQuery")
