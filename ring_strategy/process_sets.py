@@ -11,11 +11,19 @@ registered on every rank, with the same ranks, before any rank uses it:
   every rank calls them, in the same order, with the same ranks.
 
 The ranks check every registration together: when they disagree (different
-ranks, a set that exists already, removal while operations are in flight),
-every rank raises ``BadArgumentError`` and nothing changes. Each set is its
-own ring in the engine (native/engine/process_sets.h). A broadcast's
-``root_rank`` is a global rank that belongs to the set; results of
-allgather, alltoall and reducescatter are laid out by the set's ranks in
+ranks, a set that exists already, operations of a removed set that never
+finish), every rank raises ``BadArgumentError`` and nothing changes.
+
+Rank 0 negotiates the operations of every set, so its engine must know a set
+from before any rank can submit on it until after every rank is done with
+it. Adding registers the set in each rank's engine before the ranks agree
+(no rank returns before rank 0 has it); removing first waits for this rank's
+own operations of the set, then has the ranks agree, and only then drops the
+set from the engines (no request of it can still reach rank 0).
+
+Each set is its own ring in the engine (native/engine/process_sets.h). A
+broadcast's ``root_rank`` is a global rank that belongs to the set; results
+of allgather, alltoall and reducescatter are laid out by the set's ranks in
 ascending order.
 
 Registrations belong to a world: ``shutdown()`` forgets them and a later
@@ -24,10 +32,11 @@ Registrations belong to a world: ``shutdown()`` forgets them and a later
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence
 
-from ring_strategy import _native
+from ring_strategy import _frontend, _native
 from ring_strategy.basics import _runtime, is_initialized, rank, size
 from ring_strategy.exceptions import BadArgumentError
 
@@ -198,10 +207,14 @@ def _agree(what: str, mine: Any, problem: Optional[str]) -> None:
 
 
 def _register(ps: ProcessSet) -> Optional[str]:
-    """Registers ``ps`` in the engine under the next id; a problem instead."""
+    """Registers ``ps`` in the engine under the next id; a problem instead
+    (never raises for a refusal: the caller still has to join the agreement)."""
     problem = _local_problem(ps.ranks)
     if problem is None:
-        _runtime().add_process_set(_world.next_id, ps.ranks)
+        try:
+            _runtime().add_process_set(_world.next_id, ps.ranks)
+        except BadArgumentError as e:
+            problem = str(e)
     return problem
 
 
@@ -279,32 +292,68 @@ def add_process_set(process_set: Any) -> ProcessSet:
 
 
 def remove_process_set(process_set: ProcessSet) -> bool:
-    """Removes a registered process set on every rank (collective). Returns
-    False when the set is not registered (on every rank alike).
+    """Removes a registered process set on every rank (collective: every
+    rank calls it, in the same order). Returns False when the set is not
+    registered (on every rank alike).
+
+    Blocks, as Horovod's does, until this rank's operations of the set have
+    finished (asynchronous ones too: their handles stay valid for
+    ``synchronize``) and every rank has called it; the set then leaves the
+    engines, with nothing of it queued or in flight anywhere.
 
     Raises:
-        BadArgumentError: for the global set; on every rank when a rank still
-            has operations of the set in flight or the ranks disagree.
+        BadArgumentError: for the global set; on every rank when the ranks
+            disagree, or when some rank's operations of the set did not
+            finish within ``RING_TIMEOUT_SECONDS`` (a member never submitted
+            them): the set then stays registered everywhere.
     """
     if process_set is global_process_set or getattr(process_set, "process_set_id", None) == 0:
         raise BadArgumentError("the global process set cannot be removed")
     _require_dynamic("remove_process_set")
     ps_id = getattr(process_set, "process_set_id", None)
     known = ps_id is not None and _world.sets.get(ps_id) is process_set
-    problem = None
-    if known:
-        try:
-            _runtime().remove_process_set(ps_id)
-        except BadArgumentError as e:
-            problem = str(e)
-    try:
-        _agree("remove_process_set", ps_id if known else None, problem)
-    except BadArgumentError:
-        if known and problem is None:
-            _runtime().add_process_set(ps_id, process_set.ranks)  # this rank had removed it: put it back
-        raise
+    problem = _drain(ps_id, process_set) if known else None
+    _agree("remove_process_set", ps_id if known else None, problem)
     if not known:
         return False
+    _unregister(ps_id)
     del _world.sets[ps_id]
     process_set.process_set_id = None
     return True
+
+
+def _timeout_s() -> float:
+    return float(_runtime().config["timeout_seconds"])
+
+
+def _drain(ps_id: int, ps: ProcessSet) -> Optional[str]:
+    """Waits, at most the job's timeout, until this rank's operations of
+    ``ps`` (engine id ``ps_id``) have finished; what is wrong otherwise.
+    Every rank drains before it agrees, so once all have agreed no rank
+    has a request of the set left for rank 0 to negotiate."""
+    timeout = _timeout_s()
+    left = _frontend.wait_for_set(ps_id, timeout)
+    if not left:
+        return None
+    return (f"{left} operation(s) of {ps!r} still in flight on rank {rank()} after {timeout:g} s "
+            "(RING_TIMEOUT_SECONDS): every member of the set must submit each of them before removing it")
+
+
+def _unregister(ps_id: int) -> None:
+    """Drops set ``ps_id`` from this rank's engine, after every rank agreed. The
+    engine refuses while this rank has operations of the set in flight,
+    which can only be ones :func:`_drain` did not see (queued by a
+    framework's native operation, or by another thread meanwhile): those
+    are waited for too, at most the job's timeout, before this rank alone
+    raises BadArgumentError (the set then stays registered here)."""
+    deadline = time.monotonic() + _timeout_s()
+    pause = 0.001
+    while True:
+        try:
+            _runtime().remove_process_set(ps_id)
+            return
+        except BadArgumentError as e:
+            if time.monotonic() >= deadline:
+                raise BadArgumentError(f"remove_process_set: every rank agreed, but {e}") from None
+        time.sleep(pause)
+        pause = min(2 * pause, 0.05)
