@@ -147,6 +147,22 @@ class _KerasFlattener(Flattener):
         return host_call(fn, flats, label="ring_allreduce_gradients")
 
     @staticmethod
+    def native_group(tensors: List[Any], names: List[str], op: int, prescale: float, postscale: float,
+                     process_set: ProcessSet) -> Optional[List[Any]]:
+        """On TensorFlow and JAX, the gradients go to the engine as they are,
+        through the backend's native operations (when they could be loaded)."""
+        name = backend()
+        if name == "tensorflow":
+            from ring_strategy.tensorflow.native_ops import native_group_allreduce
+
+            return native_group_allreduce(tensors, names, op, prescale, postscale, process_set)
+        if name == "jax":
+            from ring_strategy import jax_ops
+
+            return jax_ops.native_group_allreduce(tensors, names, op, prescale, postscale, process_set)
+        return None
+
+    @staticmethod
     def native_allreduce(flats: List[Any], names: List[str], op: int, prescale: float, postscale: float,
                          process_set: ProcessSet) -> Optional[List[Any]]:
         """On the torch backend, :mod:`ring_strategy.torch` reduces the buffers

@@ -1,8 +1,12 @@
-"""Many tensors allreduced in one host call: flattened into one buffer per
-dtype inside the framework's step (graph, jit or eager), the buffers reduced
-by the engine, the results split back into tensors of the original shapes.
-A framework with a front end of its own for its tensors (torch) hands the
-buffers to that front end instead, wherever they live (a GPU included).
+"""Many tensors allreduced in one step of the framework. Where the
+framework has native ring operations (TensorFlow's op library, JAX's FFI
+handlers), the tensors themselves go to the engine as one group and its
+fusion buffer packs them (:meth:`Flattener.native_group`). Otherwise they
+are flattened into one buffer per dtype inside the framework's step (graph,
+jit or eager), the buffers reduced by the engine in one host call, the
+results split back into tensors of the original shapes. A framework with a
+front end of its own for its tensors (torch) hands the buffers to that
+front end instead, wherever they live (a GPU included).
 TensorFlow's ``DistributedGradientTape`` and Keras' ``DistributedOptimizer``
 reduce their gradients this way.
 
@@ -46,6 +50,14 @@ class Flattener:
         raise NotImplementedError
 
     @staticmethod
+    def native_group(tensors: List[Any], names: List[str], op: int, prescale: float, postscale: float,
+                     process_set: ProcessSet) -> Optional[List[Any]]:
+        """The tensors reduced as they are, ``tensors[i]`` under ``names[i]``,
+        by the framework's native operations; None (the default) when it has
+        none: then they are flattened."""
+        return None
+
+    @staticmethod
     def native_allreduce(flats: List[Any], names: List[str], op: int, prescale: float, postscale: float,
                          process_set: ProcessSet) -> Optional[List[Any]]:
         """The flat buffers reduced by a front end that takes the framework's
@@ -66,13 +78,15 @@ def by_dtype(dtype_names: Sequence[str]) -> Dict[str, List[int]]:
 def fused_allreduce(flattener: type, tensors: Sequence[Any], name: str, op: int,
                     prescale: float = 1.0, postscale: float = 1.0,
                     process_set: ProcessSet = global_process_set) -> List[Any]:
-    """Every tensor reduced over the ranks of ``process_set``, in one host call.
+    """Every tensor reduced over the ranks of ``process_set``, in one
+    operation of the framework's step.
 
     Args:
         flattener: the framework's :class:`Flattener` subclass.
         tensors: dense tensors, the same shapes and dtypes in the same order
             on every rank.
-        name: engine name prefix; the buffer of dtype D is ``"<name>.<D>"``.
+        name: engine name prefix: tensor i is ``"<name>.<i>"`` when reduced
+            natively, the flattened buffer of dtype D ``"<name>.<D>"``.
         op: the engine's reduction op.
         prescale, postscale: multiply the input before and the result after
             the reduction.
@@ -81,6 +95,10 @@ def fused_allreduce(flattener: type, tensors: Sequence[Any], name: str, op: int,
         The reduced tensors, in the order given.
     """
     tensors = list(tensors)
+    whole = flattener.native_group(tensors, [f"{name}.{i}" for i in range(len(tensors))], op, prescale, postscale,
+                                   process_set)
+    if whole is not None:
+        return list(whole)
     groups = by_dtype([flattener.dtype_name(t) for t in tensors])
     flats = [flattener.flatten([tensors[k] for k in idx]) for idx in groups.values()]
     names = [f"{name}.{d}" for d in groups]

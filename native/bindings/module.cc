@@ -25,6 +25,9 @@
 #include "engine/published.h"
 #include "engine/runtime.h"
 #include "frameworks/engine_calls.h"
+#ifdef RING_HAS_XLA_FFI
+#include "frameworks/jax/ffi_handlers.h"
+#endif
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -376,6 +379,19 @@ void register_rules(nb::module_& m) {
       "The address of the engine's C interface (native/frameworks/engine_api.h), handed to framework operation "
       "libraries built outside this module.");
   m.def("engine_api_version", [] { return RING_ENGINE_API_VERSION; });
+#ifdef RING_HAS_XLA_FFI
+  m.attr("HAS_XLA_FFI") = true;
+  m.def(
+      "xla_ffi_handlers",
+      [] {
+        nb::dict d;
+        d["ring_collective"] = nb::capsule(reinterpret_cast<void*>(&RingCollectiveCpu));
+        return d;
+      },
+      "XLA FFI handlers (target name -> PyCapsule) for jax.ffi.register_ffi_target, platform cpu.");
+#else
+  m.attr("HAS_XLA_FFI") = false;
+#endif
   m.def("shm_segment_names", &ring::shm_segment_names, "job_id"_a, "rank"_a);
   m.def("cpus_per_rank", &ring::cpus_per_rank, "local_size"_a,
         "The CPUs this process may run on, divided by the ranks of its host (what decides whether the "

@@ -59,6 +59,9 @@ for name in sys.argv[1:]:
         info = {"version": str(getattr(module, "__version__", "") or "")}
         if name == "keras":
             info["backend"] = module.backend.backend()
+        if name in ("tensorflow", "jax"):  # which way its collectives reach the engine
+            from ring_strategy import _native_ops
+            info["collectives"] = _native_ops.describe(name)
     except BaseException as e:
         info = {"error": f"{type(e).__name__}: {e}".splitlines()[0]}
     print(json.dumps({name: info}), flush=True)
@@ -162,6 +165,8 @@ def _framework_rows(timeout: float) -> List[Row]:
             rows.append(Row(False, name, f"{version}, but the import fails: {info['error']}"))
         elif module == "keras":
             rows.append(Row(True, name, f"{version} (backend: {info.get('backend', 'unknown')})"))
+        elif "collectives" in info:
+            rows.append(Row(True, name, f"{version} (collectives: {info['collectives']})"))
         else:
             rows.append(Row(True, name, version))
     return rows

@@ -12,6 +12,7 @@ from ring_strategy._fused import Flattener, fused_allreduce, reduce_except_local
 from ring_strategy._rules import predivide_scales
 from ring_strategy.exceptions import BadArgumentError
 from ring_strategy.tensorflow.compression import Compression
+from ring_strategy.tensorflow.native_ops import native_group_allreduce
 from ring_strategy.tensorflow.mpi_ops import (
     Adasum,
     Average,
@@ -48,6 +49,11 @@ class _TensorFlowFlattener(Flattener):
     @staticmethod
     def host_call(fn: Any, flats: List[tf.Tensor]) -> List[tf.Tensor]:
         return host_call(fn, flats, [f.dtype for f in flats], [f.shape for f in flats], "RingDistributedGradientTape")
+
+    @staticmethod
+    def native_group(tensors: List[tf.Tensor], names: List[str], op: int, prescale: float, postscale: float,
+                     process_set: ProcessSet) -> Optional[List[tf.Tensor]]:
+        return native_group_allreduce(tensors, names, op, prescale, postscale, process_set)
 
 
 class _DistributedGradientTape(tf.GradientTape):

@@ -77,6 +77,17 @@ def allreduce(xs: Sequence[tf.Tensor], names: Sequence[str], op: int, prescale: 
     return list(lib.ring_grouped_allreduce(list(xs), list(names), **attrs))
 
 
+def native_group_allreduce(tensors: Sequence[Any], names: Sequence[str], op: int, prescale: float,
+                           postscale: float, process_set: Any) -> Optional[List[tf.Tensor]]:
+    """The tensors reduced as one group by the op library, or None without
+    it (:meth:`ring_strategy._fused.Flattener.native_group`)."""
+    if library() is None:
+        return None
+    from ring_strategy.process_sets import _check_process_set
+
+    return allreduce(tensors, names, op, prescale, postscale, _check_process_set(process_set).id)
+
+
 @_ring_errors
 def allgather(x: tf.Tensor, name: str, process_set: int) -> tf.Tensor:
     return library().ring_allgather(x, name, process_set_id=process_set)

@@ -222,7 +222,9 @@ def main(out_dir):
         reductions = sum(1 for e in events if e.get("pid") in rows and e.get("ph") == "B" and e.get("name") == "ALLREDUCE")
         batches = SAMPLES // GLOBAL_BATCH
         expected = batches if keras.backend.backend() == "jax" else batches // 2
-        assert reductions == expected, (reductions, expected)
+        # one timeline row per engine tensor: a gradient each through the
+        # native ops, one flattened buffer per dtype through host calls
+        assert reductions == expected * len(rows), (reductions, expected, len(rows))
     log("accumulation ok")
 
     # Sharding a PyDataset and a tf.data.Dataset; run_eagerly=True trains too.

@@ -1,0 +1,169 @@
+"""ring's collectives on JAX arrays, inside ``jax.jit`` or outside it,
+through the XLA FFI handlers compiled into the extension
+(native/frameworks/jax/ffi_handlers.cc).
+
+Each call is one ``jax.ffi.ffi_call`` with a side effect (never dropped as
+dead code). The handlers are asynchronous: the engine fulfils their futures,
+so no XLA thread waits and independent collectives may run in any order;
+the engine pairs them across ranks by name. Names are generated when a
+function is traced (counted per label, in call order, the same on every
+rank) and reused at every run of the compiled function.
+
+CPU arrays only for now. Keras' ``DistributedOptimizer`` on the JAX backend
+reduces its gradients here (:func:`native_group_allreduce`); where the
+handlers are missing (:mod:`ring_strategy._native_ops`) it falls back to
+host calls.
+
+Example::
+
+    import jax, jax.numpy as jnp, ring_strategy as rs
+    from ring_strategy import jax_ops
+    rs.init()
+    step = jax.jit(lambda g: jax_ops.allreduce(g, name="grad"))
+    print(step(jnp.ones(4)))
+"""
+
+from __future__ import annotations
+
+from typing import Any, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ring_strategy import _handles, _native, _native_ops
+from ring_strategy._rules import Average, check_op, check_root, group_names
+from ring_strategy.process_sets import ProcessSet, _check_process_set, global_process_set
+
+__all__ = ["allreduce", "grouped_allreduce", "broadcast", "allgather", "available"]
+TARGET = "ring_collective"
+_registered = False
+
+
+def register() -> None:
+    """Registers the handlers with JAX (once per process)."""
+    global _registered
+    if _registered:
+        return
+    import jax
+
+    for name, capsule in _native.xla_ffi_handlers().items():
+        jax.ffi.register_ffi_target(name, capsule, platform="cpu")
+    _registered = True
+
+
+def available() -> bool:
+    """True when the FFI handlers are built and registered."""
+    return _native_ops.native("jax") is not None
+
+
+# The last collective's output in the trace being built: (trace, output).
+_last: Tuple[Any, Any] = (None, None)
+
+
+def _current_trace() -> Any:
+    """The trace JAX is building (None when it cannot tell: no chaining)."""
+    try:
+        from jax._src import core
+    except ImportError:  # pragma: no cover - JAX moved it
+        return None
+    return getattr(getattr(core, "trace_ctx", None), "trace", None)
+
+
+def _call(op: int, xs: Sequence[Any], names: Sequence[str], out_types: Sequence[Any], reduce_op: int = 0,
+          prescale: float = 1.0, postscale: float = 1.0, root: int = 0, process_set: int = 0) -> List[Any]:
+    """One FFI call; inside a trace it also takes the previous collective's
+    output, so XLA runs the trace's collectives in program order on every
+    rank (see native/frameworks/jax/ffi_handlers.cc)."""
+    global _last
+    import jax
+
+    if _native_ops.native("jax") is None:
+        raise RuntimeError(f"ring's JAX collectives are unavailable: {_native_ops.describe('jax')}")
+    traced = any(isinstance(x, jax.core.Tracer) for x in xs)
+    trace = _current_trace() if traced else None
+    after = [_last[1]] if trace is not None and _last[0] is trace else []
+    call = jax.ffi.ffi_call(TARGET, list(out_types), has_side_effect=True)
+    outs = list(call(*xs, *after, op=np.int64(op), names="\n".join(names), reduce_op=np.int64(reduce_op),
+                     prescale=np.float64(prescale), postscale=np.float64(postscale), root=np.int64(root),
+                     process_set=np.int64(process_set)))
+    _last = (trace, outs[0]) if trace is not None else (None, None)
+    return outs
+
+
+def _like(x: Any) -> Any:
+    import jax
+
+    return jax.ShapeDtypeStruct(x.shape, x.dtype)
+
+
+def grouped_allreduce(xs: Sequence[Any], name: Optional[str] = None, op: int = Average,
+                      prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                      process_set: ProcessSet = global_process_set) -> List[Any]:
+    """Every array of ``xs`` reduced over the set's ranks, queued as one
+    group (the engine fuses them). Arguments as for :func:`allreduce`."""
+    import jax.numpy as jnp
+
+    xs = [jnp.asarray(x) for x in xs]
+    if not xs:
+        return []
+    place = _check_process_set(process_set)
+    names = group_names(_handles.auto_name("jax.grouped_allreduce", name, place.id), len(xs), True)
+    return _call(_native.OP_ALLREDUCE, xs, names, [_like(x) for x in xs], check_op(op), prescale_factor,
+                 postscale_factor, process_set=place.id)
+
+
+def allreduce(x: Any, name: Optional[str] = None, op: int = Average, prescale_factor: float = 1.0,
+              postscale_factor: float = 1.0, process_set: ProcessSet = global_process_set) -> Any:
+    """``x`` reduced over the set's ranks (Average by default).
+
+    Args:
+        x: an array of the same shape and dtype on every rank.
+        name: the engine's name, the same on every rank (generated when traced if omitted).
+        op: Average, Sum, Min, Max, Product or Adasum.
+        prescale_factor, postscale_factor: multiply the input before and the result after.
+        process_set: the ranks taking part (default: every rank).
+    """
+    import jax.numpy as jnp
+
+    x = jnp.asarray(x)
+    place = _check_process_set(process_set)
+    nm = _handles.auto_name("jax.allreduce", name, place.id)
+    return _call(_native.OP_ALLREDUCE, [x], [nm], [_like(x)], check_op(op), prescale_factor, postscale_factor,
+                 process_set=place.id)[0]
+
+
+def broadcast(x: Any, root_rank: int, name: Optional[str] = None,
+              process_set: ProcessSet = global_process_set) -> Any:
+    """``root_rank``'s ``x`` on every rank of the set (same shape and dtype everywhere)."""
+    import jax.numpy as jnp
+
+    x = jnp.asarray(x)
+    place = _check_process_set(process_set)
+    nm = _handles.auto_name("jax.broadcast", name, place.id)
+    return _call(_native.OP_BROADCAST, [x], [nm], [_like(x)], root=check_root(root_rank), process_set=place.id)[0]
+
+
+def allgather(x: Any, name: Optional[str] = None, process_set: ProcessSet = global_process_set) -> Any:
+    """Every rank's ``x`` concatenated along the first dimension, in rank
+    order. Under jit shapes are static, so every rank must give the same
+    shape (a scalar counts as one row); otherwise the call fails on every rank."""
+    import jax
+    import jax.numpy as jnp
+
+    x = jnp.asarray(x)
+    if x.ndim == 0:
+        x = x.reshape(1)
+    place = _check_process_set(process_set)
+    nm = _handles.auto_name("jax.allgather", name, place.id)
+    out = jax.ShapeDtypeStruct((x.shape[0] * place.size,) + tuple(x.shape[1:]), x.dtype)
+    return _call(_native.OP_ALLGATHER, [x], [nm], [out], process_set=place.id)[0]
+
+
+def native_group_allreduce(tensors: Sequence[Any], names: Sequence[str], op: int, prescale: float,
+                           postscale: float, process_set: Any) -> Optional[List[Any]]:
+    """The arrays reduced as one group under ``names``, or None without the
+    handlers (:meth:`ring_strategy._fused.Flattener.native_group`)."""
+    if not available():
+        return None
+    place = _check_process_set(process_set)
+    return _call(_native.OP_ALLREDUCE, list(tensors), list(names), [_like(t) for t in tensors], op, prescale,
+                 postscale, process_set=place.id)
