@@ -240,7 +240,7 @@ demo: venv build
 # ---------------------------------------------------------------- clean
 clean:
 	rm -rf build dist *.egg-info .pytest_cache
-	rm -f ring_strategy/_native*.so
+	rm -f ring_strategy/_native*.so ring_strategy/_tf_ops_*.so
 	find . \( -path ./$(VENV) -o -path ./$(MXNET_VENV) -o -path ./$(OLDEST_VENV) \) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
 distclean: clean
