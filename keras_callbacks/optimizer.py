@@ -232,6 +232,10 @@ def DistributedOptimizer(
     average_aggregated_gradients: bool = False,
     op: int = ring_ops.Average,
     process_set: ProcessSet = global_process_set,
+    *,
+    sparse_as_dense: bool = False,
+    device_dense: str = "",
+    device_sparse: str = "",
 ) -> keras.optimizers.Optimizer:
     """Wraps a Keras 3 optimizer so that gradients are averaged over all ranks.
 
@@ -257,6 +261,12 @@ def DistributedOptimizer(
         op: ``Average`` (default) or ``Sum`` over the ranks.
         process_set: the ranks that average (default: every rank); a rank
             outside it trains alone.
+        sparse_as_dense: Horovod's switch to reduce sparse gradients
+            (``tf.IndexedSlices``) as dense tensors. Accepted for scripts
+            written for Horovod: ring reduces every gradient densely
+            whatever its value, which gives the same numbers.
+        device_dense, device_sparse: accepted for Horovod compatibility
+            (the gradients' device decides where they are reduced).
 
     Returns:
         An instance of a subclass of ``type(optimizer)``.
@@ -287,6 +297,7 @@ def DistributedOptimizer(
         raise BadArgumentError(f"op should be Average or Sum. Got: {op!r}")
     if name is not None and (not isinstance(name, str) or not name):
         raise BadArgumentError(f"name should be a non-empty string. Got: {name!r}")
+    _check_horovod_arguments(sparse_as_dense, device_dense, device_sparse)
     config = optimizer.get_config()
     postscale = 1.0
     if backward_passes_per_step > 1:
@@ -305,6 +316,15 @@ def DistributedOptimizer(
     return cls.from_config(config)
 
 
+def _check_horovod_arguments(sparse_as_dense: Any, device_dense: Any, device_sparse: Any) -> None:
+    """Horovod's arguments that ring accepts without acting on them, checked."""
+    if not isinstance(sparse_as_dense, bool):
+        raise BadArgumentError(f"sparse_as_dense should be a bool. Got: {sparse_as_dense!r}")
+    for arg, value in (("device_dense", device_dense), ("device_sparse", device_sparse)):
+        if not isinstance(value, str):
+            raise BadArgumentError(f"{arg} should be a string. Got: {value!r}")
+
+
 def PartialDistributedOptimizer(
     optimizer: keras.optimizers.Optimizer,
     name: Optional[str] = None,
@@ -314,6 +334,10 @@ def PartialDistributedOptimizer(
     op: int = ring_ops.Average,
     local_layers: Any = None,
     scale_local_gradients: bool = True,
+    *,
+    sparse_as_dense: bool = False,
+    device_dense: str = "",
+    device_sparse: str = "",
 ) -> keras.optimizers.Optimizer:
     """:func:`DistributedOptimizer`, except that the gradients of the
     trainable variables of ``local_layers`` are not reduced: each rank applies
@@ -342,7 +366,9 @@ def PartialDistributedOptimizer(
     for layer in layers:
         if not isinstance(layer, keras.layers.Layer) or not layer.built:
             raise BadArgumentError(f"local_layers should be built Keras layers. Got: {layer!r}")
-    opt = DistributedOptimizer(optimizer, name, compression, backward_passes_per_step, average_aggregated_gradients, op)
+    opt = DistributedOptimizer(optimizer, name, compression, backward_passes_per_step, average_aggregated_gradients, op,
+                               sparse_as_dense=sparse_as_dense, device_dense=device_dense,
+                               device_sparse=device_sparse)
     opt._ring_scale_local = bool(scale_local_gradients)
     for layer in layers:
         for var in layer.trainable_weights:
