@@ -7,22 +7,15 @@ memory or on a CUDA GPU (the engine finds the device from the array).
 Engine handle ids are only meaningful in the world (``init()`` to
 ``shutdown()``) that issued them; front ends hold them through the handle
 layer (:mod:`ring_strategy._handles`), which keeps them in their world.
-
-Operations on a process set other than the global one are also noted by
-set (:func:`wait_for_set`), so that removing a set can first wait for this
-rank's operations of it.
 """
 
 from __future__ import annotations
 
-import threading
-import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 from ring_strategy import _native
 from ring_strategy._rules import check_op, check_root
-from ring_strategy.basics import _runtime, _state
-from ring_strategy.exceptions import BadArgumentError
+from ring_strategy.basics import _runtime
 
 ALLREDUCE = _native.OP_ALLREDUCE
 ALLGATHER = _native.OP_ALLGATHER
@@ -64,14 +57,11 @@ def enqueue(
     Arrays on a CUDA GPU go to the engine's GPU path: ``stream`` is the
     CUstream (an integer; 0: the legacy default stream) their producer ran
     on, which the engine waits for before reading them."""
-    handle = _runtime().enqueue(
+    return _runtime().enqueue(
         kind, name, input, output, dtype_code, check_op(op), check_root(root), float(prescale), float(postscale),
         shape if shape.__class__ is tuple else [int(d) for d in shape],
         splits if splits == () else [int(s) for s in splits], wake, "", process_set, stream,
     )
-    if process_set:
-        _note_on_set(process_set, [handle])
-    return handle
 
 
 def enqueue_reduce(kind: int, name: str, input: Any, output: Any, dtype_code: int, op: Any, prescale: Any,
@@ -79,11 +69,8 @@ def enqueue_reduce(kind: int, name: str, input: Any, output: Any, dtype_code: in
     """:func:`enqueue` of a reduction of host memory shaped as ``input``,
     with no splits: the front ends' short path (one engine call with few
     arguments); ``wake=False`` for a caller that waits for it at once."""
-    handle = _runtime().enqueue_reduce(kind, name, input, output, dtype_code, check_op(op), float(prescale),
-                                       float(postscale), process_set, wake)
-    if process_set:
-        _note_on_set(process_set, [handle])
-    return handle
+    return _runtime().enqueue_reduce(kind, name, input, output, dtype_code, check_op(op), float(prescale),
+                                     float(postscale), process_set, wake)
 
 
 def enqueue_group(
@@ -111,13 +98,10 @@ def enqueue_group(
     Every member is checked before any is queued: a bad one raises its
     error (``BadArgumentError`` naming its tensor) and nothing is queued.
     The buffers must stay alive until the handles are released."""
-    handles = _runtime().enqueue_group(
+    return _runtime().enqueue_group(
         kind, names, inputs, outputs, dtype_codes, None, check_op(op), check_root(root), float(prescale),
         float(postscale), wake, process_set, streams,
     )
-    if process_set:
-        _note_on_set(process_set, handles)
-    return handles
 
 
 def wait_all(handle_ids: Sequence[int], results: bool = True) -> Optional[List[Tuple[Optional[Any], list, list]]]:
@@ -148,83 +132,3 @@ def wait(handle_id: int) -> Tuple[Optional[Any], list, list]:
     every 100 ms); when one raises, its exception comes out and the handle
     is neither finished nor released (it can be waited for again)."""
     return _runtime().wait_release(handle_id)
-
-
-# ---------------------------------------------------------------- operations by process set
-class _OnSets:
-    """Engine handles of this rank's operations on process sets other than
-    the global one, by set id, in one world (handle ids restart in every
-    world). Finished and released handles are pruned as the lists grow, so
-    a set used for a long time costs a bounded list, amortized O(1) a call."""
-
-    def __init__(self, world: int):
-        self.world = world
-        self.handles: Dict[int, List[int]] = {}
-        self.prune_at: Dict[int, int] = {}  # set id -> length at which its list is pruned next
-
-
-_on_sets = _OnSets(0)
-_on_sets_lock = threading.Lock()  # guards _on_sets (submitters on several threads)
-
-
-def _current_on_sets() -> _OnSets:
-    """The table of the running world (a new one once a world starts); the caller holds _on_sets_lock."""
-    global _on_sets
-    if _on_sets.world != _state.generation:
-        _on_sets = _OnSets(_state.generation)
-    return _on_sets
-
-
-def _unfinished(handles: List[int]) -> List[int]:
-    """The handles of ``handles`` the engine has not finished (released ones count as finished)."""
-    rt = _runtime()
-    left = []
-    for h in handles:
-        try:
-            if not rt.poll(h):
-                left.append(h)
-        except BadArgumentError:
-            pass  # released: synchronized already
-    return left
-
-
-def _note_on_set(process_set: int, handles: List[int]) -> None:
-    with _on_sets_lock:
-        table = _current_on_sets()
-        held = table.handles.setdefault(process_set, [])
-        held.extend(handles)
-        if len(held) >= table.prune_at.get(process_set, 64):
-            held[:] = _unfinished(held)
-            table.prune_at[process_set] = max(64, 2 * len(held))
-
-
-def wait_for_set(process_set: int, timeout_s: float) -> int:
-    """Waits until every operation this rank submitted on the set with
-    engine id ``process_set`` has finished (completed or failed; their
-    handles stay for their owners to synchronize), at most ``timeout_s``
-    seconds. The waiting thread drives the engine's progress and runs
-    Python's signal handlers at least every 100 ms.
-
-    Returns:
-        How many are still unfinished (0: all finished).
-    """
-    with _on_sets_lock:
-        pending = list(_current_on_sets().handles.get(process_set, ()))
-    rt = _runtime()
-    deadline = time.monotonic() + timeout_s
-    pending = _unfinished(pending)
-    while pending:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            break
-        try:
-            if rt.wait(pending[0], min(left, 0.1)):
-                pending.pop(0)
-        except BadArgumentError:  # released meanwhile by another thread
-            pending.pop(0)
-    with _on_sets_lock:
-        table = _current_on_sets()
-        held = _unfinished(table.handles.pop(process_set, []))
-        if held:
-            table.handles[process_set] = held
-    return len(pending)

@@ -156,6 +156,10 @@ class Runtime:
     def remove_process_set(self, id: int) -> bool:
         """Forgets set ``id``; False when there is none. Refused for id 0 and
         while this rank has operations of the set in flight."""
+    def wait_set_idle(self, id: int, timeout: float) -> bool:
+        """Waits (GIL released, signal handlers run) until this rank has no
+        unfinished operation of process set ``id``; False when ``timeout``
+        seconds passed first."""
     def poll(self, handle: int) -> bool: ...
     def wait(self, handle: int, timeout: float = -1.0) -> bool: ...
     def release(self, handle: int) -> tuple[Optional[np.ndarray], list[int], list[int]]:

@@ -32,11 +32,10 @@ Registrations belong to a world: ``shutdown()`` forgets them and a later
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence
 
-from ring_strategy import _frontend, _native
+from ring_strategy import _native
 from ring_strategy.basics import _runtime, is_initialized, rank, size
 from ring_strategy.exceptions import BadArgumentError
 
@@ -327,33 +326,24 @@ def _timeout_s() -> float:
 
 
 def _drain(ps_id: int, ps: ProcessSet) -> Optional[str]:
-    """Waits, at most the job's timeout, until this rank's operations of
-    ``ps`` (engine id ``ps_id``) have finished; what is wrong otherwise.
-    Every rank drains before it agrees, so once all have agreed no rank
-    has a request of the set left for rank 0 to negotiate."""
+    """Waits, at most the job's timeout, until this rank has no unfinished
+    operation of ``ps`` (engine id ``ps_id``), whichever front end or
+    framework kernel queued it; what is wrong otherwise. Every rank drains
+    before it agrees, so once all have agreed no rank has a request of the
+    set left for rank 0 to negotiate."""
     timeout = _timeout_s()
-    left = _frontend.wait_for_set(ps_id, timeout)
-    if not left:
+    if _runtime().wait_set_idle(ps_id, timeout):
         return None
-    return (f"{left} operation(s) of {ps!r} still in flight on rank {rank()} after {timeout:g} s "
+    return (f"operations of {ps!r} still in flight on rank {rank()} after {timeout:g} s "
             "(RING_TIMEOUT_SECONDS): every member of the set must submit each of them before removing it")
 
 
 def _unregister(ps_id: int) -> None:
-    """Drops set ``ps_id`` from this rank's engine, after every rank agreed. The
-    engine refuses while this rank has operations of the set in flight,
-    which can only be ones :func:`_drain` did not see (queued by a
-    framework's native operation, or by another thread meanwhile): those
-    are waited for too, at most the job's timeout, before this rank alone
-    raises BadArgumentError (the set then stays registered here)."""
-    deadline = time.monotonic() + _timeout_s()
-    pause = 0.001
-    while True:
-        try:
-            _runtime().remove_process_set(ps_id)
-            return
-        except BadArgumentError as e:
-            if time.monotonic() >= deadline:
-                raise BadArgumentError(f"remove_process_set: every rank agreed, but {e}") from None
-        time.sleep(pause)
-        pause = min(2 * pause, 0.05)
+    """Drops set ``ps_id`` from this rank's engine, after every rank agreed.
+    The engine refuses while this rank has operations of the set in flight:
+    only ones another thread queued after :func:`_drain`, a misuse that
+    raises BadArgumentError here (the set then stays registered here)."""
+    try:
+        _runtime().remove_process_set(ps_id)
+    except BadArgumentError as e:
+        raise BadArgumentError(f"remove_process_set: every rank agreed, but {e}") from None

@@ -12,6 +12,8 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "bindings/arrays.h"
@@ -491,6 +493,21 @@ void register_runtime(nb::module_& m) {
       .def("wait_release_group", &wait_release_group, "handles"_a, "results"_a = true)
       .def("add_process_set", &ring::Runtime::add_process_set, "id"_a, "ranks"_a)
       .def("remove_process_set", &ring::Runtime::remove_process_set, "id"_a)
+      .def(
+          "wait_set_idle",
+          [](ring::Runtime& rt, int32_t id, double timeout_s) {
+            const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+            bool idle = false;
+            wait_with_signals([&](double chunk_s) {
+              const double left = std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
+              idle = rt.wait_set_idle(id, std::max(0.0, std::min(chunk_s, left)));
+              return idle || left <= chunk_s;
+            });
+            return idle;
+          },
+          "id"_a, "timeout"_a,
+          "Waits (GIL released, signal handlers run) until this rank has no unfinished operation of process set "
+          "`id`; False when `timeout` seconds passed first.")
       .def("poll", &ring::Runtime::poll, "handle"_a)
       .def("wait", &ring::Runtime::wait, "handle"_a, "timeout"_a = -1.0, nb::call_guard<nb::gil_scoped_release>())
       .def("release", &release, "handle"_a)

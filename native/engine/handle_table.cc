@@ -223,9 +223,18 @@ void HandleTable::discard(int64_t handle) {
 
 bool HandleTable::has_name_prefix(const std::string& prefix) const {
   std::lock_guard<std::mutex> lock(mu_);
+  return has_name_prefix_locked(prefix);
+}
+
+bool HandleTable::has_name_prefix_locked(const std::string& prefix) const {
   for (const std::string& name : in_flight_)
     if (name.compare(0, prefix.size(), prefix) == 0) return true;
   return false;
+}
+
+bool HandleTable::wait_no_name_prefix(const std::string& prefix, double timeout_s) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return cv_.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] { return !has_name_prefix_locked(prefix); });
 }
 
 }  // namespace ring

@@ -84,6 +84,9 @@ class HandleTable {
   std::vector<OpResult> release_all(const std::vector<int64_t>& handles);
   // True when the name of some unfinished operation starts with `prefix`.
   bool has_name_prefix(const std::string& prefix) const;
+  // Blocks until no unfinished operation's name starts with `prefix`
+  // (true), or until timeout_s passed (false).
+  bool wait_no_name_prefix(const std::string& prefix, double timeout_s);
   // Forgets a handle whatever its state (an enqueue that was rejected),
   // freeing its name.
   void discard(int64_t handle);
@@ -114,6 +117,8 @@ class HandleTable {
   void remove(State& s);
   // complete() of one handle (result moved from); the caller holds mu_.
   void complete_locked(int64_t handle, OpResult& result);
+  // has_name_prefix(); the caller holds mu_.
+  bool has_name_prefix_locked(const std::string& prefix) const;
   // Marks `s` finished and frees its name, moving its callback to due_;
   // the caller holds mu_.
   void finish_locked(State& s);

@@ -131,6 +131,12 @@ class Runtime {
   // set in flight; false when no such set.
   void add_process_set(int32_t id, const std::vector<int>& ranks);
   bool remove_process_set(int32_t id);
+  // Blocks until this rank has no unfinished operation of set `id`, from
+  // any front end or framework kernel (true), or timeout_s passed (false).
+  // The operations progress meanwhile on the background thread.
+  bool wait_set_idle(int32_t id, double timeout_s) {
+    return handles_.wait_no_name_prefix(qualified_name("", id), timeout_s);
+  }
 
   // The timeline (engine/timeline.h) is written by rank 0; on other ranks
   // these do nothing. start_timeline replaces a timeline being written.

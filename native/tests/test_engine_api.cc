@@ -135,3 +135,14 @@ TEST(engine_api_queues_and_completes_through_done) {
   void* ctx = &late;
   CHECK_EQ(api->enqueue(&a, 1, &record, &ctx, error, sizeof(error)), (int32_t)RING_ERROR_SHUTDOWN);
 }
+
+TEST(handle_table_waits_until_no_name_has_a_prefix) {
+  HandleTable t;
+  int64_t a = t.create("process_set3/x");
+  t.create("other");
+  CHECK(!t.wait_no_name_prefix("process_set3/", 0.01));
+  std::thread finisher([&] { t.complete(a, OpResult{}); });
+  CHECK(t.wait_no_name_prefix("process_set3/", 10.0));
+  finisher.join();
+  CHECK(t.wait_no_name_prefix("process_set4/", 0.0));
+}
