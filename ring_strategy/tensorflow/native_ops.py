@@ -7,7 +7,7 @@ completion callback, so no TensorFlow thread waits: a TF1 session may run
 any number of collectives in any order, and ``tf.function`` does not chain
 them. Each op takes its engine names as a string input. In eager mode a
 ring error comes back as ring's exception class (the kernels prefix it to
-the message: ``[ring:BadArgumentError] ...``); in a graph TensorFlow
+the message: ``BadArgumentError: ...``); in a graph TensorFlow
 raises its own error class with the same message.
 
 :func:`library` is None when the library cannot be built or loaded; the
@@ -28,7 +28,8 @@ from ring_strategy._rules import Adasum, Average, Sum, group_names
 
 # RingQuery's codes (native/frameworks/engine_api.h: enum RingQuery).
 QUERY_RANK, QUERY_SIZE, QUERY_LOCAL_RANK, QUERY_LOCAL_SIZE, QUERY_SET_SIZE, QUERY_SET_RANK = range(6)
-_ERROR = re.compile(r"\[ring:(\w+)\] ")
+# The ring error class the kernels start a message with (kernels.cc ring_status).
+_ERROR = re.compile(r"\b(RingError|BadArgumentError|MismatchError|PeerFailureError|RingTimeoutError|ShutdownError): ")
 
 
 def library() -> Any:

@@ -53,12 +53,12 @@ bool ring_dtype(ffi::DataType t, DataType* out) {
   }
 }
 
-// The ring error class prefixed to messages, as the TensorFlow kernels do.
+// The ring error class a message starts with, as the TensorFlow kernels do.
 ffi::Error ring_error(ErrorKind kind, const std::string& message) {
   static const char* const kClass[] = {"RingError",        "BadArgumentError", "MismatchError",
                                        "PeerFailureError", "RingTimeoutError", "ShutdownError"};
   const int k = static_cast<int>(kind);
-  const std::string text = std::string("[ring:") + kClass[is_valid_error_kind(k) ? k : 0] + "] " + message;
+  const std::string text = std::string(kClass[is_valid_error_kind(k) ? k : 0]) + ": " + message;
   return ffi::Error(kind == ErrorKind::BadArgument ? ffi::ErrorCode::kInvalidArgument : ffi::ErrorCode::kInternal,
                     text);
 }

@@ -33,14 +33,16 @@ using ::tensorflow::TensorShape;
 
 const RingEngineApi* g_api = nullptr;  // set once by ring_tf_set_engine_api
 
-// The ring error class a message is prefixed with, so the Python front end
-// raises the same exception as the other front ends (native_ops.py).
+// The ring error class a message starts with ("PeerFailureError: ..."), so
+// the Python front end raises the same exception as the other front ends
+// (native_ops.py) and elastic training recognises a lost peer in a graph's
+// error (ring_strategy/elastic/loop.py).
 const char* const kErrorClass[] = {"RingError",        "BadArgumentError", "MismatchError",
                                    "PeerFailureError", "RingTimeoutError", "ShutdownError"};
 
 absl::Status ring_status(int32_t kind, const std::string& message) {
   const bool known = kind >= 0 && kind < static_cast<int32_t>(sizeof(kErrorClass) / sizeof(kErrorClass[0]));
-  const std::string text = std::string("[ring:") + kErrorClass[known ? kind : 0] + "] " + message;
+  const std::string text = std::string(kErrorClass[known ? kind : 0]) + ": " + message;
   switch (static_cast<ring::ErrorKind>(kind)) {
     case ring::ErrorKind::BadArgument: return absl::InvalidArgumentError(text);
     case ring::ErrorKind::Mismatch: return absl::FailedPreconditionError(text);
