@@ -177,21 +177,23 @@ _TORCH_ALLREDUCE: Optional[Callable[..., List[Any]]] = None
 
 
 def _torch_allreduce() -> Callable[..., List[Any]]:
-    """The torch backend's reduction, excluded from ``torch.compile`` (Keras'
-    ``jit_compile=True``): Dynamo would otherwise trace into the engine's calls."""
+    """The torch backend's reduction. Under ``torch.compile`` (Keras'
+    ``jit_compile=True``) it is one custom operator in the compiled graph
+    (:mod:`ring_strategy.torch.compiled`), so the reduction breaks no graph;
+    eagerly, the short path's handles."""
     global _TORCH_ALLREDUCE
     if _TORCH_ALLREDUCE is None:
-        import torch
-
-        from ring_strategy.torch import mpi_ops
+        from ring_strategy.torch import compiled, mpi_ops
 
         def reduce(flats, names, op, prescale, postscale, process_set):
+            if compiled.tracing():
+                return compiled.allreduce_each(flats, names, op, prescale, postscale, process_set)
             handles = [mpi_ops.allreduce_async(f, name=nm, op=op, prescale_factor=prescale,
                                                postscale_factor=postscale, process_set=process_set)
                        for f, nm in zip(flats, names)]
             return [mpi_ops.synchronize(h) for h in handles]
 
-        _TORCH_ALLREDUCE = torch.compiler.disable(reduce)
+        _TORCH_ALLREDUCE = reduce
     return _TORCH_ALLREDUCE
 
 

@@ -12,6 +12,10 @@ in-place forms, the result is copied back. CUDA tensors go the same way
 them) to the engine's GPU path: today the host-staged one (docs/gpu.md);
 results the engine allocates (allgather, alltoall) are moved to the input's
 device.
+
+While ``torch.compile`` traces them, the synchronous in-place forms
+(``allreduce_``, ``grouped_allreduce_``, ``broadcast_``) go through the custom
+operators instead (:mod:`.compiled`); the ``_async`` forms break the graph.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ from ring_strategy._rules import (
 )
 from ring_strategy.exceptions import BadArgumentError
 from ring_strategy.process_sets import ProcessSet, _check_process_set, global_process_set
+from ring_strategy.torch import compiled
+from ring_strategy.torch.compiled import tracing
 
 # ---------------------------------------------------------------- tensors in and out
 _DTYPE_CODES = {
@@ -253,6 +259,8 @@ def allreduce_(tensor: torch.Tensor, average: Optional[bool] = None, name: Optio
                process_set: ProcessSet = global_process_set) -> torch.Tensor:
     """Reduces ``tensor`` over all ranks in place and returns it; see :func:`allreduce_async`."""
     op = handle_average_backwards_compatibility(op, average)
+    if tracing():
+        return compiled.allreduce_(tensor, name, op, prescale_factor, postscale_factor, process_set)
     return _allreduce_group([tensor], "allreduce", name, op, prescale_factor, postscale_factor,
                             process_set, inplace=True, grouped=False, wake=False)
 
@@ -285,6 +293,8 @@ def grouped_allreduce_(tensors: Sequence[torch.Tensor], average: Optional[bool] 
                        process_set: ProcessSet = global_process_set) -> List[torch.Tensor]:
     """Reduces a list of tensors in place and returns them."""
     op = handle_average_backwards_compatibility(op, average)
+    if tracing():
+        return compiled.grouped_allreduce_(tensors, name, op, prescale_factor, postscale_factor, process_set)
     return _allreduce_group(list(tensors), "grouped_allreduce", name, op, prescale_factor,
                             postscale_factor, process_set, inplace=True, grouped=True, wake=False)
 
@@ -356,6 +366,8 @@ def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: Optional[str] =
 def broadcast_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
                process_set: ProcessSet = global_process_set) -> torch.Tensor:
     """Overwrites ``tensor`` with ``root_rank``'s on every rank and returns it."""
+    if tracing():
+        return compiled.broadcast_(tensor, root_rank, name, process_set)
     return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
 
 

@@ -14,6 +14,11 @@ Horovod script computes the same numbers here:
 
 Every rank must run the backward pass (each gradient is a collective), in the
 same order.
+
+While ``torch.compile`` traces a call (``torch.compiler.is_compiling()``), the
+collectives go through the custom operators of :mod:`.custom_ops` instead
+(:mod:`.compiled`),
+with the same results and gradients, so the compiled graph has no break.
 """
 
 from __future__ import annotations
@@ -22,10 +27,12 @@ from typing import Any, List, Optional, Sequence
 
 import torch
 
-from ring_strategy._rules import Average, Sum, handle_average_backwards_compatibility
+from ring_strategy._rules import Average, handle_average_backwards_compatibility
 from ring_strategy.basics import rank
 from ring_strategy.process_sets import ProcessSet, _check_process_set, global_process_set
 from ring_strategy.torch import _async_ops as _ops
+from ring_strategy.torch import compiled, custom_ops
+from ring_strategy.torch.compiled import tracing
 from ring_strategy.torch._async_ops import synchronize
 from ring_strategy.torch.compression import Compression
 
@@ -35,10 +42,6 @@ def _differentiable(tensors: Sequence[Any]) -> bool:
     collectives skip its Function, whose bookkeeping costs microseconds a
     call (the results are the same)."""
     return torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in tensors)
-
-
-def _process_set_size(process_set: ProcessSet) -> int:
-    return _check_process_set(process_set).size
 
 
 def _process_set_rank(process_set: ProcessSet) -> int:
@@ -87,7 +90,9 @@ def allreduce(tensor: torch.Tensor, average: Optional[bool] = None, name: Option
     """
     op = handle_average_backwards_compatibility(op, average)
     compressed, cctx = compression.compress(tensor)
-    if _differentiable([compressed]):
+    if tracing():
+        reduced = compiled.allreduce(compressed, name, op, prescale_factor, postscale_factor, process_set)
+    elif _differentiable([compressed]):
         reduced = _Allreduce.apply(compressed, name, op, prescale_factor, postscale_factor, process_set)
     else:
         reduced = _ops.allreduce_sync(compressed, name, op, prescale_factor, postscale_factor, process_set)
@@ -117,7 +122,9 @@ def grouped_allreduce(tensors: Sequence[torch.Tensor], average: Optional[bool] =
     if not tensors:
         return []
     compressed, cctxs = zip(*[compression.compress(t) for t in tensors])
-    if _differentiable(compressed):
+    if tracing():
+        reduced = compiled.grouped_allreduce(compressed, name, op, prescale_factor, postscale_factor, process_set)
+    elif _differentiable(compressed):
         reduced = _GroupedAllreduce.apply(name, op, prescale_factor, postscale_factor, process_set, *compressed)
     else:
         reduced = _ops.grouped_allreduce_sync(compressed, name, op, prescale_factor, postscale_factor, process_set)
@@ -156,6 +163,8 @@ def allgather(tensor: torch.Tensor, name: Optional[str] = None,
     Returns:
         A new tensor whose first dimension is the sum of every rank's.
     """
+    if tracing():
+        return compiled.allgather(tensor, name, process_set)
     return _Allgather.apply(tensor, name, process_set)
 
 
@@ -206,6 +215,8 @@ def broadcast(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
     Shape and dtype must agree on every rank. Differentiable (see the module
     docstring).
     """
+    if tracing():
+        return compiled.broadcast(tensor, root_rank, name, process_set)
     return _Broadcast.apply(tensor, root_rank, name, process_set)
 
 
@@ -242,12 +253,14 @@ def alltoall(tensor: torch.Tensor, splits: Any = None, name: Optional[str] = Non
         The received tensor; when ``splits`` is given, the pair
         ``(output, received_splits)`` as in Horovod. Differentiable in ``tensor``.
     """
+    if tracing():
+        return compiled.alltoall(tensor, splits, name, process_set)
     return _Alltoall.apply(tensor, splits, name, process_set)
 
 
 # ---------------------------------------------------------------- reducescatter
 def _reducescatter_grad_scale(op: int, prescale: float, postscale: float, process_set: ProcessSet) -> float:
-    return (_process_set_size(process_set) if op == Sum else 1) * prescale * postscale
+    return custom_ops.reducescatter_grad_scale(op, prescale, postscale, _check_process_set(process_set).size)
 
 
 class _Reducescatter(torch.autograd.Function):
@@ -283,7 +296,10 @@ def reducescatter(tensor: torch.Tensor, name: Optional[str] = None, compression:
         postscale_factor: multiplies the result after it.
     """
     compressed, cctx = compression.compress(tensor)
-    reduced = _Reducescatter.apply(compressed, name, op, process_set, prescale_factor, postscale_factor)
+    if tracing():
+        reduced = compiled.reducescatter(compressed, name, op, process_set, prescale_factor, postscale_factor)
+    else:
+        reduced = _Reducescatter.apply(compressed, name, op, process_set, prescale_factor, postscale_factor)
     return compression.decompress(reduced, cctx)
 
 
