@@ -267,8 +267,9 @@ def DistributedOptimizer(
             (``tf.IndexedSlices``) as dense tensors. Accepted for scripts
             written for Horovod: ring reduces every gradient densely
             whatever its value, which gives the same numbers.
-        device_dense, device_sparse: accepted for Horovod compatibility
-            (the gradients' device decides where they are reduced).
+        device_dense: accepted for Horovod compatibility (the gradients'
+            device decides where they are reduced).
+        device_sparse: as ``device_dense``.
 
     Returns:
         An instance of a subclass of ``type(optimizer)``.
