@@ -161,17 +161,14 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int,
 
 def _initialise_state(optimizer: torch.optim.Optimizer, params: List[torch.Tensor]) -> None:
     """One local step on zero gradients creates the optimizer's state; the
-    parameters are restored afterwards."""
-    from ring_strategy.torch.optimizer import _DistributedOptimizer
-
+    parameters are restored afterwards. A DistributedOptimizer steps through
+    its ``_ring_local_step`` (the wrapped optimizer's own step, no
+    collective); any other optimizer through ``step``."""
     trained = [p for p in params if p.requires_grad]
     saved = [p.detach().clone() for p in trained]
     for p in trained:
         p.grad = torch.zeros_like(p)
-    if isinstance(optimizer, _DistributedOptimizer):
-        super(_DistributedOptimizer, optimizer).step()  # the wrapped optimizer's own step: no collective
-    else:
-        optimizer.step()
+    getattr(optimizer, "_ring_local_step", optimizer.step)()
     with torch.no_grad():
         for p, before in zip(trained, saved):
             p.copy_(before)

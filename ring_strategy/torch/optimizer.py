@@ -29,6 +29,7 @@ import torch
 
 from ring_strategy.torch.adasum_step import DeltaReducer
 from ring_strategy.torch.compression import Compression
+from ring_strategy._objects import broadcast_object
 from ring_strategy.process_sets import averages_here
 from ring_strategy.torch.grad_sync import GradientSync, check_passes, remove_hooks
 from ring_strategy.torch.mpi_ops import Adasum, Average, global_process_set
@@ -161,8 +162,6 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 raise ValueError(f"groups should be a positive integer or a list of lists of parameters. Got: {groups!r}")
             if averages_here(self.process_set):
                 # Every rank must cut the same list: take rank 0's order.
-                from ring_strategy.torch.functions import broadcast_object
-
                 order = broadcast_object(
                     [names[p] for p in trainable], root_rank=0,
                     name="DistributedOptimizer.groups", process_set=self.process_set,
@@ -263,6 +262,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     # hooks would run twice.
     step.hooked = True  # type: ignore[attr-defined]
 
+    def _ring_local_step(self) -> Any:
+        """The wrapped optimizer's own step, on this rank's gradients as they
+        are: no collective. ``broadcast_optimizer_state`` takes one to create
+        the state of a fresh optimizer."""
+        return super().step()
+
     def _synchronizing(self, closure: Callable[[], Any]) -> Callable[[], Any]:
         def run() -> Any:
             loss = closure()
@@ -299,9 +304,7 @@ class _DistributedAdasumOptimizer(_DistributedOptimizer):
     ``old + adasum(change)``, and runs no step of its own."""
 
     def _ring_reducer(self, compression: Any, process_set: Any) -> Any:
-        # The wrapped optimizer's own step: the class after _DistributedOptimizer.
-        return DeltaReducer(weakref.ref(self), lambda opt: super(_DistributedOptimizer, opt).step(), compression,
-                            process_set)
+        return DeltaReducer(weakref.ref(self), lambda opt: opt._ring_local_step(), compression, process_set)
 
     def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
         """Runs ``closure`` (its backward pass steps the parameters locally),
