@@ -149,8 +149,11 @@ class _KerasFlattener(Flattener):
     @staticmethod
     def native_group(tensors: List[Any], names: List[str], op: int, prescale: float, postscale: float,
                      process_set: ProcessSet) -> Optional[List[Any]]:
-        """On TensorFlow and JAX, the gradients go to the engine as they are,
-        through the backend's native operations (when they could be loaded)."""
+        """The gradients go to the engine as they are, through the backend's
+        native operations: TensorFlow's op library and JAX's FFI handlers
+        (when they could be loaded), and :mod:`ring_strategy.torch`, which
+        reduces torch tensors where they are (CUDA tensors through the
+        engine's GPU path, on torch's current stream)."""
         name = backend()
         if name == "tensorflow":
             from ring_strategy.tensorflow.native_ops import native_group_allreduce
@@ -160,17 +163,9 @@ class _KerasFlattener(Flattener):
             from ring_strategy import jax_ops
 
             return jax_ops.native_group_allreduce(tensors, names, op, prescale, postscale, process_set)
+        if name == "torch":
+            return _torch_allreduce()(tensors, names, op, prescale, postscale, process_set)
         return None
-
-    @staticmethod
-    def native_allreduce(flats: List[Any], names: List[str], op: int, prescale: float, postscale: float,
-                         process_set: ProcessSet) -> Optional[List[Any]]:
-        """On the torch backend, :mod:`ring_strategy.torch` reduces the buffers
-        where they are: CUDA tensors through the engine's GPU path (NCCL, on
-        torch's current stream), not through host memory."""
-        if backend() != "torch":
-            return None
-        return _torch_allreduce()(flats, names, op, prescale, postscale, process_set)
 
 
 _TORCH_ALLREDUCE: Optional[Callable[..., List[Any]]] = None

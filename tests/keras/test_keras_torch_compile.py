@@ -39,10 +39,6 @@ def test_check(check, run_output):
     assert {"0", "1"} <= set(passed_ranks(out, check)), f"{check}:\n{out[-8000:]}"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the torch backend still reduces through fused_allreduce's flattening (ring_strategy/_fused.py, "
-    "_KerasFlattener.split), which Dynamo breaks on; _KerasFlattener.native_group handing torch's gradients to "
-    "_torch_allreduce() removes every break of ring's own: then drop this mark"))
 def test_no_graph_break_in_ring_code(run_output):
     out = _run(run_output)
     assert {"0", "1"} <= set(passed_ranks(out, "fit_breaks")), out[-8000:]
