@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["RingEnvironment", "RingStrategy"]
+__all__ = ["RingEnvironment", "RingStrategy", "RingSyncBatchNorm"]
 
 
 def __getattr__(name: str) -> Any:

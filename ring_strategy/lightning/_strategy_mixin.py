@@ -45,14 +45,6 @@ if TYPE_CHECKING:  # what type checkers see as the bases; at run time each packa
 else:
     _LauncherBase = _StrategyBase = object
 
-# Trainer(sync_batchnorm=True) asks for Lightning's layer sync, which needs
-# torch.distributed; applying none would leave batch statistics per rank.
-_SYNC_BATCHNORM = (
-    "Trainer(sync_batchnorm=True) is not supported by strategy='ring' yet: the batch statistics would stay "
-    "per rank. Leave sync_batchnorm off, or replace the model's BatchNorm layers with "
-    "ring_strategy.torch.SyncBatchNorm, which averages them over the ring."
-)
-
 __all__ = ["RingLauncherMixin", "RingStrategyMixin", "ring_op"]
 
 _TOO_MANY_PASSES = (
@@ -157,6 +149,10 @@ class RingStrategyMixin(_StrategyBase):
     # its _update_dataloader(dataloader, sampler).
     _elastic_callback_class: ClassVar[Callable[[Any], Any]]
     _update_dataloader: ClassVar[Callable[[Any, Any], Any]]
+    # And its RingSyncBatchNorm, and the TorchSyncBatchNorm that
+    # Trainer(sync_batchnorm=True) asks for (replaced by the former).
+    _layer_sync_class: ClassVar[Callable[[], Any]]
+    _torch_layer_sync_class: ClassVar[type]
 
     def __init__(
         self,
@@ -182,6 +178,7 @@ class RingStrategyMixin(_StrategyBase):
         self.elastic = elastic
         self.commit_every_n_steps = check_commit_every(commit_every_n_steps)
         self._elastic: Optional[LightningState] = None
+        self._layers_synced = False
 
     def _elastic_state(self) -> LightningState:
         """The state of this strategy's elastic fits (made at the first)."""
@@ -268,18 +265,18 @@ class RingStrategyMixin(_StrategyBase):
 
     @override
     def setup(self, trainer: "pl.Trainer") -> None:
-        if self._layer_sync is not None:
-            raise NotImplementedError(_SYNC_BATCHNORM)
         assert self.accelerator is not None
         self.accelerator.setup(trainer)
         assert self.model is not None
         self.model = self.precision_plugin.convert_module(self.model)
         self.model_to_device()
+        fitting = trainer.state.fn == "fit"
+        if fitting:
+            self._sync_layers()
         self._check_same_settings(trainer)
         if self.world_size > 1:
             # Same start on every rank, buffers included (DDP does the same).
             _rt.broadcast_parameters(self.model.state_dict(), root_rank=0)
-        fitting = trainer.state.fn == "fit"
         if fitting:
             self.setup_optimizers(trainer)
         self.setup_precision_plugin()
@@ -291,6 +288,20 @@ class RingStrategyMixin(_StrategyBase):
                     lambda: ((f"ring.lightning.grad.{n}", p) for n, p in model.named_parameters()),
                     too_many_passes=_TOO_MANY_PASSES,
                 )
+
+    def _sync_layers(self) -> None:
+        """Applies the layer sync (``Trainer(sync_batchnorm=True)``) for a fit.
+
+        Lightning's default plugin, ``TorchSyncBatchNorm``, would convert to
+        ``torch.nn.SyncBatchNorm`` (torch.distributed); it is replaced by
+        ``RingSyncBatchNorm``. Any other ``LayerSync`` plugin is applied as given.
+        """
+        if self._layer_sync is None:
+            return
+        if type(self._layer_sync) is self._torch_layer_sync_class:
+            self._layer_sync = self._layer_sync_class()
+        self.model = self._layer_sync.apply(self.model)
+        self._layers_synced = True
 
     def _check_same_settings(self, trainer: "pl.Trainer") -> None:
         """Raises on every rank when the ranks' Trainers or models differ in what must agree."""
@@ -454,6 +465,10 @@ class RingStrategyMixin(_StrategyBase):
         if self._grad_sync is not None:
             self._grad_sync.close()
             self._grad_sync = None
+        if self._layers_synced and self._layer_sync is not None and self.model is not None:
+            # As DDP does: after a fit the model has its own batch-norm layers back.
+            self.model = self._layer_sync.revert(self.model)
+        self._layers_synced = False
         super().teardown()
 
     @classmethod

@@ -15,15 +15,17 @@ from lightning.fabric.plugins.environments.cluster_environment import ClusterEnv
 from lightning.fabric.utilities.optimizer import _optimizers_to_device
 from lightning.pytorch.accelerators import CPUAccelerator, CUDAAccelerator
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.plugins.layer_sync import LayerSync, TorchSyncBatchNorm
 from lightning.pytorch.strategies.launchers.launcher import _Launcher
 from lightning.pytorch.strategies.parallel import ParallelStrategy
 from lightning.pytorch.utilities.data import _update_dataloader
 
 from ring_strategy.lightning._elastic import ElasticCommitMixin
 from ring_strategy.lightning._environment import RingEnvironmentMixin
+from ring_strategy.lightning._layer_sync import RingSyncBatchNormMixin
 from ring_strategy.lightning._strategy_mixin import RingLauncherMixin, RingStrategyMixin
 
-__all__ = ["RingEnvironment", "RingStrategy"]
+__all__ = ["RingEnvironment", "RingStrategy", "RingSyncBatchNorm"]
 
 
 class RingEnvironment(RingEnvironmentMixin, ClusterEnvironment):
@@ -38,6 +40,10 @@ class _ElasticCommit(ElasticCommitMixin, Callback):
     __doc__ = ElasticCommitMixin.__doc__
 
 
+class RingSyncBatchNorm(RingSyncBatchNormMixin, LayerSync):
+    __doc__ = RingSyncBatchNormMixin.__doc__
+
+
 class RingStrategy(RingStrategyMixin, ParallelStrategy):
     __doc__ = RingStrategyMixin.__doc__
     _environment_class = RingEnvironment
@@ -47,3 +53,5 @@ class RingStrategy(RingStrategyMixin, ParallelStrategy):
     _optimizers_to_device = staticmethod(_optimizers_to_device)
     _elastic_callback_class = _ElasticCommit
     _update_dataloader = staticmethod(_update_dataloader)
+    _layer_sync_class = RingSyncBatchNorm
+    _torch_layer_sync_class = TorchSyncBatchNorm

@@ -12,15 +12,17 @@ from lightning_fabric.plugins.environments.cluster_environment import ClusterEnv
 from lightning_fabric.utilities.optimizer import _optimizers_to_device
 from pytorch_lightning.accelerators import CPUAccelerator, CUDAAccelerator
 from pytorch_lightning.callbacks import Callback
+from pytorch_lightning.plugins.layer_sync import LayerSync, TorchSyncBatchNorm
 from pytorch_lightning.strategies.launchers.launcher import _Launcher
 from pytorch_lightning.strategies.parallel import ParallelStrategy
 from pytorch_lightning.utilities.data import _update_dataloader
 
 from ring_strategy.lightning._elastic import ElasticCommitMixin
 from ring_strategy.lightning._environment import RingEnvironmentMixin
+from ring_strategy.lightning._layer_sync import RingSyncBatchNormMixin
 from ring_strategy.lightning._strategy_mixin import RingLauncherMixin, RingStrategyMixin
 
-__all__ = ["RingEnvironment", "RingStrategy"]
+__all__ = ["RingEnvironment", "RingStrategy", "RingSyncBatchNorm"]
 
 
 class RingEnvironment(RingEnvironmentMixin, ClusterEnvironment):
@@ -35,6 +37,10 @@ class _ElasticCommit(ElasticCommitMixin, Callback):
     __doc__ = ElasticCommitMixin.__doc__
 
 
+class RingSyncBatchNorm(RingSyncBatchNormMixin, LayerSync):
+    __doc__ = RingSyncBatchNormMixin.__doc__
+
+
 class RingStrategy(RingStrategyMixin, ParallelStrategy):
     __doc__ = RingStrategyMixin.__doc__
     _environment_class = RingEnvironment
@@ -44,3 +50,5 @@ class RingStrategy(RingStrategyMixin, ParallelStrategy):
     _optimizers_to_device = staticmethod(_optimizers_to_device)
     _elastic_callback_class = _ElasticCommit
     _update_dataloader = staticmethod(_update_dataloader)
+    _layer_sync_class = RingSyncBatchNorm
+    _torch_layer_sync_class = TorchSyncBatchNorm

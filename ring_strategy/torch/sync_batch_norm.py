@@ -5,6 +5,11 @@ together, so a model trained on N ranks with batch B each normalizes exactly
 like one trained on a single batch of N*B. Ranks may hold batches of different
 sizes (an uneven last batch). Outside training (with running statistics) it
 is an ordinary batch norm.
+
+:meth:`SyncBatchNorm.convert_sync_batchnorm` swaps a model's ``BatchNorm*d``
+layers for SyncBatchNorm (as ``torch.nn.SyncBatchNorm``'s does) and
+:func:`revert_sync_batchnorm` swaps them back; the Lightning strategy's
+``sync_batchnorm=True`` is these two.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from ring_strategy._rules import Sum
 from ring_strategy.process_sets import _check_process_set, global_process_set
 from ring_strategy.torch._async_ops import allreduce_
 
-__all__ = ["SyncBatchNorm"]
+__all__ = ["SyncBatchNorm", "revert_sync_batchnorm"]
 
 # Layers are numbered in construction order, which is the same on every rank
 # when every rank builds the same model; the number names the layer's
@@ -178,3 +183,80 @@ class SyncBatchNorm(_BatchNorm):
             input, self.weight, self.bias, self.running_mean if update else None,
             self.running_var if update else None, self.eps, momentum, self._ring_name, self.process_set,
         )
+
+    @classmethod
+    def convert_sync_batchnorm(cls, module: torch.nn.Module, process_set: Any = global_process_set) -> torch.nn.Module:
+        """Replaces every batch-norm layer of ``module`` by a SyncBatchNorm.
+
+        The new layers take over the old ones' parameters and buffers (the
+        same tensor objects, so optimizers built before stay valid), their
+        train/eval mode and ``requires_grad``; each remembers the class it
+        replaced for :func:`revert_sync_batchnorm`. ``torch.nn.SyncBatchNorm``
+        layers are converted too; ring's own are left as they are.
+
+        Args:
+            module: The model, or one batch-norm layer.
+            process_set: The ranks whose batches the new layers normalize together.
+
+        Returns:
+            ``module`` with its children replaced, or the new layer when
+            ``module`` itself is a batch-norm layer.
+        """
+        converted = module
+        if isinstance(module, _BatchNorm) and not isinstance(module, cls):
+            converted = cls(module.num_features, module.eps, module.momentum, module.affine,
+                            module.track_running_stats, process_set=process_set)
+            _take_state(converted, module)
+            converted._ring_replaced = type(module)
+        for name, child in module.named_children():
+            new_child = cls.convert_sync_batchnorm(child, process_set)
+            if new_child is not child:
+                converted.add_module(name, new_child)
+        return converted
+
+
+def _take_state(target: _BatchNorm, source: _BatchNorm) -> None:
+    """Moves ``source``'s parameters, buffers, mode and qconfig onto ``target``."""
+    if source.affine:
+        target.weight = source.weight
+        target.bias = source.bias
+    target.running_mean = source.running_mean
+    target.running_var = source.running_var
+    target.num_batches_tracked = source.num_batches_tracked
+    target.train(source.training)
+    if hasattr(source, "qconfig"):
+        target.qconfig = source.qconfig
+
+
+class _BatchNormXd(_BatchNorm):
+    """A batch norm of any rank (what a SyncBatchNorm built directly reverts to)."""
+
+    def _check_input_dim(self, input: torch.Tensor) -> None:
+        if input.dim() < 2:
+            raise ValueError(f"expected at least 2D input (got {input.dim()}D input)")
+
+
+def revert_sync_batchnorm(module: torch.nn.Module) -> torch.nn.Module:
+    """Undoes :meth:`SyncBatchNorm.convert_sync_batchnorm`.
+
+    Each SyncBatchNorm becomes the class it replaced (``torch.nn.BatchNorm2d``,
+    ...), or a batch norm that accepts any rank when it was built directly,
+    with the same parameters, buffers and mode.
+
+    Args:
+        module: The model, or one layer.
+
+    Returns:
+        ``module`` with its children replaced, or the new layer when
+        ``module`` itself is a SyncBatchNorm.
+    """
+    converted = module
+    if isinstance(module, SyncBatchNorm):
+        kind = getattr(module, "_ring_replaced", _BatchNormXd)
+        converted = kind(module.num_features, module.eps, module.momentum, module.affine, module.track_running_stats)
+        _take_state(converted, module)
+    for name, child in module.named_children():
+        new_child = revert_sync_batchnorm(child)
+        if new_child is not child:
+            converted.add_module(name, new_child)
+    return converted

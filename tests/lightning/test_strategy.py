@@ -176,18 +176,6 @@ def test_strategy_instance_world_of_one(tmp_path):
     strategy.barrier()
 
 
-def test_sync_batchnorm_is_refused_not_ignored(tmp_path):
-    """Trainer(sync_batchnorm=True) raises a clear error instead of training
-    with per-rank batch statistics."""
-    from torch.utils.data import DataLoader, TensorDataset
-
-    t = pl.Trainer(strategy=RingStrategy(), accelerator="cpu", devices=1, max_epochs=1, sync_batchnorm=True,
-                   default_root_dir=tmp_path, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                   enable_model_summary=False)
-    with pytest.raises(NotImplementedError, match=r"sync_batchnorm=True\) is not supported"):
-        t.fit(_Tiny(), DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=4))
-
-
 def _has(package: str) -> bool:
     try:
         return importlib.util.find_spec(package) is not None
