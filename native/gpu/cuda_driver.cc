@@ -117,6 +117,14 @@ ScopedDevice::ScopedDevice(int index) {
   pushed_ = true;
 }
 
+ScopedDevice::ScopedDevice(int index, std::nothrow_t) noexcept {
+  try {
+    pushed_ = cuda_driver().cuCtxPushCurrent(primary_context(index)) == CUDA_SUCCESS;
+  } catch (...) {  // no driver, no such device, or the driver is gone
+    pushed_ = false;
+  }
+}
+
 ScopedDevice::~ScopedDevice() {
   CUcontext ctx = nullptr;
   if (pushed_) cuda_driver().cuCtxPopCurrent(&ctx);

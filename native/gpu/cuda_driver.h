@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <new>
 #include <string>
 
 namespace ring::gpu {
@@ -95,11 +96,20 @@ std::string cuda_refusal(int index);
 CUcontext primary_context(int index);
 
 // Makes device `index`'s primary context (the one torch, cupy and the CUDA
-// runtime use) current on this thread for the object's lifetime.
+// runtime use) current on this thread for the object's lifetime. The
+// driver refuses memory, stream, event and module calls on a thread with
+// no current context (CUDA_ERROR_INVALID_CONTEXT): every such call sits
+// inside one.
 class ScopedDevice {
  public:
+  // Throws RingError when the context cannot be made current.
   explicit ScopedDevice(int index);
+  // Never throws, for destructors and deleters (at interpreter exit the
+  // driver may already be deinitialized): ok() says whether the context
+  // is current; when not, the caller skips its driver calls.
+  ScopedDevice(int index, std::nothrow_t) noexcept;
   ~ScopedDevice();
+  bool ok() const { return pushed_; }
   ScopedDevice(const ScopedDevice&) = delete;
   ScopedDevice& operator=(const ScopedDevice&) = delete;
 

@@ -21,17 +21,23 @@ CUdeviceptr DeviceBuffer::at(size_t bytes) {
   return reinterpret_cast<CUdeviceptr>(memory_.get());
 }
 
-PinnedBuffer::~PinnedBuffer() {
-  if (memory_) cuda_driver().cuMemFreeHost(memory_);
+PinnedBuffer::~PinnedBuffer() { release(); }
+
+void PinnedBuffer::release() noexcept {
+  if (!memory_) return;
+  ScopedDevice current(device_, std::nothrow);
+  if (current.ok()) cuda_driver().cuMemFreeHost(memory_);
+  memory_ = nullptr;
+  bytes_ = 0;
 }
 
-uint8_t* PinnedBuffer::at(size_t bytes) {
+uint8_t* PinnedBuffer::at(int device, size_t bytes) {
   if (!memory_ || bytes > bytes_) {
-    const CudaDriver& cu = cuda_driver();
-    if (memory_) cu.cuMemFreeHost(memory_);
-    memory_ = nullptr;
-    bytes_ = 0;
-    cuda_check(cu.cuMemHostAlloc(&memory_, bytes ? bytes : 1, CU_MEMHOSTALLOC_PORTABLE), "cuMemHostAlloc (staging buffer)");
+    release();
+    ScopedDevice current(device);
+    cuda_check(cuda_driver().cuMemHostAlloc(&memory_, bytes ? bytes : 1, CU_MEMHOSTALLOC_PORTABLE),
+               "cuMemHostAlloc (staging buffer)");
+    device_ = device;
     bytes_ = bytes;
   }
   return static_cast<uint8_t*>(memory_);

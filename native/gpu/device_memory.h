@@ -29,21 +29,28 @@ class DeviceBuffer {
   size_t bytes_ = 0;
 };
 
-// Pinned (page-locked) host memory that only grows: at(n) returns at least
-// n bytes, the old contents not kept. The caller makes sure no copy still
-// uses the old memory when it grows (its copies are waited for first).
+// Pinned (page-locked, portable: any context may copy from it) host memory
+// that only grows: at(device, n) returns at least n bytes, the old
+// contents not kept. The driver allocates and frees it only with a context
+// current: at() makes `device`'s current itself (any thread, the engine's
+// included, which has none of its own), and the memory is freed with the
+// context of the device it was allocated on. The caller makes sure no copy
+// still uses the old memory when it grows (its copies are waited for first).
 class PinnedBuffer {
  public:
   PinnedBuffer() = default;
   PinnedBuffer(const PinnedBuffer&) = delete;
   PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-  ~PinnedBuffer();
-  uint8_t* at(size_t bytes);
+  ~PinnedBuffer();  // never throws (a driver already gone leaks the memory)
+  uint8_t* at(int device, size_t bytes);
   size_t capacity() const { return bytes_; }
 
  private:
+  void release() noexcept;
+
   void* memory_ = nullptr;
   size_t bytes_ = 0;
+  int device_ = 0;  // whose context allocated memory_
 };
 
 }  // namespace ring::gpu

@@ -26,6 +26,7 @@ void Finalizer::add(GpuWork work) {
 
 void Finalizer::abort() {
   aborted_.store(true);
+  { std::lock_guard<std::mutex> wait_for_the_look_in_progress(poll_mu_); }
   cv_.notify_all();
 }
 
@@ -60,11 +61,15 @@ bool Finalizer::wait(const GpuWork& w, GpuFailure* failure) {
   ScopedDevice current(w.device);
   CUevent event = static_cast<CUevent>(w.done.get());
   while (true) {
-    if (aborted_.load()) {
-      *failure = {ErrorKind::Internal, "the job failed while this GPU operation was in flight"};
-      return false;
+    WorkState state;
+    {
+      std::lock_guard<std::mutex> look(poll_mu_);  // abort() waits for it: no look after
+      if (aborted_.load()) {
+        *failure = {ErrorKind::Internal, "the job failed while this GPU operation was in flight"};
+        return false;
+      }
+      state = poll_work(event, w.comm, failure);
     }
-    const WorkState state = poll_work(event, w.comm, failure);
     if (state != WorkState::Running) return state == WorkState::Done;
     std::this_thread::sleep_for(std::chrono::microseconds(20));
   }

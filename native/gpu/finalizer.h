@@ -44,7 +44,9 @@ class Finalizer {
   // drain(), for at most `timeout_seconds`: false when work is left.
   bool drain_for(double timeout_seconds);
   // Stops waiting for GPU work: what is queued or waited for fails (the
-  // job failed; its handles already have their error). Any thread.
+  // job failed; its handles already have their error). Any thread. When it
+  // returns the thread is in no NCCL or CUDA call and makes none for
+  // work added so far, so the communicators may be aborted (freed) next.
   void abort();
   // The first failure of GPU work (not counting work failed by abort()),
   // once: true and `out` filled the first time it is asked after one.
@@ -69,6 +71,7 @@ class Finalizer {
   GpuFailure failure_;         // guarded by mu_; reported once
   std::atomic<bool> failed_{false};  // failure_ waits to be reported
   std::atomic<bool> aborted_{false};
+  std::mutex poll_mu_;  // held by the thread across one look at a work (poll_work)
   std::thread thread_;
 };
 

@@ -69,9 +69,10 @@ class NcclBackend : public Backend {
   void prepare(Entry& e, uint64_t stream) override { host_->prepare(e, stream); }
   bool enabled(const Response& r) const override { return r.device.type == DeviceType::CUDA && !host_only_; }
   void execute(const Response& r, std::vector<Entry>& entries) override;
+  // The finalizer stops asking the communicators first: abort_all() frees them.
   void abort() override {
-    comms_.abort_all();
     finalizer_.abort();
+    comms_.abort_all();
   }
   void check() override;
   void settle(double timeout_seconds) override { finalizer_.drain_for(timeout_seconds); }

@@ -43,7 +43,7 @@ void hierarchical_allreduce(const HostStage& h, CUdeviceptr buf, size_t count, D
     const size_t bytes = shard * esize;
     if (bytes > h.staging->capacity())  // growing frees memory an earlier copy back may still read
       wait_for_stream(h, "hierarchical allreduce, waiting for the work before it");
-    uint8_t* host = h.staging->at(bytes);
+    uint8_t* host = h.staging->at(h.device, bytes);
     cuda_check(cu.cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(host), mine, bytes, h.stream),
                "copy of the host's shard to pinned memory");
     wait_for_stream(h, "hierarchical allreduce, NCCL stage inside the host");

@@ -11,13 +11,34 @@
  * backend's real fusion, offsets, groups and calls, and gets NCCL's
  * results; ranks must call collectives in the same order (the engine does).
  * Sends write the peer's mailbox and return; receives wait for it. A peer
- * that does not come within 60 s makes the call fail with ncclRemoteError.
+ * that does not come within 60 s makes a collective fail with
+ * ncclRemoteError.
+ *
+ * As strict as NCCL where the engine could get it wrong:
+ *  - ncclCommInitRank blocks until every rank of the communicator has
+ *    called it, with no time limit (a rank that never comes blocks the
+ *    others). ncclCommInitRankConfig with config.blocking = 0 returns
+ *    ncclInProgress at once; ncclCommGetAsyncError says ncclInProgress
+ *    until every rank has come, then ncclSuccess; ncclCommAbort gives up.
+ *  - Each rank's device is its current context's (cuCtxGetDevice of the
+ *    driver RING_CUDA_DRIVER_LIBRARY names; device 0 without one, as the
+ *    CUDA runtime does); two ranks of one host (NCCL_HOSTID, else the host
+ *    name) on one device make the init fail with ncclInvalidUsage, as
+ *    NCCL's "Duplicate GPU detected".
+ *  - A communicator after ncclCommAbort or ncclCommDestroy is poisoned, not
+ *    freed: any call with it (ncclCommGetAsyncError included) prints why to
+ *    stderr and ends the process with abort(), where NCCL would read freed
+ *    memory. A call already waiting when another thread aborts returns
+ *    ncclInternalError.
  *
  * Built with -DSTUB_NCCL_VERSION=<code> it reports that version (default
- * 2.27.3); -DSTUB_OMIT_ALLREDUCE leaves ncclAllReduce out.
+ * 2.27.3); -DSTUB_OMIT_ALLREDUCE leaves ncclAllReduce out, -DSTUB_NO_CONFIG
+ * ncclCommInitRankConfig (as NCCL before 2.14).
  * STUB_NCCL_ASYNC_ERROR (environment), a result code, is what
- * ncclCommGetAsyncError reports (default 0, none). STUB_NCCL_LOG, a path:
- * each call appends its name and element count there. */
+ * ncclCommGetAsyncError reports for a communicator that finished its init
+ * (default 0, none). STUB_NCCL_LOG, a path: each call appends its name and
+ * element count (rank count for init, destroy and abort) there. */
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <sched.h>
 #include <stdint.h>
@@ -34,7 +55,8 @@
 
 enum { Int8, Uint8, Int32, Uint32, Int64, Uint64, Float16, Float32, Float64, Bfloat16 };
 enum { Sum, Prod, Max, Min, Avg, FirstCreated };
-enum { Success = 0, InvalidArgument = 4, InvalidUsage = 5, RemoteError = 6 };
+enum { Success = 0, UnhandledCudaError = 1, InternalError = 3, InvalidArgument = 4, InvalidUsage = 5, RemoteError = 6,
+       InProgress = 7 };
 
 #define SLOT_BYTES ((size_t)8 << 20)
 #define BOX_BYTES ((size_t)1 << 20)
@@ -63,6 +85,8 @@ static size_t size_of(int dt) {
 typedef struct {
   uint32_t count, sense; /* the barrier */
   char pad[56];
+  int32_t device[MAX_RANKS];  /* each rank's, written before the init's barrier */
+  uint64_t host[MAX_RANKS];
 } Header;
 
 typedef struct {
@@ -70,12 +94,17 @@ typedef struct {
   uint64_t bytes;
 } Box;
 
+enum { Live = 1, Joining = 2, Poisoned = 3 };
 typedef struct {
+  uint32_t magic;  /* kCommMagic */
+  int state;       /* Live, Joining (a non-blocking init not finished) or Poisoned */
+  int aborted;     /* set by ncclCommAbort from any thread: waits give up */
   int n, rank, sense;
   char name[128];
   uint8_t* base;
   size_t size;
 } Comm;
+#define COMM_MAGIC 0xc0111u
 
 static Header* header(Comm* c) { return (Header*)c->base; }
 static uint8_t* slot(Comm* c, int r) { return c->base + sizeof(Header) + (size_t)r * SLOT_BYTES; }
@@ -90,25 +119,51 @@ static double now(void) {
   return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-/* Waits until *word == want; 0, or RemoteError after 60 s. */
-static int wait_for(uint32_t* word, uint32_t want) {
-  const double deadline = now() + 60.0;
+/* Waits until *word == want; 0, InternalError when `c` is aborted meanwhile,
+ * or RemoteError after `seconds` (< 0: no limit). */
+static int wait_for(Comm* c, uint32_t* word, uint32_t want, double seconds) {
+  const double deadline = now() + seconds;
   while (__atomic_load_n(word, __ATOMIC_ACQUIRE) != want) {
-    if (now() > deadline) return RemoteError;
+    if (__atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE)) return InternalError;
+    if (seconds >= 0 && now() > deadline) return RemoteError;
     sched_yield();
   }
   return Success;
 }
 
-static int barrier(Comm* c) {
+/* The barrier in two halves: arrive, then (at once or by polling) done. */
+static void arrive(Comm* c) {
   Header* h = header(c);
   c->sense ^= 1;
   if (__atomic_add_fetch(&h->count, 1, __ATOMIC_ACQ_REL) == (uint32_t)c->n) {
     __atomic_store_n(&h->count, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&h->sense, (uint32_t)c->sense, __ATOMIC_RELEASE);
-    return Success;
   }
-  return wait_for(&h->sense, (uint32_t)c->sense);
+}
+static int arrived(Comm* c) { return __atomic_load_n(&header(c)->sense, __ATOMIC_ACQUIRE) == (uint32_t)c->sense; }
+
+static int barrier(Comm* c) {
+  arrive(c);
+  return wait_for(c, &header(c)->sense, (uint32_t)c->sense, 60.0);
+}
+
+/* The communicator behind `p` for a call named `what`: a poisoned one ends
+ * the process (NCCL would use freed memory), one still joining is refused. */
+static Comm* use(void* p, const char* what, int* rc) {
+  Comm* c = p;
+  *rc = Success;
+  if (!c || c->magic != COMM_MAGIC) {
+    fprintf(stderr, "stub NCCL: %s on something that is not a communicator\n", what);
+    abort();
+  }
+  if (c->state == Poisoned) {
+    fprintf(stderr, "stub NCCL: %s on a communicator after ncclCommAbort or ncclCommDestroy (use after free)\n",
+            what);
+    fflush(stderr);
+    abort();
+  }
+  if (c->state == Joining) *rc = InvalidUsage;
+  return c;
 }
 
 /* ---------------------------------------------------------------- reductions */
@@ -230,11 +285,48 @@ int ncclGetUniqueId(UniqueId* id) {
            rand());
   return 0;
 }
-int ncclCommInitRank(void** out, int n, UniqueId uid, int rank) {
+/* This process's device: its current context's, as the driver says (0 without one). */
+static int current_device(void) {
+  const char* path = getenv("RING_CUDA_DRIVER_LIBRARY");
+  void* lib = dlopen(path && *path ? path : "libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+  int dev = 0;
+  if (!lib) return 0;
+  int (*get)(int*) = (int (*)(int*))dlsym(lib, "cuCtxGetDevice");
+  if (!get || get(&dev) != 0) dev = 0;
+  dlclose(lib);
+  return dev;
+}
+static uint64_t host_hash(void) {
+  char name[256] = {0};
+  const char* id = getenv("NCCL_HOSTID");
+  if (id && *id) snprintf(name, sizeof(name), "%s", id);
+  else gethostname(name, sizeof(name) - 1);
+  uint64_t h = 1469598103934665603ull;
+  for (const char* p = name; *p; ++p) h = (h ^ (uint8_t)*p) * 1099511628211ull;
+  return h;
+}
+
+/* After the init's barrier: InvalidUsage when two ranks of one host share a device. */
+static int check_devices(Comm* c) {
+  Header* h = header(c);
+  for (int a = 0; a < c->n; ++a)
+    for (int b = a + 1; b < c->n; ++b)
+      if (h->host[a] == h->host[b] && h->device[a] == h->device[b]) {
+        if (c->rank == 0)
+          fprintf(stderr, "stub NCCL: Duplicate GPU detected: rank %d and rank %d both on CUDA device %d\n", a, b,
+                  h->device[a]);
+        return InvalidUsage;
+      }
+  return Success;
+}
+
+/* The init up to the barrier's arrival: the file mapped, this rank's device written. */
+static int join(Comm** out, int n, UniqueId uid, int rank) {
   const char* id = uid.internal;
-  note("ncclCommInitRank", (size_t)n);
   if (n < 1 || n > MAX_RANKS || rank < 0 || rank >= n || id[0] != '/') return InvalidUsage;
   Comm* c = calloc(1, sizeof(Comm));
+  c->magic = COMM_MAGIC;
+  c->state = Joining;
   c->n = n;
   c->rank = rank;
   snprintf(c->name, sizeof(c->name), "%s", id);
@@ -244,34 +336,91 @@ int ncclCommInitRank(void** out, int n, UniqueId uid, int rank) {
   c->base = mmap(NULL, c->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
   if (c->base == MAP_FAILED) return InvalidUsage;
-  int rc = barrier(c); /* every rank has the file open: it can go */
-  if (rank == 0) shm_unlink(c->name);
+  header(c)->device[rank] = current_device();
+  header(c)->host[rank] = host_hash();
+  arrive(c);
+  *out = c;
+  return Success;
+}
+
+/* Every rank has come (the file can go): the init's result. */
+static int joined(Comm* c) {
+  if (c->rank == 0) shm_unlink(c->name);
+  int rc = check_devices(c);
+  c->state = rc == Success ? Live : Poisoned;
+  return rc;
+}
+
+int ncclCommInitRank(void** out, int n, UniqueId uid, int rank) {
+  Comm* c = NULL;
+  note("ncclCommInitRank", (size_t)n);
+  int rc = join(&c, n, uid, rank);
+  if (rc != Success) return rc;
+  rc = wait_for(c, &header(c)->sense, (uint32_t)c->sense, -1.0); /* no time limit, as NCCL's */
+  if (rc == Success) rc = joined(c);
   if (rc != Success) return rc;
   *out = c;
-  return 0;
+  return Success;
 }
-static int release(void* p) {
-  Comm* c = p;
-  if (!c) return 0;
+
+/* NCCL's ncclConfig_t as of 2.14: what every later version starts with. */
+typedef struct {
+  size_t size;
+  unsigned magic, version;
+  int blocking;
+} Config;
+
+#ifndef STUB_NO_CONFIG
+int ncclCommInitRankConfig(void** out, int n, UniqueId uid, int rank, Config* config) {
+  if (config && (config->magic != 0xcafebeef || config->size < sizeof(Config))) return InvalidArgument;
+  if (!config || config->blocking != 0) return ncclCommInitRank(out, n, uid, rank);
+  Comm* c = NULL;
+  note("ncclCommInitRankConfig", (size_t)n);
+  int rc = join(&c, n, uid, rank);
+  if (rc != Success) return rc;
+  *out = c;
+  return InProgress;
+}
+#endif
+
+static Comm* poison(void* p, const char* what) {
+  int rc;
+  Comm* c = use(p, what, &rc);
+  note(what, (size_t)c->n);
+  c->state = Poisoned;
+  return c;
+}
+int ncclCommDestroy(void* p) {
+  Comm* c = poison(p, "ncclCommDestroy");
   munmap(c->base, c->size);
-  free(c);
-  return 0;
+  c->base = NULL;
+  return Success;
 }
-int ncclCommDestroy(void* c) {
-  note("ncclCommDestroy", c ? (size_t)((Comm*)c)->n : 0);
-  return release(c);
+/* Abort may come from another thread while a call waits: that call gives up, the memory stays. */
+int ncclCommAbort(void* p) {
+  if (!p) return Success;
+  Comm* c = p;
+  __atomic_store_n(&c->aborted, 1, __ATOMIC_RELEASE);
+  poison(p, "ncclCommAbort");
+  usleep(2000); /* NCCL's abort takes a while (it stops its proxy threads): a racing caller shows */
+  return Success;
 }
-/* Abort may come from another thread while a call waits: the memory stays. */
-int ncclCommAbort(void* c) { (void)c; return 0; }
-int ncclCommGetAsyncError(void* c, int* e) {
+int ncclCommGetAsyncError(void* p, int* e) {
+  int rc;
+  Comm* c = use(p, "ncclCommGetAsyncError", &rc);
+  if (c->state == Joining) {
+    *e = arrived(c) ? joined(c) : InProgress;
+    return Success;
+  }
   const char* v = getenv("STUB_NCCL_ASYNC_ERROR");
-  (void)c;
   *e = v ? atoi(v) : 0;
-  return 0;
+  return Success;
 }
 #ifndef STUB_OMIT_ALLREDUCE
 int ncclAllReduce(const void* s, void* r, size_t n, int dt, int op, void* comm, void* st) {
-  Comm* c = comm;
+  int urc;
+  Comm* c = use(comm, "ncclAllReduce", &urc);
+  if (urc) return urc;
   const void* srcs[MAX_RANKS];
   (void)st;
   note("ncclAllReduce", n);
@@ -283,7 +432,9 @@ int ncclAllReduce(const void* s, void* r, size_t n, int dt, int op, void* comm, 
 }
 #endif
 int ncclReduce(const void* s, void* r, size_t n, int dt, int op, int root, void* comm, void* st) {
-  Comm* c = comm;
+  int urc;
+  Comm* c = use(comm, "ncclReduce", &urc);
+  if (urc) return urc;
   const void* srcs[MAX_RANKS];
   (void)st;
   note("ncclReduce", n);
@@ -294,7 +445,9 @@ int ncclReduce(const void* s, void* r, size_t n, int dt, int op, int root, void*
   return rc ? rc : barrier(c);
 }
 int ncclReduceScatter(const void* s, void* r, size_t n, int dt, int op, void* comm, void* st) {
-  Comm* c = comm;
+  int urc;
+  Comm* c = use(comm, "ncclReduceScatter", &urc);
+  if (urc) return urc;
   const void* srcs[MAX_RANKS];
   (void)st;
   note("ncclReduceScatter", n);
@@ -305,7 +458,9 @@ int ncclReduceScatter(const void* s, void* r, size_t n, int dt, int op, void* co
   return rc ? rc : barrier(c);
 }
 int ncclBroadcast(const void* s, void* r, size_t n, int dt, int root, void* comm, void* st) {
-  Comm* c = comm;
+  int urc;
+  Comm* c = use(comm, "ncclBroadcast", &urc);
+  if (urc) return urc;
   (void)st;
   note("ncclBroadcast", n);
   int rc = contribute(c, c->rank == root ? s : NULL, n * size_of(dt));
@@ -314,7 +469,9 @@ int ncclBroadcast(const void* s, void* r, size_t n, int dt, int root, void* comm
   return barrier(c);
 }
 int ncclAllGather(const void* s, void* r, size_t n, int dt, void* comm, void* st) {
-  Comm* c = comm;
+  int urc;
+  Comm* c = use(comm, "ncclAllGather", &urc);
+  if (urc) return urc;
   const size_t bytes = n * size_of(dt);
   (void)st;
   note("ncclAllGather", n);
@@ -324,13 +481,15 @@ int ncclAllGather(const void* s, void* r, size_t n, int dt, void* comm, void* st
   return barrier(c);
 }
 int ncclSend(const void* b, size_t n, int dt, int peer, void* comm, void* st) {
-  Comm* c = comm;
+  int urc;
+  Comm* c = use(comm, "ncclSend", &urc);
+  if (urc) return urc;
   Box* m = box(c, c->rank, peer);
   const size_t bytes = n * size_of(dt);
   (void)st;
   note("ncclSend", n);
   if (bytes > BOX_BYTES || peer < 0 || peer >= c->n) return InvalidArgument;
-  int rc = wait_for(&m->full, 0); /* the peer took the last one */
+  int rc = wait_for(c, &m->full, 0, 60.0); /* the peer took the last one */
   if (rc) return rc;
   memcpy(m + 1, b, bytes);
   m->bytes = bytes;
@@ -338,12 +497,14 @@ int ncclSend(const void* b, size_t n, int dt, int peer, void* comm, void* st) {
   return Success;
 }
 int ncclRecv(void* b, size_t n, int dt, int peer, void* comm, void* st) {
-  Comm* c = comm;
+  int urc;
+  Comm* c = use(comm, "ncclRecv", &urc);
+  if (urc) return urc;
   Box* m = box(c, peer, c->rank);
   (void)st;
   note("ncclRecv", n);
   if (peer < 0 || peer >= c->n) return InvalidArgument;
-  int rc = wait_for(&m->full, 1);
+  int rc = wait_for(c, &m->full, 1, 60.0);
   if (rc) return rc;
   if (m->bytes != n * size_of(dt)) return InvalidUsage;
   memcpy(b, m + 1, m->bytes);
@@ -352,8 +513,11 @@ int ncclRecv(void* b, size_t n, int dt, int peer, void* comm, void* st) {
 }
 int ncclGroupStart(void) { return 0; }
 int ncclGroupEnd(void) { return 0; }
-int ncclRedOpCreatePreMulSum(int* op, void* scalar, int dt, int residence, void* c) {
-  (void)residence; (void)c;
+int ncclRedOpCreatePreMulSum(int* op, void* scalar, int dt, int residence, void* comm) {
+  int urc;
+  (void)residence;
+  use(comm, "ncclRedOpCreatePreMulSum", &urc);
+  if (urc) return urc;
   double f = 0;
   if (dt == Float32) f = *(float*)scalar;
   if (dt == Float64) f = *(double*)scalar;
@@ -365,8 +529,10 @@ int ncclRedOpCreatePreMulSum(int* op, void* scalar, int dt, int residence, void*
   return 0;
 }
 /* Operators are made and destroyed around each call: the last one made is freed. */
-int ncclRedOpDestroy(int op, void* c) {
-  (void)c;
+int ncclRedOpDestroy(int op, void* comm) {
+  int urc;
+  use(comm, "ncclRedOpDestroy", &urc);
+  if (urc) return urc;
   if (op == FirstCreated + n_created - 1) --n_created;
   return 0;
 }

@@ -20,6 +20,6 @@ def build_stub(source: str, out_dir: Path, name: str, defines: Sequence[str] = (
     if compiler is None:
         pytest.fail("these tests need a C compiler (cc or gcc) to build the CUDA/NCCL stand-ins")
     out = out_dir / name
-    cmd = [compiler, "-shared", "-fPIC", "-O1", "-o", str(out), str(HERE / source), *(f"-D{d}" for d in defines)]
+    cmd = [compiler, "-shared", "-fPIC", "-O1", "-o", str(out), str(HERE / source), *(f"-D{d}" for d in defines), "-ldl"]
     subprocess.run(cmd, check=True, capture_output=True, text=True)
     return out

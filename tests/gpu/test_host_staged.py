@@ -25,7 +25,8 @@ def test_host_staged_ops_match_the_cpu_path(stub_driver, stub_nccl, tmp_path, nc
     """With NCCL on rank 0 only, the ranks agree to stage through the host before any
     communicator is made."""
     log, nccl_log = tmp_path / "cuda.log", tmp_path / "nccl.log"
-    env = {"RING_CUDA_DRIVER_LIBRARY": str(stub_driver), "STUB_CUDA_LOG": str(log), "STUB_NCCL_LOG": str(nccl_log)}
+    env = {"RING_CUDA_DRIVER_LIBRARY": str(stub_driver), "STUB_CUDA_LOG": str(log), "STUB_NCCL_LOG": str(nccl_log),
+           "STUB_CUDA_DEVICES": "2"}
     args = [sys.executable, WORKER] + ([stub_nccl] if nccl_on_rank0 else [])
     result = run_ringrun(2, args, env=env, timeout=240, merge_output=True)
     assert result.returncode == 0, result.stdout

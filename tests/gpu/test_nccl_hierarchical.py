@@ -24,7 +24,7 @@ TWO_HOSTS = ["-H", "localhost:1,127.0.0.1:1"]
 def _job(stub_driver: Path, stub_nccl: Path, tmp_path: Path, mode: str, np: int = 2, hosts=TWO_HOSTS, **extra: str):
     log = tmp_path / "nccl.log"
     env = {"RING_CUDA_DRIVER_LIBRARY": str(stub_driver), "RING_NCCL_LIBRARY": str(stub_nccl),
-           "STUB_NCCL_LOG": str(log), "RING_HIERARCHICAL_ALLREDUCE": "1", **extra}
+           "STUB_NCCL_LOG": str(log), "RING_HIERARCHICAL_ALLREDUCE": "1", "STUB_CUDA_DEVICES": str(np), **extra}
     result = run_ringrun(np, [*hosts, sys.executable, WORKER, *mode.split()], env=env, timeout=120,
                          merge_output=True)
     calls = [line.split() for line in log.read_text().splitlines()] if log.exists() else []
@@ -103,6 +103,19 @@ def test_gpu_work_that_fails_or_hangs_raises_on_every_rank(stub_driver, stub_ncc
     if mode == "fail":
         assert any("remote process exited" in line for line in raised), result.stdout
     assert not result.timed_out
+
+
+def test_lost_peer_aborts_communicators_after_the_finalizer_stops_polling(stub_driver, stub_nccl, tmp_path) -> None:
+    """Issue 40, item 2: the finalizer is polling rank 0's communicator (its work never finishes) when
+    rank 1 leaves. The abort must not free the communicator under the finalizer's
+    ncclCommGetAsyncError (the stand-in ends the process on a use after abort)."""
+    result, calls = _job(stub_driver, stub_nccl, tmp_path, "lost", hosts=[], RING_HIERARCHICAL_ALLREDUCE="0",
+                         RING_TIMEOUT_SECONDS="3")
+    assert "use after free" not in result.stdout, result.stdout
+    raised = _raised(result.stdout)
+    assert len(raised) == 1 and raised[0].startswith("RAISED 0 PeerFailureError"), result.stdout
+    assert "OK 1" in result.stdout and result.returncode == 0, result.stdout
+    assert ["ncclCommAbort", "2"] in calls
 
 
 def test_finalizer_failure_fails_the_handle_and_ends_the_job(stub_driver, stub_nccl, tmp_path) -> None:

@@ -18,6 +18,11 @@ Usage: hierarchical_worker.py MODE [MODE ...] (ops and collectives may be combin
            every rank must raise PeerFailureError. Prints "RAISED <rank> <type>".
   hang     rank 0's GPU work never finishes, no error: every rank must raise
            within RING_TIMEOUT_SECONDS. Prints "RAISED <rank> <type>".
+  lost     (2 ranks, flat NCCL) rank 0's allreduce never finishes on its GPU
+           (the finalizer keeps polling its communicator); rank 1 has its
+           result and leaves: rank 0 must raise PeerFailureError, its
+           communicators aborted after the finalizer stopped polling them.
+           Prints "RAISED 0 ..." and "OK 1".
   finalizer  (one rank, flat NCCL) a broadcast whose work never finishes
            and whose communicator reports the remote error: its handle and
            the next operation raise PeerFailureError. Prints "RAISED ...".
@@ -149,6 +154,17 @@ def main() -> None:
     if mode in ("ops", "collectives", "sets"):
         for m in sys.argv[1:]:
             {"ops": check_ops, "collectives": check_collectives, "sets": check_sets}[m]()
+        ring.shutdown()
+        print(f"OK {me}", flush=True)
+        return
+    if mode == "lost":
+        if me == 0:
+            os.environ["STUB_CUDA_EVENTS_PENDING"] = "1"
+        handle = submit(_frontend.ALLREDUCE, "g", x, np.zeros_like(x), True, op=OPS["Sum"])
+        if me == 0:
+            expect_failure(lambda: _frontend.wait(handle))
+            return
+        _frontend.wait(handle)
         ring.shutdown()
         print(f"OK {me}", flush=True)
         return

@@ -37,9 +37,12 @@ def on_gpu(arr: np.ndarray, device: int = 0):
 
 
 def submit(kind, name, arr, out, gpu: bool, **kw):
+    """Enqueues the operation; on the GPU path its arrays are on this rank's own GPU (its local rank's, as
+    NCCL refuses two ranks of a host on one GPU)."""
     code = _frontend.DTYPES[arr.dtype.name]
-    inp = on_gpu(arr) if gpu else arr
-    o = None if out is None else (on_gpu(out) if gpu else out)
+    device = ring.local_rank()
+    inp = on_gpu(arr, device) if gpu else arr
+    o = None if out is None else (on_gpu(out, device) if gpu else out)
     return _frontend.enqueue(kind, name, inp, o, code, arr.shape, stream=STREAM if gpu else 0, **kw)
 
 
@@ -101,9 +104,9 @@ def main() -> None:
     F32 = _frontend.DTYPES["float32"]
     for call, text in (
         (lambda: _frontend.enqueue(_frontend.ALLREDUCE, "bad.dev", on_gpu(x, 3), on_gpu(x.copy(), 3), F32, x.shape),
-         "no backend for device cuda:3: cuda:3 does not exist: this process sees 1 GPU(s)"),
-        (lambda: _frontend.enqueue(_frontend.ALLREDUCE, "bad.mix", on_gpu(x), x.copy(), F32, x.shape),
-         "the output of 'bad.mix' is on cpu; its input is on cuda:0"),
+         f"no backend for device cuda:3: cuda:3 does not exist: this process sees {n} GPU(s)"),
+        (lambda: _frontend.enqueue(_frontend.ALLREDUCE, "bad.mix", on_gpu(x, me), x.copy(), F32, x.shape),
+         f"the output of 'bad.mix' is on cpu; its input is on cuda:{me}"),
     ):
         try:
             call()
