@@ -50,9 +50,12 @@ def _load_tensorflow() -> Tuple[Any, str]:
         lib = tf.load_op_library(str(path))
     except Exception as e:  # noqa: BLE001 - TensorFlow raises NotFoundError and others
         return None, f"{path} does not load into TensorFlow {tf.__version__}: {e}"
-    if ctypes.CDLL(str(path)).ring_tf_set_engine_api(ctypes.c_void_p(_native.engine_api_address())) != 0:
+    cdll = ctypes.CDLL(str(path))
+    if cdll.ring_tf_set_engine_api(ctypes.c_void_p(_native.engine_api_address())) != 0:
         return None, f"{path} was built for another version of ring's engine interface"
-    return lib, f"op library {path.name}"
+    # The XLA lowering (jit_compile=True) is built where TensorFlow's XLA headers compile.
+    lib.ring_has_xla = hasattr(cdll, "ring_tf_has_xla") and cdll.ring_tf_has_xla() == 1
+    return lib, f"op library {path.name}, {'with' if lib.ring_has_xla else 'without'} its XLA lowering"
 
 
 def _load_jax() -> Tuple[Any, str]:

@@ -12,9 +12,16 @@ compiled where it is used, with ``tf.sysconfig``'s flags:
   stderr saying so. DeepSpeed's op builder and torch's ``cpp_extension.load``
   work this way.
 
+The XLA lowering (``XLA_SOURCES``: ``jit_compile=True``) needs TensorFlow's
+XLA headers and ``libtensorflow_cc``; when it does not compile, or with
+``RING_TF_XLA=0``, the library is built without it and says so in one line
+(``jit_compile`` then raises ring's clear error). The sources compile in
+parallel, one process each.
+
 This module imports only the standard library at the top (and TensorFlow
-when asked), so CMake can run it before ring's extension exists. The one
-compile command lives in :func:`compile_command`.
+when asked), so CMake can run it before ring's extension exists. The
+compile and link commands live in :func:`compile_command` and
+:func:`link_command`.
 """
 
 from __future__ import annotations
@@ -36,7 +43,11 @@ from typing import Iterator, List, Optional
 # The sources, relative to the engine's source root (native/ in a checkout,
 # ring_strategy/_native_src in an installed wheel).
 TF_SOURCES = ("frameworks/tensorflow/ops.cc", "frameworks/tensorflow/kernels.cc")
-TF_HEADERS = ("frameworks/engine_api.h", "common/types.h", "common/error.h")
+XLA_SOURCES = ("frameworks/tensorflow/xla_kernels.cc", "frameworks/xla/collective_ffi.cc")
+_MISSING = "frameworks/tensorflow/missing_headers"  # see its README.md
+TF_HEADERS = ("frameworks/engine_api.h", "common/types.h", "common/error.h", "frameworks/xla/collective_ffi.h",
+              f"{_MISSING}/farmhash.h", f"{_MISSING}/highwayhash/arch_specific.h",
+              f"{_MISSING}/highwayhash/hh_types.h", f"{_MISSING}/highwayhash/highwayhash.h")
 _PACKAGE = Path(__file__).resolve().parent
 # ring_strategy.__version__, read without importing the package (part of the cache key)
 RING_VERSION = re.search(r'^__version__ = "([^"]+)"', (_PACKAGE / "__init__.py").read_text(), re.M).group(1)
@@ -49,14 +60,14 @@ class BuildError(RuntimeError):
 def source_root() -> Path:
     """The folder holding ``TF_SOURCES`` and ``TF_HEADERS``."""
     for root in (_PACKAGE.parent / "native", _PACKAGE / "_native_src"):
-        if all((root / f).is_file() for f in TF_SOURCES + TF_HEADERS):
+        if all((root / f).is_file() for f in TF_SOURCES + XLA_SOURCES + TF_HEADERS):
             return root
     raise BuildError("the op library's C++ sources are not installed with ring")
 
 
 def sources_hash(root: Path) -> str:
     h = hashlib.sha256()
-    for f in TF_SOURCES + TF_HEADERS:
+    for f in TF_SOURCES + XLA_SOURCES + TF_HEADERS:
         h.update(f.encode() + b"\0" + (root / f).read_bytes())
     return h.hexdigest()[:16]
 
@@ -74,8 +85,8 @@ def compiler() -> str:
     raise BuildError("no C++ compiler found (set CXX, or install g++)")
 
 
-def compile_command(out: Path, root: Path) -> List[str]:
-    """The command that builds the library at ``out``."""
+def compile_command(src: str, obj: Path, root: Path) -> List[str]:
+    """The command that compiles source ``src`` (relative to ``root``) into ``obj``."""
     import tensorflow as tf
 
     include = Path(tf.sysconfig.get_include())
@@ -84,8 +95,44 @@ def compile_command(out: Path, root: Path) -> List[str]:
     cflags = list(tf.sysconfig.get_compile_flags())
     if tf.test.is_built_with_cuda():
         cflags.append("-DGOOGLE_CUDA=1")
-    return ([compiler(), "-shared", "-fPIC", "-O2", "-w", "-std=c++17"] + cflags + [f"-I{root}"] +
-            [str(root / f) for f in TF_SOURCES] + ["-o", str(out)] + list(tf.sysconfig.get_link_flags()))
+    if src in XLA_SOURCES:
+        cflags += ["-idirafter", str(root / _MISSING)]
+    return ([compiler(), "-c", "-fPIC", "-O2", "-w", "-std=c++17"] + cflags + [f"-I{root}", str(root / src), "-o",
+                                                                               str(obj)])
+
+
+def link_command(objs: List[Path], out: Path, xla: bool) -> List[str]:
+    """The command that links ``objs`` into the library ``out`` (with
+    TensorFlow's XLA library when the lowering is among them)."""
+    import tensorflow as tf
+
+    libs = list(tf.sysconfig.get_link_flags())
+    if xla:
+        libs += [f"-L{Path(tf.__file__).parent}", "-l:libtensorflow_cc.so.2"]
+    return [compiler(), "-shared", "-fPIC"] + [str(o) for o in objs] + ["-o", str(out)] + libs
+
+
+def _with_xla() -> bool:
+    """False when ``RING_TF_XLA=0`` leaves the XLA lowering out."""
+    return os.environ.get("RING_TF_XLA", "1") != "0"
+
+
+def _run_all(cmds: List[List[str]]) -> List[subprocess.CompletedProcess]:
+    """Runs the commands at once; their results, in order."""
+    try:
+        procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for c in cmds]
+    except OSError as e:
+        raise BuildError(f"the compiler could not run: {e}") from None
+    done = []
+    for c, p in zip(cmds, procs):
+        out, err = p.communicate()
+        done.append(subprocess.CompletedProcess(c, p.returncode, out, err))
+    return done
+
+
+def _failure(what: str, done: subprocess.CompletedProcess) -> str:
+    tail = "\n".join(done.stderr.strip().splitlines()[-15:])
+    return f"{what} failed ({done.args[0]} exit {done.returncode}):\n{tail}"
 
 
 def build(out: Path, root: Optional[Path] = None) -> Path:
@@ -93,15 +140,22 @@ def build(out: Path, root: Optional[Path] = None) -> Path:
     root = root or source_root()
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    cmd = compile_command(tmp, root)
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True)
-    except OSError as e:
-        raise BuildError(f"the compiler could not run: {e}") from None
-    if done.returncode != 0:
-        tmp.unlink(missing_ok=True)
-        tail = "\n".join(done.stderr.strip().splitlines()[-15:])
-        raise BuildError(f"compiling the TensorFlow ops failed ({cmd[0]} exit {done.returncode}):\n{tail}")
+    sources = list(TF_SOURCES) + (list(XLA_SOURCES) if _with_xla() else [])
+    with tempfile.TemporaryDirectory(dir=out.parent) as objdir:
+        objs = [Path(objdir) / (Path(src).stem + ".o") for src in sources]
+        compiled = _run_all([compile_command(src, obj, root) for src, obj in zip(sources, objs)])
+        for src, done in zip(sources, compiled):
+            if done.returncode != 0 and src in TF_SOURCES:
+                raise BuildError(_failure("compiling the TensorFlow ops", done))
+        xla = all(d.returncode == 0 for d in compiled[len(TF_SOURCES):]) and len(sources) > len(TF_SOURCES)
+        if not xla and len(sources) > len(TF_SOURCES):
+            failed = next(d for d in compiled[len(TF_SOURCES):] if d.returncode != 0)
+            print(f"ring: the TensorFlow ops are built without their XLA lowering (jit_compile=True): "
+                  f"{_failure('compiling it', failed).splitlines()[0]}", file=sys.stderr, flush=True)
+        linked = _run_all([link_command(objs if xla else objs[:len(TF_SOURCES)], tmp, xla)])[0]
+        if linked.returncode != 0:
+            tmp.unlink(missing_ok=True)
+            raise BuildError(_failure("linking the TensorFlow ops", linked))
     os.replace(tmp, out)
     return out
 
@@ -131,7 +185,7 @@ def cached_library(tf_version: str) -> Path:
     first when missing or when its stamp (TensorFlow and ring versions, the
     sources' hash) differs from what is installed now."""
     root = source_root()
-    stamp = {"tensorflow": tf_version, "ring": RING_VERSION, "sources": sources_hash(root)}
+    stamp = {"tensorflow": tf_version, "ring": RING_VERSION, "sources": sources_hash(root), "xla": _with_xla()}
     folder = cache_root() / "tf-ops" / f"ring{RING_VERSION}-tf{tf_version}"
     lib = folder / library_name(tf_version)
     with _locked(folder):

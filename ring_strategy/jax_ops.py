@@ -1,6 +1,6 @@
 """ring's collectives on JAX arrays, inside ``jax.jit`` or outside it,
 through the XLA FFI handlers compiled into the extension
-(native/frameworks/jax/ffi_handlers.cc).
+(native/frameworks/xla/collective_ffi.cc).
 
 Each call is one ``jax.ffi.ffi_call`` with a side effect (never dropped as
 dead code). The handlers are asynchronous: the engine fulfils their futures,
@@ -72,7 +72,7 @@ def _call(op: int, xs: Sequence[Any], names: Sequence[str], out_types: Sequence[
           prescale: float = 1.0, postscale: float = 1.0, root: int = 0, process_set: int = 0) -> List[Any]:
     """One FFI call; inside a trace it also takes the previous collective's
     output, so XLA runs the trace's collectives in program order on every
-    rank (see native/frameworks/jax/ffi_handlers.cc)."""
+    rank (see native/frameworks/xla/collective_ffi.cc)."""
     global _last
     import jax
 

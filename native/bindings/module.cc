@@ -28,7 +28,7 @@
 #include "engine/runtime.h"
 #include "frameworks/engine_calls.h"
 #ifdef RING_HAS_XLA_FFI
-#include "frameworks/jax/ffi_handlers.h"
+#include "frameworks/xla/collective_ffi.h"
 #endif
 
 namespace nb = nanobind;
@@ -387,7 +387,7 @@ void register_rules(nb::module_& m) {
       "xla_ffi_handlers",
       [] {
         nb::dict d;
-        d["ring_collective"] = nb::capsule(reinterpret_cast<void*>(&RingCollectiveCpu));
+        d[RING_XLA_COLLECTIVE_TARGET] = nb::capsule(reinterpret_cast<void*>(&RingCollectiveCpu));
         return d;
       },
       "XLA FFI handlers (target name -> PyCapsule) for jax.ffi.register_ffi_target, platform cpu.");

@@ -5,7 +5,15 @@ Horovod registers its own.
 The kernels queue their tensors into the engine and finish from its
 completion callback, so no TensorFlow thread waits: a TF1 session may run
 any number of collectives in any order, and ``tf.function`` does not chain
-them. Each op takes its engine names as a string input. In eager mode a
+them. Each op takes its engine names as a string input.
+
+Inside XLA-compiled code (``jit_compile=True``), allreduce, grouped
+allreduce, allgather (equal rows on every rank) and broadcast become one
+``RingXlaCollective`` op each, which XLA lowers to ring's FFI custom call
+(native/frameworks/tensorflow/xla_kernels.cc). The collectives of one
+compiled function are chained in the order they were traced, as
+:mod:`ring_strategy.jax_ops` chains JAX's; the other collectives raise a
+clear error there. In eager mode a
 ring error comes back as ring's exception class (the kernels prefix it to
 the message: ``BadArgumentError: ...``); in a graph TensorFlow
 raises its own error class with the same message.
@@ -22,7 +30,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
-from ring_strategy import _handles, _native_ops, exceptions
+from ring_strategy import _handles, _native, _native_ops, exceptions
 from ring_strategy._host_call import XLA_ERROR, in_xla_context
 from ring_strategy._rules import Adasum, Average, Sum, group_names
 
@@ -47,14 +55,25 @@ def op_name(label: str, name: Optional[str], process_set: int = 0) -> str:
     return "tf." + tf.compat.v1.get_default_graph().unique_name(scoped)
 
 
+# The collectives RingXlaCollective runs inside XLA-compiled code.
+_LOWERED = ("allreduce", "allgather", "broadcast")
+
+
+def _compiled() -> bool:
+    """True while tracing code that XLA will compile."""
+    return not tf.executing_eagerly() and in_xla_context()
+
+
 def _ring_errors(fn: Callable) -> Callable:
     """Eagerly, a TensorFlow error the kernels marked as ring's becomes
-    ring's exception. In a graph XLA will compile, a clear error: the ops
-    have no XLA lowering."""
+    ring's exception. In a graph XLA will compile, a clear error for the
+    collectives without an XLA lowering."""
     @functools.wraps(fn)
     def call(*args, **kwargs):
-        if not tf.executing_eagerly() and in_xla_context():
-            raise RuntimeError(XLA_ERROR)
+        if fn.__name__ not in _LOWERED and _compiled():
+            raise RuntimeError(f"ring's {fn.__name__} has no XLA lowering (inside jit_compile=True, ring runs "
+                               f"allreduce, grouped_allreduce, allgather and broadcast): call it outside the "
+                               f"compiled function, or use jit_compile=False")
         try:
             return fn(*args, **kwargs)
         except tf.errors.OpError as e:
@@ -67,12 +86,28 @@ def _ring_errors(fn: Callable) -> Callable:
 
 
 # ---------------------------------------------------------------- collectives
+def _xla(collective: int, xs: Sequence[tf.Tensor], names: Sequence[str], **attrs: Any) -> List[tf.Tensor]:
+    """``xs`` through one RingXlaCollective, ordered after the previous one
+    traced into the same graph (its first output is an unread input)."""
+    lib = library()
+    if not getattr(lib, "ring_has_xla", False):
+        raise RuntimeError(f"{XLA_ERROR} ({_native_ops.describe('tensorflow')})")
+    graph = tf.compat.v1.get_default_graph()
+    last = getattr(graph, "_ring_xla_last", None)
+    outs = list(lib.ring_xla_collective(list(xs), [] if last is None else [last], collective=collective,
+                                        names=list(names), **attrs))
+    graph._ring_xla_last = outs[0]
+    return outs
+
+
 @_ring_errors
 def allreduce(xs: Sequence[tf.Tensor], names: Sequence[str], op: int, prescale: float, postscale: float,
               process_set: int) -> List[tf.Tensor]:
     """Every tensor of ``xs`` reduced (one op: the engine fuses them)."""
     lib = library()
     attrs = dict(reduce_op=op, prescale_factor=prescale, postscale_factor=postscale, process_set_id=process_set)
+    if _compiled():
+        return _xla(_native.OP_ALLREDUCE, xs, names, **attrs)
     if len(xs) == 1:
         return [lib.ring_allreduce(xs[0], names[0], **attrs)]
     return list(lib.ring_grouped_allreduce(list(xs), list(names), **attrs))
@@ -91,11 +126,16 @@ def native_group_allreduce(tensors: Sequence[Any], names: Sequence[str], op: int
 
 @_ring_errors
 def allgather(x: tf.Tensor, name: str, process_set: int) -> tf.Tensor:
+    """Compiled by XLA, every rank must give the same number of rows."""
+    if _compiled():
+        return _xla(_native.OP_ALLGATHER, [x], [name], process_set_id=process_set)[0]
     return library().ring_allgather(x, name, process_set_id=process_set)
 
 
 @_ring_errors
 def broadcast(x: tf.Tensor, root: int, name: str, process_set: int) -> tf.Tensor:
+    if _compiled():
+        return _xla(_native.OP_BROADCAST, [x], [name], root_rank=root, process_set_id=process_set)[0]
     return library().ring_broadcast(x, name, root_rank=root, process_set_id=process_set)
 
 
@@ -192,6 +232,18 @@ def _reducescatter_grad(op: Any, grad: Any) -> List[Any]:
     if op.get_attr("reduce_op") == Average:
         gathered = gathered / tf.cast(query(QUERY_SET_SIZE, ps), gathered.dtype)
     return [gathered, None]
+
+
+@tf.RegisterGradient("RingXlaCollective")
+def _xla_collective_grad(op: Any, *grads: Any) -> List[Any]:
+    """Allreduce's gradient, as for RingGroupedAllreduce (the ordering
+    inputs have none). Broadcast and allgather are not differentiable inside
+    compiled code: their gradients need this rank's index as a tensor."""
+    if op.get_attr("collective") != _native.OP_ALLREDUCE:
+        raise NotImplementedError("the gradients of ring's broadcast and allgather inside jit_compile=True are not "
+                                  "available: differentiate them outside the compiled function")
+    after = len(op.inputs) - len(op.outputs)
+    return _reduce_grads(op, grads, "grouped_allreduce")[:-1] + [None] * after
 
 
 tf.no_gradient("RingJoin")

@@ -55,10 +55,10 @@ def test_matches_single_process_reference(backend, out_root, run_output):
     assert re.search(r"^(\[0\] )?0: reference ok", out, re.M), out[-8000:]
 
 
-def test_tensorflow_jit_compile_gives_clear_error(out_root, run_output):
+def test_tensorflow_jit_compile_trains(out_root, run_output):
     out = _run(run_output, "tensorflow", out_root)
     for rank in range(2):
-        assert re.search(rf"^(\[{rank}\] )?{rank}: jit_compile error ok$", out, re.M), out[-8000:]
+        assert re.search(rf"^(\[{rank}\] )?{rank}: jit_compile ok$", out, re.M), out[-8000:]
 
 
 @pytest.mark.slow

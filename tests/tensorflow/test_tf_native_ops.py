@@ -44,13 +44,14 @@ def test_cache_build_and_rebuild_for_another_tensorflow(tmp_path):
     (folder / "stamp.json").write_text(json.dumps({"tensorflow": "2.0.0", "ring": _op_build.RING_VERSION}))
     code = ("import tensorflow as tf; from ring_strategy import _op_build; "
             "p = _op_build.cached_library(tf.__version__); tf.load_op_library(str(p)); print('loaded', p)")
-    env = dict(os.environ, RING_CACHE_DIR=str(tmp_path), TF_CPP_MIN_LOG_LEVEL="2")
+    # Without the XLA lowering (RING_TF_XLA=0), which doubles the compile time.
+    env = dict(os.environ, RING_CACHE_DIR=str(tmp_path), TF_CPP_MIN_LOG_LEVEL="2", RING_TF_XLA="0")
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "ring: building the TensorFlow ops" in done.stderr and "'2.0.0'" in done.stderr, done.stderr[-3000:]
     assert "loaded" in done.stdout
     stamp = json.loads((folder / "stamp.json").read_text())
-    assert stamp["tensorflow"] == tf.__version__
+    assert stamp["tensorflow"] == tf.__version__ and stamp["xla"] is False
 
 
 def test_no_compiler_falls_back_with_the_reason(tmp_path, monkeypatch):
@@ -82,3 +83,15 @@ def test_switch_forces_host_calls(monkeypatch):
         assert "RING_NATIVE_OPS=0" in _native_ops.describe("tensorflow")
     finally:
         _native_ops.forget()
+
+
+XLA_WORKER = Path(__file__).parent / "workers" / "tf_xla_worker.py"
+
+
+def test_collectives_compiled_by_xla(run_output):
+    """jit_compile=True functions reduce through ring's XLA custom call."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RING_")}
+    env.update(TF_CPP_MIN_LOG_LEVEL="2", OMP_NUM_THREADS="1")
+    out = run_output(2, [sys.executable, str(XLA_WORKER)], env=env, timeout=180)
+    for check in ("many", "gradient", "unequal_rows"):
+        assert set(passed_ranks(out, check)) == {"0", "1"}, f"{check}:\n{out[-6000:]}"

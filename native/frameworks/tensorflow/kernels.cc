@@ -468,6 +468,11 @@ REGISTER_KERNEL_BUILDER(Name("RingBroadcast").Device(DEVICE_GPU).HostMemory("ten
 REGISTER_KERNEL_BUILDER(Name("RingQuery").Device(DEVICE_GPU).HostMemory("value"), QueryKernel);
 #endif
 
+namespace ring {
+// The engine xla_kernels.cc's custom calls queue into (collective_ffi.h).
+__attribute__((visibility("hidden"))) const RingEngineApi* ring_xla_engine_api() { return g_api; }
+}  // namespace ring
+
 // Hands the library the extension's engine interface; 0 when accepted, 1
 // for an interface of another version (the library must be rebuilt).
 extern "C" __attribute__((visibility("default"))) int ring_tf_set_engine_api(const void* api) {

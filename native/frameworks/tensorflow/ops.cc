@@ -136,3 +136,34 @@ REGISTER_OP("RingQuery")
     .SetIsStateful()
     .SetShapeFn(::tensorflow::shape_inference::ScalarShape)
     .Doc("rank, size, local rank, local size, a process set's size or this rank's index in it, when it runs.");
+
+// The collectives inside XLA-compiled code (jit_compile=True), lowered by
+// xla_kernels.cc to the "ring_collective" custom call (no CPU or GPU
+// kernels: it runs only compiled). Names are attributes here: XLA compiles
+// no string tensors, and a compiled program is traced once. `after` orders
+// this call behind the previous collective of the same function (unread);
+// `collective` is the engine's OpType: allreduce, allgather or broadcast.
+REGISTER_OP("RingXlaCollective")
+    .Attr("T: list(" RING_TYPES ") >= 1")
+    .Attr("A: list(type) >= 0")
+    .Attr("collective: int")
+    .Attr("names: list(string)")
+    .Attr("reduce_op: int = 0")
+    .Attr("prescale_factor: float = 1.0")
+    .Attr("postscale_factor: float = 1.0")
+    .Attr("root_rank: int = 0")
+    .Attr("process_set_id: int = 0")
+    .Input("tensors: T")
+    .Input("after: A")
+    .Output("results: T")
+    .SetShapeFn([](InferenceContext* c) {
+      int64_t collective = 0;
+      TF_RETURN_IF_ERROR(c->GetAttr("collective", &collective));
+      for (int i = 0; i < c->num_outputs(); ++i) {
+        ShapeHandle out = c->input(i);
+        if (collective == 1) TF_RETURN_IF_ERROR(unknown_rows(c, i, &out));  // OpType::Allgather
+        c->set_output(i, out);
+      }
+      return absl::OkStatus();
+    })
+    .Doc("ring's allreduce, allgather or broadcast of every tensor, compiled by XLA.");

@@ -1,16 +1,17 @@
-// ring's collectives as XLA FFI handlers for JAX (registered by
-// ring_strategy/jax_ops.py with jax.ffi.register_ffi_target, called with
-// jax.ffi.ffi_call inside jit). Compiled into the extension when jaxlib's
-// FFI headers were found at build time (RING_HAS_XLA_FFI).
+// ring's collectives as an XLA FFI handler, target "ring_collective"
+// (collective_ffi.h): JAX calls it with jax.ffi.ffi_call inside jit
+// (ring_strategy/jax_ops.py), TensorFlow's jit_compile programs through the
+// RingXlaCollective op's lowering (frameworks/tensorflow/xla_kernels.cc).
 //
-// Each handler is asynchronous: it queues its buffers into the published
-// runtime and returns an ffi::Future that the engine's completion callbacks
-// fulfil, so no XLA thread waits and the collectives of one program may run
-// in any order (the engine negotiates them by name). CPU only for now.
+// The handler is asynchronous: it queues its buffers into the engine
+// through RingEngineApi (ring_xla_engine_api()) and returns an ffi::Future
+// that the engine's completion callbacks fulfil, so no XLA thread waits and
+// the collectives of one program may run in any order (the engine
+// negotiates them by name). CPU (host memory) only.
 //
 // XLA may wait for one asynchronous call before it starts the next, in an
 // order its scheduler chose, and the programs of two ranks may differ (a
-// rank's constants), so jax_ops chains the collectives of one trace by a
+// rank's constants), so the callers chain the collectives of one trace by a
 // data dependency: each takes the previous one's output as an extra,
 // unread argument. The ranks then submit them in program order.
 //
@@ -27,9 +28,7 @@
 
 #include "common/error.h"
 #include "common/types.h"
-#include "engine/published.h"
-#include "engine/runtime.h"
-#include "frameworks/engine_calls.h"
+#include "frameworks/xla/collective_ffi.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
@@ -85,41 +84,88 @@ struct Call {
   double prescale, postscale;
 };
 
-// The EnqueueArgs of argument i into result i.
-EnqueueArgs member(const Call& c, const std::string& name, const ffi::AnyBuffer& in, ffi::AnyBuffer& out) {
-  EnqueueArgs a;
-  Request& q = a.req;
-  q.name = name;
-  q.op = static_cast<OpType>(c.op);
-  if (!ring_dtype(in.element_type(), &q.dtype))
+// One member in flight: its result buffer, and the group's countdown.
+struct Member {
+  ffi::CountDownPromise left;
+  void* dst;
+  size_t bytes;
+};
+
+void member_done(void* ctx, int32_t kind, const char* message, const RingResult* r) {
+  std::unique_ptr<Member> m(static_cast<Member*>(ctx));
+  if (kind != RING_OK) {
+    m->left.CountDown(ring_error(static_cast<ErrorKind>(kind), message ? message : ""));
+  } else if (r->data && r->nbytes != m->bytes) {
+    m->left.CountDown(ring_error(ErrorKind::BadArgument,
+                                 "the result has " + std::to_string(r->nbytes) + " bytes; the call declared " +
+                                     std::to_string(m->bytes) + " (allgather of unequal rows?)"));
+  } else {
+    if (r->data && r->nbytes) std::memcpy(m->dst, r->data, m->bytes);
+    m->left.CountDown();
+  }
+}
+
+// The RingOpArgs of argument `in` into result `out` (shape kept in `dims`).
+RingOpArgs member(const Call& c, const std::string& name, const ffi::AnyBuffer& in, ffi::AnyBuffer& out,
+                  std::vector<int64_t>* dims) {
+  DataType dtype;
+  if (!ring_dtype(in.element_type(), &dtype))
     throw_error(ErrorKind::BadArgument, "tensor '" + name + "': ring does not support this dtype");
-  q.reduce_op = static_cast<ReduceOp>(c.reduce_op);
-  q.root = static_cast<int32_t>(c.root);
-  q.prescale = c.prescale;
-  q.postscale = c.postscale;
-  for (int64_t d : in.dimensions()) q.shape.push_back(d);
-  q.process_set = static_cast<int32_t>(c.process_set);
+  for (int64_t d : in.dimensions()) dims->push_back(d);
+  RingOpArgs a{};
+  a.name = name.c_str();
+  a.op = static_cast<int32_t>(c.op);
+  a.dtype = static_cast<int32_t>(dtype);
+  a.reduce_op = static_cast<int32_t>(c.reduce_op);
+  a.root = static_cast<int32_t>(c.root);
+  a.prescale = c.prescale;
+  a.postscale = c.postscale;
+  a.shape = dims->data();
+  a.ndim = static_cast<int32_t>(dims->size());
+  a.process_set = static_cast<int32_t>(c.process_set);
   a.input = in.untyped_data();
-  if (q.op == OpType::Allreduce || q.op == OpType::Broadcast) {
+  a.input_bytes = in.size_bytes();
+  if (c.op == static_cast<int64_t>(OpType::Allreduce) || c.op == static_cast<int64_t>(OpType::Broadcast)) {
     a.output = out.untyped_data();
     a.output_bytes = out.size_bytes();
   }
   return a;
 }
 
+// Queues the group; the members' callbacks count `left` down.
+ffi::Future submit(const std::vector<RingOpArgs>& group, const std::vector<std::pair<void*, size_t>>& outs) {
+  const RingEngineApi* api = ring_xla_engine_api();
+  if (!api) return failed(ring_error(ErrorKind::Shutdown, "ring's engine is not loaded: import ring_strategy"));
+  ffi::Promise promise;
+  ffi::Future future(promise);
+  ffi::CountDownPromise left(promise, static_cast<int64_t>(group.size()));
+  std::vector<std::unique_ptr<Member>> members;
+  std::vector<void*> ctxs;
+  for (const auto& o : outs) {
+    members.push_back(std::unique_ptr<Member>(new Member{left, o.first, o.second}));
+    ctxs.push_back(members.back().get());
+  }
+  char error[512] = {0};
+  const int32_t kind = api->enqueue(group.data(), static_cast<int32_t>(group.size()), member_done, ctxs.data(),
+                                    error, sizeof error);
+  if (kind != RING_OK) return failed(ring_error(static_cast<ErrorKind>(kind), error));
+  for (auto& m : members) m.release();  // member_done owns them now
+  return future;
+}
+
 ffi::Future collective(ffi::RemainingArgs args, ffi::RemainingRets rets, int64_t op, std::string_view names,
                        int64_t reduce_op, double prescale, double postscale, int64_t root, int64_t process_set) {
   const Call c{op, reduce_op, root, process_set, prescale, postscale};
   const std::vector<std::string> each = split_names(names);
-  // Arguments past the named ones only order this call after another
-  // (jax_ops passes the previous collective's output of the same trace).
+  // Arguments past the named ones only order this call after another.
   const size_t n = each.size();
   if (args.size() < n || rets.size() != n)
     return failed(ring_error(ErrorKind::BadArgument, "ring's FFI call needs one result and one name per argument"));
   if (op != static_cast<int64_t>(OpType::Allreduce) && op != static_cast<int64_t>(OpType::Broadcast) &&
       op != static_cast<int64_t>(OpType::Allgather))
     return failed(ring_error(ErrorKind::BadArgument, "ring's FFI handler runs allreduce, broadcast and allgather"));
-  std::vector<EnqueueArgs> group;
+  std::vector<RingOpArgs> group;
+  std::vector<std::vector<int64_t>> dims(n);
   std::vector<std::pair<void*, size_t>> outs;  // where an engine-allocated result is copied
   try {
     for (size_t i = 0; i < n; ++i) {
@@ -127,38 +173,13 @@ ffi::Future collective(ffi::RemainingArgs args, ffi::RemainingRets rets, int64_t
       auto out = rets.get<ffi::AnyBuffer>(i);
       if (!in.has_value() || !out.has_value())
         throw_error(ErrorKind::BadArgument, "ring's FFI call takes and gives arrays");
-      group.push_back(member(c, each[i], *in, **out));
+      group.push_back(member(c, each[i], *in, **out, &dims[i]));
       outs.emplace_back((*out)->untyped_data(), (*out)->size_bytes());
     }
   } catch (const RingError& e) {
     return failed(ring_error(e.kind(), e.what()));
   }
-  ffi::Promise promise;
-  ffi::Future future(promise);
-  ffi::CountDownPromise left(promise, static_cast<int64_t>(n));
-  try {
-    with_published_runtime([&](Runtime* rt) {
-      if (!rt) throw_error(ErrorKind::Shutdown, "ring is not initialized: call init() first");
-      std::vector<int64_t> handles = rt->enqueue_group(std::move(group));
-      for (size_t i = 0; i < handles.size(); ++i) {
-        on_result(*rt, handles[i], [left, dst = outs[i]](const OpResult* r, const RingError* e) mutable {
-          if (e) {
-            left.CountDown(ring_error(e->kind(), e->what()));
-          } else if (r->data && r->data->size() != dst.second) {
-            left.CountDown(ring_error(ErrorKind::BadArgument,
-                                      "the result has " + std::to_string(r->data->size()) + " bytes; the call "
-                                      "declared " + std::to_string(dst.second) + " (allgather of unequal rows?)"));
-          } else {
-            if (r->data && !r->data->empty()) std::memcpy(dst.first, r->data->data(), dst.second);
-            left.CountDown();
-          }
-        });
-      }
-    });
-  } catch (const RingError& e) {
-    return failed(ring_error(e.kind(), e.what()));
-  }
-  return future;
+  return submit(group, outs);
 }
 
 }  // namespace
