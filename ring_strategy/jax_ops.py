@@ -55,6 +55,14 @@ def available() -> bool:
     return _native_ops.native("jax") is not None
 
 
+def _on_cpu() -> bool:
+    """True when JAX computes on the host: the handler is registered for the
+    cpu platform only (no CUDA handler yet), so GPU programs keep host calls."""
+    import jax
+
+    return jax.default_backend() == "cpu"
+
+
 # The last collective's output in the trace being built: (trace, output).
 _last: Tuple[Any, Any] = (None, None)
 
@@ -78,6 +86,9 @@ def _call(op: int, xs: Sequence[Any], names: Sequence[str], out_types: Sequence[
 
     if _native_ops.native("jax") is None:
         raise RuntimeError(f"ring's JAX collectives are unavailable: {_native_ops.describe('jax')}")
+    if not _on_cpu():
+        raise RuntimeError(f"ring's JAX collectives run on the cpu platform only for now (JAX computes on "
+                           f"{jax.default_backend()}); keras_callbacks' optimizer falls back to host calls there")
     traced = any(isinstance(x, jax.core.Tracer) for x in xs)
     trace = _current_trace() if traced else None
     after = [_last[1]] if trace is not None and _last[0] is trace else []
@@ -162,7 +173,7 @@ def native_group_allreduce(tensors: Sequence[Any], names: Sequence[str], op: int
                            postscale: float, process_set: Any) -> Optional[List[Any]]:
     """The arrays reduced as one group under ``names``, or None without the
     handlers (:meth:`ring_strategy._fused.Flattener.native_group`)."""
-    if not available():
+    if not available() or not _on_cpu():
         return None
     place = _check_process_set(process_set)
     return _call(_native.OP_ALLREDUCE, list(tensors), list(names), [_like(t) for t in tensors], op, prescale,

@@ -147,12 +147,13 @@ const RegisterHandler kRegistered;
 
 }  // namespace
 
-// Registered as a kernel of XLA's compilation devices directly: XLA turns
-// REGISTER_XLA_OP entries into such kernels only once per process, when
-// its devices first start, which is usually before ring loads this library.
+// Registered as a kernel of XLA's CPU compilation device directly: XLA
+// turns REGISTER_XLA_OP entries into such kernels only once per process,
+// when its devices first start, which is usually before ring loads this
+// library. Not for XLA_GPU_JIT: the handler serves host memory only, so a
+// GPU program is refused while TensorFlow compiles it, naming this op.
 namespace tensorflow {
 REGISTER_KERNEL_BUILDER(Name("RingXlaCollective").Device(DEVICE_CPU_XLA_JIT), XlaCollective);
-REGISTER_KERNEL_BUILDER(Name("RingXlaCollective").Device(DEVICE_GPU_XLA_JIT), XlaCollective);
 }  // namespace tensorflow
 
 // 1 when jit_compile programs can call ring's collectives (the lowering is
