@@ -108,9 +108,35 @@ def allreduce(xs: Sequence[tf.Tensor], names: Sequence[str], op: int, prescale: 
     attrs = dict(reduce_op=op, prescale_factor=prescale, postscale_factor=postscale, process_set_id=process_set)
     if _compiled():
         return _xla(_native.OP_ALLREDUCE, xs, names, **attrs)
+    if len(xs) > 1 and _execute is not None and all(isinstance(x, _EagerTensor) for x in xs):
+        return _execute_grouped(xs, names, attrs)
     if len(xs) == 1:
         return [lib.ring_allreduce(xs[0], names[0], **attrs)]
     return list(lib.ring_grouped_allreduce(list(xs), list(names), **attrs))
+
+
+# TensorFlow's eager executor, to run RingGroupedAllreduce without the
+# generated wrapper, which converts each input again (about 1.5 us a tensor,
+# 0.3 ms of 200 tensors). None where TensorFlow moved it: the wrapper then.
+try:
+    from tensorflow.python.eager import context as _context
+    from tensorflow.python.eager import execute as _execute
+    from tensorflow.python.framework.ops import EagerTensor as _EagerTensor
+except ImportError:  # pragma: no cover
+    _execute = None
+
+
+def _execute_grouped(xs: Sequence[tf.Tensor], names: Sequence[str], attrs: dict) -> List[tf.Tensor]:
+    """RingGroupedAllreduce run eagerly on tensors (not variables), recorded
+    on any gradient tape as the wrapper would."""
+    inputs = list(xs) + [tf.constant(list(names))]
+    flat = ("T", [x.dtype.as_datatype_enum for x in xs], "reduce_op", attrs["reduce_op"], "prescale_factor",
+            float(attrs["prescale_factor"]), "postscale_factor", float(attrs["postscale_factor"]), "process_set_id",
+            attrs["process_set_id"])
+    outs = _execute.quick_execute("RingGroupedAllreduce", len(xs), inputs, flat, _context.context())
+    if _execute.must_record_gradient():
+        _execute.record_gradient("RingGroupedAllreduce", inputs, flat, outs)
+    return list(outs)
 
 
 def native_group_allreduce(tensors: Sequence[Any], names: Sequence[str], op: int, prescale: float,
