@@ -191,7 +191,7 @@ std::vector<Coordinator::Stall> Coordinator::stalled(Clock::time_point now, doub
     const Pending& p = table_.at(name);
     double age = std::chrono::duration<double>(now - p.since).count();
     if (age < older_than || complete(p)) continue;
-    out.push_back(Stall{name, missing(p), age});
+    out.push_back(Stall{name, missing(p), age, op_type_name(p.first().op)});
   }
   if (quick_open_.size() > quick_ready_.size()) {
     quick_stalls(now, older_than, out);

@@ -92,6 +92,7 @@ class Coordinator {
     std::string name;
     std::vector<int> missing;  // ranks that have not submitted it
     double seconds;            // since the first rank submitted it
+    const char* op;            // the collective (op_type_name), as the others submitted it
   };
   // Tensors submitted by some ranks and waiting for others for at least
   // `older_than` seconds at `now`, oldest first.

@@ -114,7 +114,15 @@ void Coordinator::quick_stalls(Clock::time_point now, double older_than, std::ve
     const Quick& k = quick_[id];
     const double age = std::chrono::duration<double>(now - k.since).count();
     if (k.ready || age < older_than) continue;
-    out.push_back(Stall{cache_->name_of(id), k.missing(), age});
+    const char* op = "unknown";
+    for (size_t r = 0; r < k.by_rank.size(); ++r) {
+      const Request* sig = k.by_rank[r] ? cache_->signature(id, static_cast<int>(r)) : nullptr;
+      if (sig) {
+        op = op_type_name(sig->op);
+        break;
+      }
+    }
+    out.push_back(Stall{cache_->name_of(id), k.missing(), age, op});
   }
 }
 

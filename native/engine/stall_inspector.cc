@@ -18,7 +18,8 @@ std::string describe_stalls(const std::vector<Coordinator::Stall>& stalls) {
   std::string text;
   for (size_t i = 0; i < stalls.size() && i < kStallsNamed; ++i) {
     const auto& s = stalls[i];
-    text += (i ? "; '" : "'") + s.name + "' (" + std::to_string(static_cast<long>(s.seconds)) + " s, not submitted by rank";
+    text += (i ? "; '" : "'") + s.name + "' (" + s.op + ", " + std::to_string(static_cast<long>(s.seconds)) +
+            " s, not submitted by rank";
     text += s.missing.size() > 1 ? "s " : " ";
     for (size_t k = 0; k < s.missing.size(); ++k) text += (k ? ", " : "") + std::to_string(s.missing[k]);
     text += ")";

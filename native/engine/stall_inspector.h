@@ -35,7 +35,8 @@ class StallInspector {
   Clock::time_point last_check_{}, last_warning_{};
 };
 
-// "'a' (12 s, not submitted by rank 1); 'b' (...)", the first ten.
+// "'a' (allreduce, 12 s, not submitted by rank 1); 'b' (...)", the first
+// ten: the ranks not named submitted it and wait in that collective.
 std::string describe_stalls(const std::vector<Coordinator::Stall>& stalls);
 
 }  // namespace ring

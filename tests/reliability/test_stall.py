@@ -100,3 +100,26 @@ def test_shutdown_time_fails_every_rank() -> None:
 def test_stall_settings_and_defaults(name: str, alias: str, default: str) -> None:
     table = {row[0]: row for row in _native.config_table()}
     assert table[name][1:3] == (alias, default), table.get(name)
+
+
+def test_mismatched_collectives_are_named_and_end_every_rank() -> None:
+    """Ranks 0 and 2 in an allgather, rank 1 in a barrier (a suite's
+    tearDown after a rank skipped a step): the warning and the error name
+    each collective, so what every rank waits on, and every rank ends."""
+    env = {"RING_STALL_CHECK_TIME_SECONDS": f"{CHECK_SECONDS:g}",
+           "RING_STALL_SHUTDOWN_TIME_SECONDS": f"{SHUTDOWN_SECONDS + 1:g}"}
+    job = _job("mismatched", "mismatched", 20.0, env)
+    warnings = _warnings(job)
+    assert warnings, f"no stall warning:\n{job.tail()}"
+    for text in [warnings[0][4]] + [err.message for err in job.caught().values()]:
+        assert "'stall.gather' (allgather, " in text and "not submitted by rank 1)" in text, text
+        assert "'barrier." in text and "(barrier, " in text and "not submitted by ranks 0, 2)" in text, text
+    caught = job.caught()
+    assert sorted(caught) == list(range(NP)), job.tail()
+    start = _stall_start(job)
+    for rank, err in caught.items():
+        took = err.at - start
+        print(f"rank {rank}: {err.cls} {took:.2f} s into the stall")
+        assert err.cls == "RingTimeoutError" and "RING_STALL_SHUTDOWN_TIME_SECONDS" in err.message, err
+        assert SHUTDOWN_SECONDS + 1 - 0.3 <= took <= SHUTDOWN_SECONDS + 6, took
+    assert job.leftover_processes == [] and job.leftover_segments == []

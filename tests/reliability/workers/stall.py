@@ -11,6 +11,9 @@ printed as ``rank <r> stalling at <unix time>``:
   can end it (``RING_STALL_SHUTDOWN_TIME_SECONDS``); rank 1 gives up after
   HOLD seconds. Every rank prints ``rank <r> caught <Class> at <unix time>:
   <message>`` for the error it gets.
+- MODE ``mismatched``: as ``diverged``, but in different collectives: the
+  other ranks in an allgather, rank 1 in a barrier (a test suite's
+  tearDown after a rank skipped a step).
 """
 
 from __future__ import annotations
@@ -50,13 +53,24 @@ def diverged(hold: float) -> None:
         print(f"rank {rs.rank()} caught {type(e).__name__} at {time.time():.3f}: {e}", flush=True)
 
 
+def mismatched(hold: float) -> None:
+    try:
+        if rs.rank() == STALLED:
+            rs.barrier()
+        else:
+            rs.allgather(np.ones((1, 2), np.float32), name="stall.gather")
+        print(f"rank {rs.rank()} completed without an error", flush=True)
+    except rs.RingError as e:
+        print(f"rank {rs.rank()} caught {type(e).__name__} at {time.time():.3f}: {e}", flush=True)
+
+
 def main() -> None:
     mode, hold = sys.argv[1], float(sys.argv[2])
     rs.init()
     for step in range(3):
         rs.allreduce(np.ones(4, np.float32), name=f"before.{step}")
     print(f"rank {rs.rank()} stalling at {time.time():.3f}", flush=True)
-    {"late": late, "diverged": diverged}[mode](hold)
+    {"late": late, "diverged": diverged, "mismatched": mismatched}[mode](hold)
 
 
 if __name__ == "__main__":
