@@ -42,9 +42,54 @@ def test_a_failing_rank_raises_its_error_in_the_caller():
     assert "rank 1:" in str(caught.value.__cause__) and "fails_on_rank_one" in str(caught.value.__cause__)
 
 
+def grows_to_two(hosts_file, steps):
+    """An elastic loop that lists a second slot at step 5 and ends once it
+    made ``steps`` steps in a world of two; returns (rank, world sizes seen)."""
+    import time
+
+    import numpy as np
+
+    import ring_strategy as rs
+    from ring_strategy import elastic
+
+    rs.init()
+    state = elastic.ObjectState(rs.broadcast_object, rs.rank, step=0, sizes=[])
+    deadline = time.monotonic() + 60
+
+    @elastic.run
+    def train(state):
+        while state.step < steps or state.sizes[-1] < 2:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the job did not grow to two workers: {state.sizes}")
+            state.sizes.append(int(rs.allreduce(np.ones(1, np.float32), op=rs.Sum, name="grow")[0]))
+            state.step += 1
+            if rs.rank() == 0 and state.step == 5:
+                with open(hosts_file, "w") as f:
+                    f.write("localhost:2\n")
+            state.commit()
+            time.sleep(0.05)
+        return state.sizes
+
+    sizes = train(state)
+    return rs.rank(), sizes
+
+
+def test_elastic_job_grows_and_returns_the_last_worlds_results(tmp_path):
+    hosts = tmp_path / "hosts"
+    hosts.write_text("localhost:1\n")
+    results = ring_strategy.run(grows_to_two, args=(str(hosts), 20), np=1, min_np=1, max_np=2,
+                                host_discovery_script=f"cat {hosts}")
+    assert [rank for rank, _ in results] == [0, 1], results
+    for _, sizes in results:
+        assert sizes[0] == 1 and sizes[-1] == 2 and sorted(sizes) == sizes, sizes
+    assert results[0][1] == results[1][1], "the joined worker took rank 0's state"
+
+
 def test_unsupported_options_are_clear_errors():
-    with pytest.raises(NotImplementedError, match="min_np"):
-        ring_strategy.run(rank_times_ten, np=2, min_np=1)
+    with pytest.raises(NotImplementedError, match="use_mpi"):
+        ring_strategy.run(rank_times_ten, np=2, use_mpi=True)
+    with pytest.raises(ValueError, match="for elastic jobs"):
+        ring_strategy.run(rank_times_ten, np=2, reset_limit=2)
     with pytest.raises(ValueError, match="np should be a positive integer"):
         ring_strategy.run(rank_times_ten, np=0)
 
