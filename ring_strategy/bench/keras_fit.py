@@ -10,6 +10,10 @@ communication: the ceiling on this machine) and one with
 samples/s of each and their ratio, and which way the backend's collectives
 reach the engine (native operations or host calls).
 
+Each rank computes with ``--threads`` threads (default 1: TensorFlow's
+default pool of one thread per core makes its step time flip between two
+speeds from round to round on 2 cores).
+
 Example::
 
     KERAS_BACKEND=jax ringrun -np 2 python -m ring_strategy.bench.keras_fit
@@ -42,8 +46,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=_positive, default=64, help="samples per rank per step (default: 64)")
     p.add_argument("--steps", type=_positive, default=30, help="batches per timed fit (default: 30)")
     p.add_argument("--rounds", type=_positive, default=5, help="rounds; medians are printed (default: 5)")
+    p.add_argument("--threads", type=_positive, default=1,
+                   help="compute threads per rank, set for the backend in use (default: 1, a core per rank "
+                        "at np=2 on 2 cores)")
     p.add_argument("--json", type=Path, default=None, metavar="FILE", help="also write the results as JSON")
     return p
+
+
+def _limit_threads(n: int) -> None:
+    """Gives the backend ``n`` compute threads (before Keras imports it)."""
+    os.environ["OMP_NUM_THREADS"] = str(n)
+    backend = os.environ.get("KERAS_BACKEND", "tensorflow")
+    if backend == "jax":
+        multi = "true" if n > 1 else "false"
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                                   f" --xla_cpu_multi_thread_eigen={multi} intra_op_parallelism_threads={n}")
+    elif backend == "tensorflow":
+        import tensorflow as tf
+
+        tf.config.threading.set_intra_op_parallelism_threads(n)
+        tf.config.threading.set_inter_op_parallelism_threads(n)
+    elif backend == "torch":
+        import torch
+
+        torch.set_num_threads(n)
 
 
 def _model(args: argparse.Namespace, optimizer: Any) -> Any:
@@ -70,6 +96,7 @@ def _rate(model: Any, x: np.ndarray, y: np.ndarray, batch: int, samples: int) ->
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Runs the benchmark; returns 0."""
     args = build_parser().parse_args(argv)
+    _limit_threads(args.threads)
     import keras
 
     import keras_callbacks as hvd
