@@ -12,12 +12,23 @@ gives them), then the AeadChannel's frames::
 Everything is forwarded faithfully, frame by frame, unless a :class:`Fault`
 names this mesh and direction: once ``after`` frames have gone through, the
 next one has a bit of its ciphertext flipped (``flip``), or the frame before
-it is sent again first (``replay``). The proxy counts the frames of every
-mesh and direction and records when the fault went out.
+it is sent again first (``replay``), or the link misbehaves from then on:
+
+- ``delay``: every later frame waits ``delay_ms`` plus a uniform jitter of
+  +-``jitter_ms`` before it goes (one direction's frames stay in order);
+- ``cap``: every later frame is paced to ``mbit`` megabits per second;
+- ``stall``: nothing more goes that way, and the connection stays open (a
+  blackholed path: the kernels still answer, only the bytes stop);
+- ``reset``: half of the next frame goes, then both connections of that
+  link are reset (RST, no FIN).
+
+The proxy counts the frames of every mesh and direction and records when
+the fault went out (the first delayed or paced frame, the stall, the reset).
 """
 
 from __future__ import annotations
 
+import random
 import socket
 import struct
 import threading
@@ -40,12 +51,16 @@ Upstream = Callable[[str], Tuple[str, int]]  # mesh -> the real listener's (host
 
 @dataclass(frozen=True)
 class Fault:
-    """What to do to one frame: ``kind`` is ``flip`` or ``replay``."""
+    """What to do to one frame (``flip``, ``replay``), or to the link from
+    that frame on (``delay``, ``cap``, ``stall``, ``reset``)."""
 
     kind: str
     mesh: str
     direction: str
     after: int  # frames of that mesh and direction forwarded faithfully first
+    delay_ms: float = 0.0
+    jitter_ms: float = 0.0
+    mbit: float = 0.0
 
 
 class Proxy:
@@ -59,6 +74,7 @@ class Proxy:
         self._upstream = upstream
         self._lock = threading.Lock()
         self._sockets: List[socket.socket] = []
+        self._stalled: List[socket.socket] = []  # kept open, never read again
         self._listeners = {m: socket.create_server(("127.0.0.1", 0)) for m in MESHES}
         self.ports = {m: s.getsockname()[1] for m, s in self._listeners.items()}
         for mesh, listener in self._listeners.items():
@@ -89,6 +105,7 @@ class Proxy:
 
     def _relay(self, mesh: str, direction: str, src: socket.socket, dst: socket.socket) -> None:
         """Forwards ``src`` to ``dst``: the handshake, then frame by frame."""
+        stalled = False
         try:
             for size in _HANDSHAKE[direction]:
                 dst.sendall(_read(src, size))
@@ -100,27 +117,66 @@ class Proxy:
                     self.errors.append(f"{mesh} {direction}: a frame of {n} bytes")
                     return
                 frame = header + _read(src, n + _TAG_BYTES)
-                dst.sendall(self._tamper(mesh, direction, frame, previous))
+                kind = self._due(mesh, direction)
+                if kind in ("stall", "reset"):
+                    stalled = kind == "stall"
+                    self._break(kind, frame, src, dst)
+                    return
+                if kind in ("delay", "cap"):
+                    self._pace(frame)
+                dst.sendall(self._tamper(kind, frame, previous))
                 previous = frame
         except (OSError, EOFError):
             pass
         finally:
-            for s in (src, dst):
+            for s in () if stalled else (src, dst):
                 try:
                     s.shutdown(socket.SHUT_RDWR)
                 except OSError:
                     pass
 
-    def _tamper(self, mesh: str, direction: str, frame: bytes, previous: bytes) -> bytes:
-        """The bytes to send for ``frame``: the frame itself, unless it is the fault's."""
+    def _due(self, mesh: str, direction: str) -> Optional[str]:
+        """Counts a frame; the fault's kind when it applies to this one."""
         with self._lock:
             self.frames[mesh, direction] += 1
             f = self.fault
-            if f is None or (f.mesh, f.direction) != (mesh, direction) or self.frames[mesh, direction] != f.after + 1:
-                return frame
-            self.fault_at = time.time()
-        if f.kind == "replay":
+            if f is None or (f.mesh, f.direction) != (mesh, direction):
+                return None
+            count = self.frames[mesh, direction]
+            lasting = f.kind in ("delay", "cap")
+            if count == f.after + 1 or (lasting and count > f.after):
+                if self.fault_at is None:
+                    self.fault_at = time.time()
+                return f.kind
+            return None
+
+    def _pace(self, frame: bytes) -> None:
+        """Holds a frame of a delayed or capped link."""
+        f = self.fault
+        if f.kind == "delay":
+            time.sleep(max(0.0, f.delay_ms + random.uniform(-f.jitter_ms, f.jitter_ms)) / 1e3)
+        else:
+            time.sleep(len(frame) * 8 / (f.mbit * 1e6))
+
+    def _break(self, kind: str, frame: bytes, src: socket.socket, dst: socket.socket) -> None:
+        """A stall (this direction stops; both sockets stay open until the
+        proxy closes) or a reset in the middle of ``frame``."""
+        if kind == "stall":
+            with self._lock:
+                self._stalled.append(src)
+            return
+        dst.sendall(frame[:len(frame) // 2])
+        for s in (src, dst):  # RST instead of FIN: linger on, for 0 s
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            s.close()
+
+    @staticmethod
+    def _tamper(kind: Optional[str], frame: bytes, previous: bytes) -> bytes:
+        """The bytes to send for ``frame``: the frame itself, unless it is a flip's or a replay's."""
+        if kind == "replay":
             return previous + frame
+        if kind != "flip":
+            return frame
         flipped = bytearray(frame)
         flipped[_HEADER_BYTES + (len(frame) - _HEADER_BYTES - _TAG_BYTES) // 2] ^= 0x10
         return bytes(flipped)

@@ -15,6 +15,17 @@ sender's link ("lost rank S (...): an encrypted frame from a peer failed
 authentication ...") within the deadline of the fault, and nothing is left
 behind. A faithful proxy shows the link itself is transparent: every
 result bitwise right.
+
+The same proxy also impairs the link, where the kernel has no netem:
+
+- ``delay`` (5 ms +- 1 ms on every data frame to rank 1) and ``cap`` (data
+  to rank 0 paced to 200 Mbit/s): every result stays bitwise right; the
+  job's cost is printed;
+- ``stall`` (data to rank 1 stops, the connection stays open) and
+  ``reset`` (RST in the middle of a data frame): every rank raises an
+  error naming the peer and its host within the deadline
+  (``RingTimeoutError`` after ``RING_TIMEOUT_SECONDS`` for the stall,
+  ``PeerFailureError`` for the reset).
 """
 
 from __future__ import annotations
@@ -22,7 +33,9 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import socket
 import tempfile
+import time
 from pathlib import Path
 from typing import Dict, Optional, Tuple
 
@@ -39,9 +52,20 @@ FAULTS = {
     "flip": Fault("flip", "data", TO_DIALER, after=12),
     "replay": Fault("replay", "control", TO_ACCEPTOR, after=12),
 }
+IMPAIRED = {
+    "delay": Fault("delay", "data", TO_DIALER, after=0, delay_ms=5.0, jitter_ms=1.0),
+    "cap": Fault("cap", "data", TO_ACCEPTOR, after=0, mbit=200.0),
+}
+BROKEN = {
+    "stall": Fault("stall", "data", TO_DIALER, after=12),
+    "reset": Fault("reset", "data", TO_DIALER, after=12),
+}
+# What each rank raises: a stalled transfer makes no progress (the control
+# mesh's heartbeats still arrive); a reset link is a lost peer.
+BROKEN_ERROR = {"stall": ("RingTimeoutError", "no progress for 3 s"), "reset": ("PeerFailureError", "lost rank ")}
 SENDER = {TO_DIALER: 0, TO_ACCEPTOR: 1}  # the rank an altered frame claims to come from
 
-_runs: Dict[Optional[str], Tuple[JobResult, Proxy]] = {}
+_runs: Dict[Optional[str], Tuple[JobResult, Proxy, float]] = {}
 
 
 def _upstream(gate: Path) -> Upstream:
@@ -54,13 +78,19 @@ def _upstream(gate: Path) -> Upstream:
 
 def _run(fault: Optional[str]) -> Tuple[JobResult, Proxy]:
     """The job through a proxy with ``fault`` (None: faithful), run once per module."""
+    return _timed(fault)[:2]
+
+
+def _timed(fault: Optional[str]) -> Tuple[JobResult, Proxy, float]:
+    """:func:`_run`, with the job's wall time in seconds."""
     if fault not in _runs:
         gate = Path(tempfile.mkdtemp(prefix="ring-tamper-"))
-        proxy = Proxy(_upstream(gate), FAULTS.get(fault))
+        proxy = Proxy(_upstream(gate), {**FAULTS, **IMPAIRED, **BROKEN}.get(fault))
         try:
+            start = time.monotonic()
             proc, tag = start_job_tagged(NP, [WORKER, gate, proxy.ports["data"], proxy.ports["control"], STEPS],
                                          env=ENV)
-            _runs[fault] = (finish(proc, tag, timeout=30), proxy)
+            _runs[fault] = (finish(proc, tag, timeout=30), proxy, time.monotonic() - start)
         finally:
             proxy.close()
             shutil.rmtree(gate, ignore_errors=True)
@@ -93,7 +123,35 @@ def test_altered_frame_ends_the_job_on_every_rank(fault: str) -> None:
         assert took < DEADLINE_SECONDS, job.tail()
 
 
-@pytest.mark.parametrize("fault", [None, *sorted(FAULTS)])
+@pytest.mark.parametrize("fault", sorted(IMPAIRED))
+def test_delayed_or_capped_link_keeps_every_result_exact(fault: str) -> None:
+    job, proxy, took = _timed(fault)
+    assert job.returncode == 0, job.tail()
+    assert all(f"{r}: ok {STEPS} steps" in job.output for r in range(NP)), job.tail()
+    assert proxy.fault_at is not None and proxy.errors == [], (proxy.frames, proxy.errors)
+    clean = _timed(None)[2]
+    frames = proxy.frames[IMPAIRED[fault].mesh, IMPAIRED[fault].direction]
+    print(f"{fault}: the job took {took:.2f} s against {clean:.2f} s through a faithful proxy "
+          f"({(took - clean) / STEPS * 1e3:.1f} ms a step, {frames} frames impaired)")
+
+
+@pytest.mark.parametrize("fault", sorted(BROKEN))
+def test_stalled_or_reset_link_ends_the_job_on_every_rank(fault: str) -> None:
+    job, proxy = _run(fault)
+    assert proxy.fault_at is not None, f"the proxy saw only {proxy.frames} frames:\n{job.tail()}"
+    assert "AssertionError" not in job.output and " ok " not in job.output, job.tail()
+    caught = job.caught()
+    assert sorted(caught) == list(range(NP)), job.tail()
+    for rank, err in caught.items():
+        took = err.at - proxy.fault_at
+        print(f"{fault}: rank {rank} raised {err.cls} {took:.3f} s after the fault: {err.message}")
+        cls, text = BROKEN_ERROR[fault]
+        assert err.cls == cls and text in err.message, job.tail()
+        assert f"({socket.gethostname()}, pid " in err.message, job.tail()  # the peer's host
+        assert took < DEADLINE_SECONDS, job.tail()
+
+
+@pytest.mark.parametrize("fault", [None, *sorted(FAULTS), *sorted(IMPAIRED), *sorted(BROKEN)])
 def test_nothing_left_behind(fault: Optional[str]) -> None:
     job, _ = _run(fault)
     assert job.job_id is not None, job.tail()
