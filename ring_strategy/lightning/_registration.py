@@ -1,4 +1,4 @@
-"""Registers ``"ring"`` in Lightning's strategy registries, without importing Lightning.
+"""Registers ``"ring"`` in Lightning's strategy registries (the Trainer's and Fabric's), without importing Lightning.
 
 (Plain classes rather than ``importlib.abc`` ones: that module alone costs
 more to import than the rest of ``import ring_strategy``.)
@@ -8,7 +8,8 @@ it. Importing ``pytorch_lightning`` takes seconds and ``ringrun`` imports
 ``ring_strategy`` too, so nothing is imported here: a registry that exists
 already (its module is in ``sys.modules``) is filled at once, and for one
 that does not, a finder on ``sys.meta_path`` waits for the module that defines
-it (``pytorch_lightning.strategies``, ``lightning.pytorch.strategies``) and
+it (``pytorch_lightning.strategies``, ``lightning.pytorch.strategies``, and
+Fabric's ``lightning_fabric.strategies``, ``lightning.fabric.strategies``) and
 fills it right after that module has run. The import order of
 ``ring_strategy`` and Lightning therefore does not matter.
 
@@ -23,37 +24,43 @@ from __future__ import annotations
 import sys
 import warnings
 from types import ModuleType
-from typing import Any, Callable, Dict, Optional, Sequence
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 __all__ = ["install"]
 
 NAME = "ring"
-DESCRIPTION = "Data-parallel training on the ring allreduce engine (ring_strategy.lightning.RingStrategy)"
+DESCRIPTION = "Data-parallel training on the ring allreduce engine ({})"
 
-# Module that defines StrategyRegistry -> module that defines RingStrategy for it.
-_TARGETS: Dict[str, str] = {
-    "pytorch_lightning.strategies": "ring_strategy.lightning.strategy",
-    "lightning.pytorch.strategies": "ring_strategy.lightning.lightning_pytorch",
+# Module that defines a strategy registry -> (the registry's name there, the
+# module and class of the strategy it gets).
+_TARGETS: Dict[str, Tuple[str, str, str]] = {
+    "pytorch_lightning.strategies": ("StrategyRegistry", "ring_strategy.lightning.strategy", "RingStrategy"),
+    "lightning.pytorch.strategies": ("StrategyRegistry", "ring_strategy.lightning.lightning_pytorch", "RingStrategy"),
+    "lightning_fabric.strategies": ("STRATEGY_REGISTRY", "ring_strategy.lightning.fabric", "RingFabricStrategy"),
+    "lightning.fabric.strategies": ("STRATEGY_REGISTRY", "ring_strategy.lightning.lightning_fabric",
+                                    "RingFabricStrategy"),
 }
 
 
-def _factory(strategy_module: str) -> Callable[..., Any]:
+def _factory(strategy_module: str, class_name: str) -> Callable[..., Any]:
     def ring(**kwargs: Any) -> Any:
         import importlib
 
-        return importlib.import_module(strategy_module).RingStrategy(**kwargs)
+        return getattr(importlib.import_module(strategy_module), class_name)(**kwargs)
 
-    ring.__qualname__ = ring.__name__ = "RingStrategy"
-    ring.__doc__ = f"Builds {strategy_module}.RingStrategy(**kwargs)."
+    ring.__qualname__ = ring.__name__ = class_name
+    ring.__doc__ = f"Builds {strategy_module}.{class_name}(**kwargs)."
     return ring
 
 
 def _register(module: ModuleType) -> None:
     try:
-        registry = getattr(module, "StrategyRegistry", None)
+        registry_name, strategy_module, class_name = _TARGETS[module.__name__]
+        registry = getattr(module, registry_name, None)
         if registry is None or NAME in registry:
             return
-        registry.register(NAME, _factory(_TARGETS[module.__name__]), description=DESCRIPTION)
+        registry.register(NAME, _factory(strategy_module, class_name),
+                          description=DESCRIPTION.format(f"{strategy_module}.{class_name}"))
     except Exception as e:  # noqa: BLE001 - never break Lightning's import
         warnings.warn(f"ring_strategy could not register strategy 'ring' in {module.__name__}: {e!r}", stacklevel=2)
 
@@ -80,7 +87,7 @@ class _RegisteringLoader:
 
 
 class _Finder:
-    """Finds nothing itself; wraps the loader of the two registry modules."""
+    """Finds nothing itself; wraps the loader of the registry modules."""
 
     def find_spec(
         self, fullname: str, path: Optional[Sequence[str]], target: Optional[ModuleType] = None

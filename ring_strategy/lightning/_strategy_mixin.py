@@ -28,7 +28,6 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, Generator, List, Optional, Union
 
 import torch
-from lightning_utilities.core.rank_zero import rank_zero_only
 from torch import Tensor
 
 import ring_strategy.torch as _rt
@@ -36,6 +35,7 @@ from ring_strategy.environments.base import override
 from ring_strategy.lightning import _spawn
 from ring_strategy.lightning._elastic import COMMIT_PATH, LightningState, check_commit_every
 from ring_strategy.lightning._environment import launcher_job
+from ring_strategy.lightning._parallel import RingParallelMixin, ring_op
 from ring_strategy.torch.grad_sync import GradientSync
 
 if TYPE_CHECKING:  # what type checkers see as the bases; at run time each package supplies its own
@@ -89,26 +89,7 @@ class RingLauncherMixin(_LauncherBase):
         _spawn.signal_workers(signum)
 
 
-_MEAN = ("mean", "avg", "average")
-_OPS = {"sum": _rt.Sum, "max": _rt.Max, "min": _rt.Min, "product": _rt.Product, "prod": _rt.Product}
-
-
-def ring_op(reduce_op: Any) -> int:
-    """Maps Lightning's ``reduce_op`` (a string or ``torch.distributed.ReduceOp``) to an engine op."""
-    if reduce_op is None:
-        return _rt.Average
-    name = reduce_op if isinstance(reduce_op, str) else str(reduce_op).rpartition(".")[2]
-    name = name.lower()
-    if name in _MEAN:
-        return _rt.Average
-    if name in _OPS:
-        return _OPS[name]
-    raise ValueError(
-        f"RingStrategy.reduce: reduce_op should be 'mean', 'sum', 'max', 'min' or 'product'. Got: {reduce_op!r}"
-    )
-
-
-class RingStrategyMixin(_StrategyBase):
+class RingStrategyMixin(RingParallelMixin, _StrategyBase):
     """Data-parallel training on the ring engine: ``Trainer(strategy="ring")``.
 
     ``import ring_strategy`` registers the name ``"ring"`` with Lightning. Run
@@ -187,51 +168,6 @@ class RingStrategyMixin(_StrategyBase):
                                            self._update_dataloader)
         return self._elastic
 
-    # ------------------------------------------------------------ layout
-    @property
-    def is_distributed(self) -> bool:
-        """Always true: Lightning then injects a DistributedSampler."""
-        return True
-
-    @property
-    @override
-    def root_device(self) -> torch.device:
-        """This process's device: its local rank's among the host's devices.
-        With one device listed (``devices=1`` under ``ringrun -np N``, as with
-        Horovod) a GPU process takes GPU ``local_rank`` modulo the GPUs it sees."""
-        assert self.parallel_devices is not None
-        devices = self.parallel_devices
-        if len(devices) == 1 and devices[0].type == "cuda" and self.local_rank > 0:
-            return torch.device("cuda", self.local_rank % max(1, torch.cuda.device_count()))
-        return devices[min(self.local_rank, len(devices) - 1)]
-
-    @property
-    def num_nodes(self) -> int:
-        return self._num_nodes
-
-    @num_nodes.setter
-    def num_nodes(self, num_nodes: int) -> None:
-        self._num_nodes = num_nodes
-
-    @property
-    def num_processes(self) -> int:
-        return len(self.parallel_devices) if self.parallel_devices is not None else 1
-
-    @property
-    @override
-    def distributed_sampler_kwargs(self) -> Dict[str, Any]:
-        return {"num_replicas": self.world_size, "rank": self.global_rank}
-
-    def set_world_ranks(self) -> None:
-        """Called by the Trainer once devices and num_nodes are known."""
-        assert self.cluster_environment is not None
-        self.cluster_environment.set_world_size(self.num_processes * self.num_nodes)
-        self.cluster_environment.set_global_rank(self.node_rank * self.num_processes + self.local_rank)
-        self._set_rank_zero_only()
-
-    def _set_rank_zero_only(self) -> None:
-        rank_zero_only.rank = self.global_rank  # type: ignore[attr-defined]
-
     @override
     def _configure_launcher(self) -> None:
         self._check_accelerator()
@@ -239,28 +175,10 @@ class RingStrategyMixin(_StrategyBase):
         self.cluster_environment.validate_settings(num_devices=self.num_processes, num_nodes=self.num_nodes)
         self._launcher = self._launcher_class(self)
 
-    def _check_accelerator(self) -> None:
-        device_types = {d.type for d in (self.parallel_devices or [])}
-        accelerator = type(self.accelerator).__name__ if self.accelerator is not None else ""
-        known = (self._cpu_accelerator, self._cuda_accelerator)
-        if device_types - {"cpu", "cuda"} or (accelerator and not isinstance(self.accelerator, known)):
-            found = ", ".join(sorted(device_types)) or accelerator
-            raise ValueError(
-                f"RingStrategy runs on CPUs and CUDA GPUs. "
-                f"Got: accelerator={accelerator or None!r} with devices of type {found}; "
-                "use Trainer(accelerator='cpu') or Trainer(accelerator='gpu')"
-            )
-
     # ------------------------------------------------------------ set-up
     @override
     def setup_environment(self) -> None:
-        _rt.init()
-        self._set_rank_zero_only()
-        if _rt.size() != self.world_size:
-            raise RuntimeError(
-                f"RingStrategy: the engine's job has {_rt.size()} processes but Lightning expects "
-                f"{self.world_size} (devices x num_nodes)"
-            )
+        self._init_engine()
         super().setup_environment()
 
     @override
@@ -397,9 +315,6 @@ class RingStrategyMixin(_StrategyBase):
         return super().optimizer_step(optimizer, evaluate, model, **kwargs)
 
     # ------------------------------------------------------------ collectives
-    def _active(self) -> bool:
-        return self.world_size > 1 and _rt.is_initialized()
-
     @override
     def reduce(
         self, tensor: Union[Tensor, Any], group: Optional[Any] = None, reduce_op: Optional[Union[Any, str]] = "mean"
@@ -416,41 +331,7 @@ class RingStrategyMixin(_StrategyBase):
             The reduced tensor, on the input's device; the mean of an integer
             tensor is a float tensor.
         """
-        if group is not None:
-            raise ValueError(f"RingStrategy.reduce: process groups are not supported. Got: group={group!r}")
-        if not isinstance(tensor, Tensor):
-            return tensor
-        op = ring_op(reduce_op)
-        if op == _rt.Average and not (tensor.is_floating_point() or tensor.is_complex()):
-            tensor = tensor.float()
-        elif tensor.dtype == torch.bool:
-            tensor = tensor.to(torch.int32)
-        if not self._active():
-            return tensor
-        return _rt.allreduce(tensor, op=op, name=None)
-
-    @override
-    def all_gather(self, tensor: Tensor, group: Optional[Any] = None, sync_grads: bool = False) -> Tensor:
-        """Stacks every rank's ``tensor`` along a new first dimension: shape ``(world_size, *tensor.shape)``."""
-        if group is not None:
-            raise ValueError(f"RingStrategy.all_gather: process groups are not supported. Got: group={group!r}")
-        if not self._active():
-            return tensor.unsqueeze(0)
-        if sync_grads:
-            return _rt.allgather(tensor.unsqueeze(0))
-        with torch.no_grad():
-            return _rt.allgather(tensor.detach().unsqueeze(0))
-
-    @override
-    def broadcast(self, obj: Any, src: int = 0) -> Any:
-        if not self._active():
-            return obj
-        return _rt.broadcast_object(obj, root_rank=src, name="ring.lightning.broadcast")
-
-    @override
-    def barrier(self, name: Optional[str] = None) -> None:
-        if self._active():
-            _rt.barrier()
+        return self._reduce(tensor, group, reduce_op, "RingStrategy.reduce")
 
     # ------------------------------------------------------------ the end
     @override

@@ -11,7 +11,6 @@ classes, as :mod:`ring_strategy.lightning.strategy` does on
 
 from __future__ import annotations
 
-from lightning.fabric.plugins.environments.cluster_environment import ClusterEnvironment
 from lightning.fabric.utilities.optimizer import _optimizers_to_device
 from lightning.pytorch.accelerators import CPUAccelerator, CUDAAccelerator
 from lightning.pytorch.callbacks import Callback
@@ -21,15 +20,11 @@ from lightning.pytorch.strategies.parallel import ParallelStrategy
 from lightning.pytorch.utilities.data import _update_dataloader
 
 from ring_strategy.lightning._elastic import ElasticCommitMixin
-from ring_strategy.lightning._environment import RingEnvironmentMixin
 from ring_strategy.lightning._layer_sync import RingSyncBatchNormMixin
 from ring_strategy.lightning._strategy_mixin import RingLauncherMixin, RingStrategyMixin
+from ring_strategy.lightning.lightning_fabric import RingEnvironment
 
 __all__ = ["RingEnvironment", "RingStrategy", "RingSyncBatchNorm"]
-
-
-class RingEnvironment(RingEnvironmentMixin, ClusterEnvironment):
-    __doc__ = RingEnvironmentMixin.__doc__
 
 
 class _RingLauncher(RingLauncherMixin, _Launcher):

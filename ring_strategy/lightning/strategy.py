@@ -8,7 +8,6 @@ does the same for the unified ``lightning`` package.
 
 from __future__ import annotations
 
-from lightning_fabric.plugins.environments.cluster_environment import ClusterEnvironment
 from lightning_fabric.utilities.optimizer import _optimizers_to_device
 from pytorch_lightning.accelerators import CPUAccelerator, CUDAAccelerator
 from pytorch_lightning.callbacks import Callback
@@ -18,15 +17,11 @@ from pytorch_lightning.strategies.parallel import ParallelStrategy
 from pytorch_lightning.utilities.data import _update_dataloader
 
 from ring_strategy.lightning._elastic import ElasticCommitMixin
-from ring_strategy.lightning._environment import RingEnvironmentMixin
 from ring_strategy.lightning._layer_sync import RingSyncBatchNormMixin
 from ring_strategy.lightning._strategy_mixin import RingLauncherMixin, RingStrategyMixin
+from ring_strategy.lightning.fabric import RingEnvironment
 
 __all__ = ["RingEnvironment", "RingStrategy", "RingSyncBatchNorm"]
-
-
-class RingEnvironment(RingEnvironmentMixin, ClusterEnvironment):
-    __doc__ = RingEnvironmentMixin.__doc__
 
 
 class _RingLauncher(RingLauncherMixin, _Launcher):
