@@ -15,6 +15,7 @@ void resolve_all(SharedLibrary& lib, NcclLibrary& n) {
   lib.resolve(n.ncclGetErrorString, "ncclGetErrorString");
   lib.resolve(n.ncclGetUniqueId, "ncclGetUniqueId");
   lib.resolve(n.ncclCommInitRank, "ncclCommInitRank");
+  lib.resolve_optional(n.ncclCommInitRankConfig, "ncclCommInitRankConfig");
   lib.resolve(n.ncclCommDestroy, "ncclCommDestroy");
   lib.resolve(n.ncclCommAbort, "ncclCommAbort");
   lib.resolve(n.ncclCommGetAsyncError, "ncclCommGetAsyncError");

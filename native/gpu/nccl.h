@@ -35,6 +35,17 @@ enum ncclScalarResidence_t : int { ncclScalarDevice = 0, ncclScalarHostImmediate
 constexpr ncclResult_t ncclSuccess = 0;
 constexpr ncclResult_t ncclInProgress = 7;
 
+// NCCL's ncclConfig_t as 2.14 introduced it; later versions append fields
+// and read only `size` bytes of what the caller passes (NCCL_CONFIG_INITIALIZER
+// sets the magic and version). blocking = 0: ncclCommInitRankConfig returns
+// ncclInProgress at once and ncclCommGetAsyncError reports the init's state.
+struct ncclConfig_t {
+  size_t size = sizeof(ncclConfig_t);
+  unsigned magic = 0xcafebeef;
+  unsigned version = 21400;
+  int blocking = 1;
+};
+
 // NCCL's version code: 10000 * major + 100 * minor + patch (2.9 and later;
 // 1000 * major + 100 * minor + patch before).
 constexpr int kMinNcclVersion = 21200;  // 2.12.0: ncclAvg, PreMulSum, bfloat16
@@ -51,6 +62,8 @@ struct NcclLibrary {
   const char* (*ncclGetErrorString)(ncclResult_t) = nullptr;
   ncclResult_t (*ncclGetUniqueId)(ncclUniqueId*) = nullptr;
   ncclResult_t (*ncclCommInitRank)(ncclComm_t*, int, ncclUniqueId, int) = nullptr;
+  // NCCL 2.14 and later; null before (nccl_comms.cc then watches the blocking init).
+  ncclResult_t (*ncclCommInitRankConfig)(ncclComm_t*, int, ncclUniqueId, int, ncclConfig_t*) = nullptr;
   ncclResult_t (*ncclCommDestroy)(ncclComm_t) = nullptr;
   ncclResult_t (*ncclCommAbort)(ncclComm_t) = nullptr;
   ncclResult_t (*ncclCommGetAsyncError)(ncclComm_t, ncclResult_t*) = nullptr;

@@ -62,7 +62,8 @@ class NcclBackend : public Backend {
   NcclBackend(CpuRingBackend* cpu, HostStagedBackend* host, HandleTable* handles, const Config& config)
       : cpu_(cpu), host_(host), handles_(handles), host_only_(config.gpu_host_staged),
         hierarchical_(config.hierarchical_allreduce == 1), async_completion_(config.async_completion),
-        streams_(config.nccl_streams), timeout_seconds_(config.timeout_seconds), finalizer_(handles) {}
+        streams_(config.nccl_streams), timeout_seconds_(config.timeout_seconds), comms_(config.timeout_seconds),
+        finalizer_(handles) {}
 
   const char* name() const override { return "nccl"; }
   bool serves(const Device& device) const override { return host_->serves(device); }

@@ -44,6 +44,8 @@ std::string SharedLibrary::missing_text() const {
   return s;
 }
 
+void* SharedLibrary::optional_symbol(const char* name) { return handle_ ? dlsym(handle_, name) : nullptr; }
+
 void* SharedLibrary::symbol(const char* name) {
   void* fn = handle_ ? dlsym(handle_, name) : nullptr;
   if (!fn) missing_.push_back(name);

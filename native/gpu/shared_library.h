@@ -29,6 +29,11 @@ class SharedLibrary {
   void resolve(Fn*& fn, const char* name) {
     fn = reinterpret_cast<Fn*>(symbol(name));
   }
+  // Sets *fn to the symbol `name`, or null: a function newer versions have.
+  template <class Fn>
+  void resolve_optional(Fn*& fn, const char* name) {
+    fn = reinterpret_cast<Fn*>(optional_symbol(name));
+  }
   // Names resolve() did not find, in the order asked; and as "a, b".
   const std::vector<std::string>& missing() const { return missing_; }
   std::string missing_text() const;
@@ -38,6 +43,7 @@ class SharedLibrary {
 
  private:
   void* symbol(const char* name);
+  void* optional_symbol(const char* name);
 
   void* handle_ = nullptr;
   bool released_ = false;

@@ -34,6 +34,9 @@
  * Built with -DSTUB_NCCL_VERSION=<code> it reports that version (default
  * 2.27.3); -DSTUB_OMIT_ALLREDUCE leaves ncclAllReduce out, -DSTUB_NO_CONFIG
  * ncclCommInitRankConfig (as NCCL before 2.14).
+ * STUB_NCCL_INIT_STUCK (environment), when set: this process never arrives
+ * at a communicator's init (blocking: it never returns; non-blocking: it
+ * stays in progress), as a peer stuck or lost between the id and the init.
  * STUB_NCCL_ASYNC_ERROR (environment), a result code, is what
  * ncclCommGetAsyncError reports for a communicator that finished its init
  * (default 0, none). STUB_NCCL_LOG, a path: each call appends its name and
@@ -99,6 +102,7 @@ typedef struct {
   uint32_t magic;  /* kCommMagic */
   int state;       /* Live, Joining (a non-blocking init not finished) or Poisoned */
   int aborted;     /* set by ncclCommAbort from any thread: waits give up */
+  int stuck;       /* STUB_NCCL_INIT_STUCK: this rank never arrives at the init */
   int n, rank, sense;
   char name[128];
   uint8_t* base;
@@ -338,7 +342,8 @@ static int join(Comm** out, int n, UniqueId uid, int rank) {
   if (c->base == MAP_FAILED) return InvalidUsage;
   header(c)->device[rank] = current_device();
   header(c)->host[rank] = host_hash();
-  arrive(c);
+  c->stuck = getenv("STUB_NCCL_INIT_STUCK") != NULL;
+  if (!c->stuck) arrive(c);
   *out = c;
   return Success;
 }
@@ -356,6 +361,7 @@ int ncclCommInitRank(void** out, int n, UniqueId uid, int rank) {
   note("ncclCommInitRank", (size_t)n);
   int rc = join(&c, n, uid, rank);
   if (rc != Success) return rc;
+  while (c->stuck) sleep(1);
   rc = wait_for(c, &header(c)->sense, (uint32_t)c->sense, -1.0); /* no time limit, as NCCL's */
   if (rc == Success) rc = joined(c);
   if (rc != Success) return rc;
@@ -409,7 +415,7 @@ int ncclCommGetAsyncError(void* p, int* e) {
   int rc;
   Comm* c = use(p, "ncclCommGetAsyncError", &rc);
   if (c->state == Joining) {
-    *e = arrived(c) ? joined(c) : InProgress;
+    *e = !c->stuck && arrived(c) ? joined(c) : InProgress;
     return Success;
   }
   const char* v = getenv("STUB_NCCL_ASYNC_ERROR");

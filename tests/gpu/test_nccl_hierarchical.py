@@ -21,14 +21,16 @@ WORKER = HERE / "workers" / "hierarchical_worker.py"
 TWO_HOSTS = ["-H", "localhost:1,127.0.0.1:1"]
 
 
-def _job(stub_driver: Path, stub_nccl: Path, tmp_path: Path, mode: str, np: int = 2, hosts=TWO_HOSTS, **extra: str):
+def _job(stub_driver: Path, stub_nccl: Path, tmp_path: Path, mode: str, np: int = 2, hosts=TWO_HOSTS,
+         timeout: float = 120, **extra: str):
     log = tmp_path / "nccl.log"
     env = {"RING_CUDA_DRIVER_LIBRARY": str(stub_driver), "RING_NCCL_LIBRARY": str(stub_nccl),
            "STUB_NCCL_LOG": str(log), "RING_HIERARCHICAL_ALLREDUCE": "1", "STUB_CUDA_DEVICES": str(np), **extra}
-    result = run_ringrun(np, [*hosts, sys.executable, WORKER, *mode.split()], env=env, timeout=120,
+    result = run_ringrun(np, [*hosts, sys.executable, WORKER, *mode.split()], env=env, timeout=timeout,
                          merge_output=True)
     calls = [line.split() for line in log.read_text().splitlines()] if log.exists() else []
-    return result, calls
+    # Either init (non-blocking, NCCL 2.14 and later, or blocking) is the communicator's creation.
+    return result, [["ncclCommInitRank", *c[1:]] if c[0] == "ncclCommInitRankConfig" else c for c in calls]
 
 
 def _raised(stdout: str):
@@ -116,6 +118,41 @@ def test_lost_peer_aborts_communicators_after_the_finalizer_stops_polling(stub_d
     assert len(raised) == 1 and raised[0].startswith("RAISED 0 PeerFailureError"), result.stdout
     assert "OK 1" in result.stdout and result.returncode == 0, result.stdout
     assert ["ncclCommAbort", "2"] in calls
+
+
+@pytest.mark.parametrize("config", [True, False], ids=["nonblocking-init", "nccl-before-2.14"])
+def test_rank_that_never_joins_the_communicator_fails_every_rank(stub_driver, tmp_path, config: bool) -> None:
+    """Issue 40, item 3: rank 1 never arrives at ncclCommInitRank (the stand-in's blocks with no
+    limit, as NCCL's does). Both ranks raise PeerFailureError after RING_TIMEOUT_SECONDS: a
+    non-blocking init polled and aborted, or (NCCL without ncclCommInitRankConfig) a blocking one
+    on a thread of its own, given up on."""
+    from tests.gpu.stubs import build_stub
+
+    nccl = build_stub("stub_nccl.c", tmp_path, "libnccl.so", [] if config else ["STUB_NO_CONFIG"])
+    result, calls = _job(stub_driver, nccl, tmp_path, "stuck", hosts=[], timeout=40, RING_HIERARCHICAL_ALLREDUCE="0",
+                         RING_TIMEOUT_SECONDS="2")
+    assert not result.timed_out, result.stdout
+    raised = _raised(result.stdout)
+    assert sorted(line.split()[1] for line in raised) == ["0", "1"], result.stdout
+    assert all("PeerFailureError" in line for line in raised), result.stdout
+    assert any("was not created within 2 s" in line for line in raised), result.stdout
+    raw = [line.split()[0] for line in (tmp_path / "nccl.log").read_text().splitlines()]
+    assert raw.count("ncclCommInitRankConfig" if config else "ncclCommInitRank") == 2, raw
+
+
+def test_shutdown_aborts_a_communicator_with_an_error_and_destroys_a_healthy_one(stub_driver, stub_nccl,
+                                                                               tmp_path) -> None:
+    """Issue 40, item 13 (Horovod's commDestroyOrAbort): ncclCommDestroy of a failed communicator
+    waits for work that never ends; shutdown aborts it instead."""
+    result, calls = _job(stub_driver, stub_nccl, tmp_path, "errored", np=1, hosts=[], RING_HIERARCHICAL_ALLREDUCE="0")
+    assert result.returncode == 0 and "OK 0" in result.stdout, result.stdout
+    names = [c[0] for c in calls]
+    assert names.count("ncclCommAbort") == 1 and "ncclCommDestroy" not in names, calls
+    (tmp_path / "healthy").mkdir()
+    _, calls = _job(stub_driver, stub_nccl, tmp_path / "healthy", "healthy", np=1, hosts=[],
+                    RING_HIERARCHICAL_ALLREDUCE="0")
+    names = [c[0] for c in calls]
+    assert names.count("ncclCommDestroy") == 1 and "ncclCommAbort" not in names, calls
 
 
 def test_finalizer_failure_fails_the_handle_and_ends_the_job(stub_driver, stub_nccl, tmp_path) -> None:

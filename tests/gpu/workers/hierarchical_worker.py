@@ -23,6 +23,13 @@ Usage: hierarchical_worker.py MODE [MODE ...] (ops and collectives may be combin
            result and leaves: rank 0 must raise PeerFailureError, its
            communicators aborted after the finalizer stopped polling them.
            Prints "RAISED 0 ..." and "OK 1".
+  stuck    (2 ranks, flat NCCL) rank 1 never arrives at the communicator's
+           init: both ranks must raise PeerFailureError within
+           RING_TIMEOUT_SECONDS. Prints "RAISED <rank> <type>".
+  errored  (flat NCCL) an allreduce, then every communicator reports an
+           asynchronous error (nothing in flight sees it) and the job shuts
+           down: the communicators must be aborted, not destroyed. Prints "OK <rank>".
+  healthy  the same without the error: destroyed.
   finalizer  (one rank, flat NCCL) a broadcast whose work never finishes
            and whose communicator reports the remote error: its handle and
            the next operation raise PeerFailureError. Prints "RAISED ...".
@@ -156,6 +163,20 @@ def main() -> None:
             {"ops": check_ops, "collectives": check_collectives, "sets": check_sets}[m]()
         ring.shutdown()
         print(f"OK {me}", flush=True)
+        return
+    if mode in ("errored", "healthy"):
+        _frontend.wait(submit(_frontend.ALLREDUCE, "g", x, np.zeros_like(x), True, op=OPS["Sum"]))
+        ring.barrier()
+        if mode == "errored":
+            os.environ["STUB_NCCL_ASYNC_ERROR"] = "6"  # ncclRemoteError
+        ring.shutdown()
+        print(f"OK {me}", flush=True)
+        return
+    if mode == "stuck":
+        if me == 1:
+            os.environ["STUB_NCCL_INIT_STUCK"] = "1"
+        expect_failure(lambda: _frontend.wait(submit(_frontend.ALLREDUCE, "g", x, np.zeros_like(x), True,
+                                                     op=OPS["Sum"])))
         return
     if mode == "lost":
         if me == 0:
