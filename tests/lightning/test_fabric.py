@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("lightning_fabric")
 
 import ring_strategy  # noqa: E402,F401  (registers strategy="ring")
-from tests.jobs import job_environment, run_job  # noqa: E402
+from tests.jobs import job_environment, ringrun_command, run_job  # noqa: E402
 
 WORKER = Path(__file__).parent / "workers" / "fabric_worker.py"
 TOLERANCE = 1e-5
@@ -46,13 +46,22 @@ def test_fabric_world_of_one_in_this_process():
 
 
 def test_fabric_readme_loop_and_collectives_at_np2(tmp_path):
-    """Fabric's README loop at np=2 (each rank initialised differently, rank
-    0's weights broadcast by setup) ends with the parameters of plain torch
-    on the global batch; all_reduce, all_gather, broadcast, barrier,
-    no_backward_sync and save/load behave as with DDP."""
+    """Fabric's README loop at np=2, self-launched by fabric.launch() (each
+    rank initialised differently, rank 0's weights broadcast by setup), ends
+    with the parameters of plain torch on the global batch; all_reduce,
+    all_gather, broadcast, barrier, no_backward_sync and save/load behave as
+    with DDP."""
+    _check_job([sys.executable, str(WORKER), "--out", str(tmp_path)], tmp_path)
+
+
+@pytest.mark.slow  # the same job under ringrun -np 2 (fabric.launch() then starts nothing)
+def test_fabric_under_ringrun(tmp_path):
+    _check_job(ringrun_command(2, [sys.executable, WORKER, "--out", tmp_path]), tmp_path)
+
+
+def _check_job(cmd: list, tmp_path: Path) -> None:
     env = job_environment({"PYTHONUNBUFFERED": "1"}, drop_ring=True)
-    proc = run_job([sys.executable, str(WORKER), "--out", str(tmp_path)], env=env, cwd=tmp_path, timeout=240,
-                   merge_output=True)
+    proc = run_job(cmd, env=env, cwd=tmp_path, timeout=240, merge_output=True)
     assert proc.returncode == 0, proc.stdout[-8000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     reference = ranks[0]["plain_torch"]
