@@ -1,5 +1,7 @@
 #include "gpu/device_memory.h"
 
+#include <algorithm>
+
 namespace ring::gpu {
 
 std::shared_ptr<void> device_alloc(int device, size_t bytes) {
@@ -11,12 +13,18 @@ std::shared_ptr<void> device_alloc(int device, size_t bytes) {
   });
 }
 
-CUdeviceptr DeviceBuffer::at(size_t bytes) {
+size_t fusion_capacity(size_t needed, size_t current) {
+  constexpr size_t kGrain = size_t(1) << 20;
+  const size_t want = std::max(needed, current + current / 2);
+  return (want + kGrain - 1) / kGrain * kGrain;
+}
+
+CUdeviceptr DeviceBuffer::at(size_t bytes, std::vector<std::shared_ptr<void>>* retired) {
   if (!memory_ || bytes > bytes_) {
-    if (memory_) cuda_check(cuda_driver().cuStreamSynchronize(stream_), "cuStreamSynchronize (fusion buffer grows)");
-    memory_.reset();  // free first: the old contents are not needed
-    memory_ = device_alloc(device_, bytes);
-    bytes_ = bytes;
+    const size_t grown = fusion_capacity(bytes, bytes_);
+    if (memory_) retired->push_back(std::move(memory_));  // freed after the work queued next
+    memory_ = device_alloc(device_, grown);
+    bytes_ = grown;
   }
   return reinterpret_cast<CUdeviceptr>(memory_.get());
 }

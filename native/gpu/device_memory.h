@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "gpu/cuda_driver.h"
 
@@ -14,20 +15,29 @@ namespace ring::gpu {
 // of the pointer (on any thread). The caller has the device current.
 std::shared_ptr<void> device_alloc(int device, size_t bytes);
 
-// A buffer on one GPU that only grows: at(n) returns at least n bytes, the
-// old contents not kept. Only work queued on `stream` may use it (the
-// stream orders the reuse); growing waits for that work first.
+// A buffer on one GPU that only grows: at(n, retired) returns at least n
+// bytes, the old contents not kept. Only work queued on one stream may use
+// it (the stream orders the reuse). Growing never waits: the old memory
+// goes to `retired`, for the caller to free once the stream has passed the
+// work queued next (GpuWork::keep, freed by the finalizer after the work's
+// event), and the new size is rounded up (fusion_capacity) so that a few
+// growths reach the working size. The caller has the device current.
 class DeviceBuffer {
  public:
-  DeviceBuffer(int device, CUstream stream) : device_(device), stream_(stream) {}
-  CUdeviceptr at(size_t bytes);
+  explicit DeviceBuffer(int device) : device_(device) {}
+  CUdeviceptr at(size_t bytes, std::vector<std::shared_ptr<void>>* retired);
+  size_t capacity() const { return bytes_; }
 
  private:
   int device_;
-  CUstream stream_;
   std::shared_ptr<void> memory_;
   size_t bytes_ = 0;
 };
+
+// The size a buffer of `current` bytes grows to when `needed` bytes do not
+// fit: at least needed and 1.5 x current, rounded up to a multiple of 1 MiB
+// (pure).
+size_t fusion_capacity(size_t needed, size_t current);
 
 // Pinned (page-locked, portable: any context may copy from it) host memory
 // that only grows: at(device, n) returns at least n bytes, the old

@@ -70,6 +70,7 @@ void NcclBackend::execute(const Response& r, std::vector<Entry>& entries) {
   c.lane = &lane(c.device, index);
   choose_comm(r, mesh, static_cast<int64_t>(set), index, c);
   GpuWork work;
+  c.keep = &work.keep;
   work.device = c.device;
   work.comm = c.comm;
   for (const Entry& e : entries) {
@@ -156,7 +157,7 @@ void NcclBackend::allreduce(const Call& c, std::vector<Entry>& entries, std::vec
     return;
   }
   const size_t room = c.stage ? hierarchical_elements(total / esize, c.stage->size) * esize : total;
-  const CUdeviceptr fused = c.lane->fusion.at(room);
+  const CUdeviceptr fused = c.lane->fusion.at(room, c.keep);
   std::vector<CopyJob> in, out;
   size_t offset = 0;
   for (size_t i = 0; i < entries.size(); ++i) {  // a joined rank's stand-ins (handle 0) contribute zeros

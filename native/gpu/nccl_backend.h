@@ -85,7 +85,7 @@ class NcclBackend : public Backend {
 
  private:
   struct Lane {
-    Lane(int device, CUstream s) : stream(s), fusion(device, s) {}
+    Lane(int device, CUstream s) : stream(s), fusion(device) {}
     CUstream stream;
     DeviceBuffer fusion;
     PinnedBuffer staging;  // the hierarchical allreduce's
@@ -97,6 +97,7 @@ class NcclBackend : public Backend {
     ncclComm_t comm = nullptr;
     int n = 1, me = 0;
     std::optional<HostStage> stage;  // a hierarchical allreduce (comm is then the host's)
+    std::vector<std::shared_ptr<void>>* keep = nullptr;  // freed once the response's work is done
   };
   // The group (nccl_comms.h) of the hierarchical allreduce's host stage.
   static constexpr int64_t kHostGroup = -1;

@@ -140,6 +140,21 @@ def test_rank_that_never_joins_the_communicator_fails_every_rank(stub_driver, tm
     assert raw.count("ncclCommInitRankConfig" if config else "ncclCommInitRank") == 2, raw
 
 
+def test_fusion_buffer_grows_without_waiting_for_the_stream(stub_driver, stub_nccl, tmp_path) -> None:
+    """Issue 40, item 4: fused batches of growing size (80 KB to 400 KB per tensor). Growing the
+    fusion buffer never synchronizes a stream (the old buffer is freed by the finalizer after the
+    work that follows it), and its sizes are rounded up: a single allocation serves them all."""
+    log = tmp_path / "cuda.log"
+    result, calls = _job(stub_driver, stub_nccl, tmp_path, "grow", hosts=[], RING_HIERARCHICAL_ALLREDUCE="0",
+                         RING_CYCLE_TIME="20", STUB_CUDA_LOG=str(log))
+    assert result.returncode == 0 and "OK 0" in result.stdout and "OK 1" in result.stdout, result.stdout
+    assert any(c[0] == "ncclAllReduce" and int(c[1]) > 3 * 20000 for c in calls), calls  # fused
+    cuda = log.read_text().splitlines()
+    assert not [c for c in cuda if c.startswith("sync ")], [c for c in cuda if c.startswith("sync ")]
+    allocs = [int(c.split()[1]) for c in cuda if c.startswith("memalloc ")]
+    assert allocs and all(a % (1 << 20) == 0 for a in allocs) and len(allocs) <= 2 * 2, allocs
+
+
 def test_shutdown_aborts_a_communicator_with_an_error_and_destroys_a_healthy_one(stub_driver, stub_nccl,
                                                                                tmp_path) -> None:
     """Issue 40, item 13 (Horovod's commDestroyOrAbort): ncclCommDestroy of a failed communicator

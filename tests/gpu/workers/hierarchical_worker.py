@@ -26,6 +26,8 @@ Usage: hierarchical_worker.py MODE [MODE ...] (ops and collectives may be combin
   stuck    (2 ranks, flat NCCL) rank 1 never arrives at the communicator's
            init: both ranks must raise PeerFailureError within
            RING_TIMEOUT_SECONDS. Prints "RAISED <rank> <type>".
+  grow     (flat NCCL) batches of three allreduces in flight together (fused),
+           each batch larger than the last, against numpy. Prints "OK <rank>".
   errored  (flat NCCL) an allreduce, then every communicator reports an
            asynchronous error (nothing in flight sees it) and the job shuts
            down: the communicators must be aborted, not destroyed. Prints "OK <rank>".
@@ -161,6 +163,15 @@ def main() -> None:
     if mode in ("ops", "collectives", "sets"):
         for m in sys.argv[1:]:
             {"ops": check_ops, "collectives": check_collectives, "sets": check_sets}[m]()
+        ring.shutdown()
+        print(f"OK {me}", flush=True)
+        return
+    if mode == "grow":
+        n = ring.size()
+        for k in range(1, 6):
+            xs = [np.full(20000 * k + i, me + 1, np.float32) for i in range(3)]
+            for i, out in enumerate(fused_on_gpu(xs, OPS["Sum"])):
+                assert (out == n * (n + 1) // 2).all() and out.size == 20000 * k + i, (k, i)
         ring.shutdown()
         print(f"OK {me}", flush=True)
         return

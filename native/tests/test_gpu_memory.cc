@@ -1,0 +1,15 @@
+// How the GPU fusion buffer grows (gpu/device_memory.h): pure, no driver needed.
+#include "gpu/device_memory.h"
+#include "tests/harness.h"
+
+using namespace ring::gpu;
+
+TEST(fusion_buffer_grows_in_whole_mebibytes_and_by_half_at_least) {
+  constexpr size_t MiB = size_t(1) << 20;
+  CHECK(fusion_capacity(1, 0) == MiB);
+  CHECK(fusion_capacity(MiB, 0) == MiB);
+  CHECK(fusion_capacity(MiB + 1, MiB) == 2 * MiB);   // 1.5 MiB, rounded up
+  CHECK(fusion_capacity(3 * MiB, 2 * MiB) == 3 * MiB);
+  CHECK(fusion_capacity(5 * MiB, 2 * MiB) == 5 * MiB);  // what is needed beats 1.5 x
+  CHECK(fusion_capacity(64 * MiB + 3, 64 * MiB) == 96 * MiB);
+}
