@@ -50,6 +50,7 @@ import time
 from typing import Dict, List, Optional, Set
 
 from ring_strategy import _contracts as names
+from ring_strategy.runner import threads
 from ring_strategy.runner.blacklist import Blacklist
 from ring_strategy.runner.discovery import DiscoveryError
 from ring_strategy.runner.elastic_args import ElasticSettings
@@ -57,7 +58,7 @@ from ring_strategy.runner.elastic_workers import (
     Group, spans_machines, start_worker, store_address, store_bind_host, world_shm_paths,
 )
 from ring_strategy.runner.hosts import HostSlots, is_this_host
-from ring_strategy.runner.job import Job, JobPlan, LocalWorkers, describe
+from ring_strategy.runner.job import Job, JobPlan, LocalWorkers, describe, note_threads
 from ring_strategy.runner.membership import World, form_world, publish_world
 from ring_strategy.runner.output import log
 from ring_strategy.runner.store import StoreClient
@@ -309,6 +310,10 @@ class ElasticJob(Job):
             start_timeout=max(self.plan.start_timeout, self.settings.elastic_timeout),
             elastic_timeout=self.settings.elastic_timeout + _WORKER_WAIT_MARGIN_SECONDS, hostname=host,
         )
+        if here:  # its share of this host's CPUs among the host's slots
+            slots = max((h.slots for h in self.hosts if h.hostname.lower() == host.lower()), default=1)
+            env.update(threads.thread_variables(env, slots))
+            note_threads(dict(os.environ), slots, self.plan.verbose)
         assert self.output is not None
         group, code = start_worker(self.plan, host, here, number, env, self.job_id, self.output, self.events)
         self.groups.append(group)

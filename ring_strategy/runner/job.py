@@ -24,6 +24,7 @@ from typing import Dict, List, Optional, Tuple, Union
 
 from ring_strategy import _contracts as names
 from ring_strategy.environments.network import join_address, route_address
+from ring_strategy.runner import threads
 from ring_strategy.runner.bootstrap import interface_address
 from ring_strategy.runner.hosts import HostRanks
 from ring_strategy.runner.output import Output, log
@@ -34,6 +35,17 @@ from ring_strategy.runner.worker_env import forwarded_environment, worker_enviro
 __all__ = ["Job", "JobPlan", "LocalWorkers"]
 
 _Events = "queue.SimpleQueue[Tuple[str, int, int]]"
+
+_noted = False
+
+
+def note_threads(env: Dict[str, str], local_size: int, verbose: bool) -> None:
+    """With --verbose, says once per ringrun what threads its workers here
+    compute with (without, ringrun's stderr holds only the workers' lines)."""
+    global _noted
+    if verbose and not _noted:
+        _noted = True
+        log(threads.describe(env, local_size))
 
 
 @dataclasses.dataclass
@@ -272,7 +284,11 @@ class Job:
             )
             if not one_host and not self.plan.remote:
                 env[names.ADVERTISE_HOST] = "127.0.0.1"  # "hosts" that are all this machine
+            if here:  # another host's bootstrap gives its workers their share of its CPUs
+                env.update(threads.thread_variables(env, host.count))
             envs[rank] = env
+        if here and host.ranks:
+            note_threads(base, host.count, self.plan.verbose)
         return envs
 
     def _start_all(self, address: str) -> Optional[int]:
