@@ -183,9 +183,23 @@ def machine_lines(now: datetime.datetime) -> List[str]:
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     return [
         f"Run of `make bench` on {now:%Y-%m-%d %H:%M} UTC: {os.cpu_count()} core(s) of {model} "
-        f"({platform.machine()}), Python {platform.python_version()}. Load average when it started: {load}; "
-        "other processes may share the machine, so figures vary from run to run.",
+        f"({platform.machine()}; caches {cache_text()}), Python {platform.python_version()}. Load average when "
+        f"it started: {load}; other processes may share the machine, so figures vary from run to run.",
     ]
+
+
+def cache_text(cpu: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> str:
+    """The caches of CPU 0 as the kernel lists them ("L1d 48K, L1i 32K, L2
+    2048K, L3 491520K"), or "unknown"."""
+    found = []
+    for index in sorted(cpu.glob("index*")):
+        try:
+            level, kind, size = ((index / f).read_text().strip() for f in ("level", "type", "size"))
+        except OSError:
+            continue
+        suffix = {"Data": "d", "Instruction": "i"}.get(kind, "")
+        found.append(f"L{level}{suffix} {size}")
+    return ", ".join(found) or "unknown"
 
 
 def region_text(job: Job, objects: Optional[Sequence[Dict[str, Any]]], problem: Optional[str]) -> str:
