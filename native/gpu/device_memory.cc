@@ -7,9 +7,11 @@ namespace ring::gpu {
 std::shared_ptr<void> device_alloc(int device, size_t bytes) {
   CUdeviceptr p = 0;
   cuda_check(cuda_driver().cuMemAlloc(&p, bytes ? bytes : 1), "cuMemAlloc");
-  return std::shared_ptr<void>(reinterpret_cast<void*>(p), [device](void* q) {
-    ScopedDevice current(device);
-    cuda_driver().cuMemFree(reinterpret_cast<CUdeviceptr>(q));
+  // The deleter runs in destructors (a DLPack capsule's, at interpreter
+  // exit too): it never throws, and leaks the memory when the driver is gone.
+  return std::shared_ptr<void>(reinterpret_cast<void*>(p), [device](void* q) noexcept {
+    ScopedDevice current(device, std::nothrow);
+    if (current.ok()) cuda_driver().cuMemFree(reinterpret_cast<CUdeviceptr>(q));
   });
 }
 

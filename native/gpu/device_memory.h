@@ -12,7 +12,8 @@
 namespace ring::gpu {
 
 // `bytes` of GPU memory on `device` (cuMemAlloc), freed with the last copy
-// of the pointer (on any thread). The caller has the device current.
+// of the pointer (on any thread; never throws). The caller has the device
+// current.
 std::shared_ptr<void> device_alloc(int device, size_t bytes);
 
 // A buffer on one GPU that only grows: at(n, retired) returns at least n

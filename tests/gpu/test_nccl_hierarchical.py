@@ -155,6 +155,15 @@ def test_fusion_buffer_grows_without_waiting_for_the_stream(stub_driver, stub_nc
     assert allocs and all(a % (1 << 20) == 0 for a in allocs) and len(allocs) <= 2 * 2, allocs
 
 
+def test_teardown_after_the_driver_is_gone_does_not_end_the_process(stub_driver, stub_nccl, tmp_path) -> None:
+    """Issue 40, item 12: at interpreter exit the driver may already be deinitialized; freeing a GPU
+    result (its DLPack deleter), the staging memory and the communicators must not throw from a
+    destructor (std::terminate)."""
+    result, _ = _job(stub_driver, stub_nccl, tmp_path, "teardown", np=1, hosts=[], RING_HIERARCHICAL_ALLREDUCE="0")
+    assert result.returncode == 0 and "OK 0" in result.stdout, result.stdout
+    assert "terminate" not in result.stdout, result.stdout
+
+
 def test_shutdown_aborts_a_communicator_with_an_error_and_destroys_a_healthy_one(stub_driver, stub_nccl,
                                                                                tmp_path) -> None:
     """Issue 40, item 13 (Horovod's commDestroyOrAbort): ncclCommDestroy of a failed communicator

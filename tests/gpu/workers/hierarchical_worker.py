@@ -28,6 +28,10 @@ Usage: hierarchical_worker.py MODE [MODE ...] (ops and collectives may be combin
            RING_TIMEOUT_SECONDS. Prints "RAISED <rank> <type>".
   grow     (flat NCCL) batches of three allreduces in flight together (fused),
            each batch larger than the last, against numpy. Prints "OK <rank>".
+  teardown (one rank, flat NCCL) a GPU result held, then the driver tears
+           itself down (as at interpreter exit), then the result is freed and
+           the job shuts down: no C++ exception may escape a destructor.
+           Prints "OK <rank>".
   errored  (flat NCCL) an allreduce, then every communicator reports an
            asynchronous error (nothing in flight sees it) and the job shuts
            down: the communicators must be aborted, not destroyed. Prints "OK <rank>".
@@ -163,6 +167,16 @@ def main() -> None:
     if mode in ("ops", "collectives", "sets"):
         for m in sys.argv[1:]:
             {"ops": check_ops, "collectives": check_collectives, "sets": check_sets}[m]()
+        ring.shutdown()
+        print(f"OK {me}", flush=True)
+        return
+    if mode == "teardown":
+        import ctypes
+
+        data, _, _ = _frontend.wait(submit(_frontend.ALLGATHER, "g", x.reshape(8, 8), None, True))
+        _frontend.wait(submit(_frontend.ALLREDUCE, "h", x, np.zeros_like(x), True, op=OPS["Adasum"]))  # staged
+        ctypes.CDLL(os.environ["RING_CUDA_DRIVER_LIBRARY"]).stub_cuda_deinitialize()
+        del data
         ring.shutdown()
         print(f"OK {me}", flush=True)
         return
