@@ -29,6 +29,14 @@ static_assert(sizeof(BatchedCopyArgs) == 1544, "batched_copy.ptx reads this layo
 
 constexpr size_t kBatchedCopyMaxBytes = size_t(1) << 20;
 
+// Fusion buffer layout: each entry starts at a multiple of 16 bytes (as
+// Horovod pads), so the kernel copies every entry in 16-byte units however
+// odd the entries before it (an odd-sized fp16 tensor would leave every
+// later one 2-byte aligned, copied byte by byte). The bytes an entry of
+// `bytes` takes, its padding included (pure).
+constexpr size_t kFusionAlign = 16;
+constexpr size_t fusion_padded(size_t bytes) { return (bytes + kFusionAlign - 1) / kFusionAlign * kFusionAlign; }
+
 struct CopyJob {
   CUdeviceptr dst = 0;
   CUdeviceptr src = 0;

@@ -156,7 +156,12 @@ void NcclBackend::allreduce(const Call& c, std::vector<Entry>& entries, std::vec
                "ncclAllReduce");
     return;
   }
-  const size_t room = c.stage ? hierarchical_elements(total / esize, c.stage->size) * esize : total;
+  // Fused: every entry at a 16-byte boundary (fusion_padded); the padding
+  // is reduced along (every rank pads alike) and never copied out.
+  size_t fused_bytes = 0;
+  for (const Entry& e : entries) fused_bytes += fusion_padded(bytes_of(e.req));
+  const size_t count = fused_bytes / esize;  // 16 is a multiple of every element size
+  const size_t room = c.stage ? hierarchical_elements(count, c.stage->size) * esize : fused_bytes;
   const CUdeviceptr fused = c.lane->fusion.at(room, c.keep);
   std::vector<CopyJob> in, out;
   size_t offset = 0;
@@ -168,14 +173,14 @@ void NcclBackend::allreduce(const Call& c, std::vector<Entry>& entries, std::vec
       out.push_back({outs[i], fused + offset, n});
     }
     if (n && e.handle == 0) cuda_check(cu.cuMemsetD8Async(fused + offset, 0, n, s), "zeros of a joined rank");
-    offset += n;
+    offset += fusion_padded(n);
   }
   batched_copy(c.device, in, s);
   if (c.stage) {
-    hierarchical_allreduce(*c.stage, fused, total / esize, q.dtype, hierarchical_reduction(*nccl_reduction(q, c.n), c.n));
+    hierarchical_allreduce(*c.stage, fused, count, q.dtype, hierarchical_reduction(*nccl_reduction(q, c.n), c.n));
   } else {
     Reduction red(q, c.n, c.comm);
-    nccl_check(nccl.ncclAllReduce(at(fused, 0), at(fused, 0), total / esize, dt, red.op(), c.comm, s), "ncclAllReduce");
+    nccl_check(nccl.ncclAllReduce(at(fused, 0), at(fused, 0), count, dt, red.op(), c.comm, s), "ncclAllReduce");
   }
   batched_copy(c.device, out, s);
 }

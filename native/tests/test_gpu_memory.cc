@@ -1,4 +1,6 @@
-// How the GPU fusion buffer grows (gpu/device_memory.h): pure, no driver needed.
+// How the GPU fusion buffer grows (gpu/device_memory.h) and lays out its
+// entries (gpu/batched_copy.h): pure, no driver needed.
+#include "gpu/batched_copy.h"
 #include "gpu/device_memory.h"
 #include "tests/harness.h"
 
@@ -12,4 +14,12 @@ TEST(fusion_buffer_grows_in_whole_mebibytes_and_by_half_at_least) {
   CHECK(fusion_capacity(3 * MiB, 2 * MiB) == 3 * MiB);
   CHECK(fusion_capacity(5 * MiB, 2 * MiB) == 5 * MiB);  // what is needed beats 1.5 x
   CHECK(fusion_capacity(64 * MiB + 3, 64 * MiB) == 96 * MiB);
+}
+
+TEST(fusion_entries_start_at_16_byte_boundaries) {
+  CHECK(fusion_padded(0) == 0);
+  CHECK(fusion_padded(6) == 16);  // three fp16 elements
+  CHECK(fusion_padded(16) == 16);
+  CHECK(fusion_padded(2002) == 2016);
+  for (size_t esize : {1, 2, 4, 8}) CHECK(kFusionAlign % esize == 0);  // padding is whole elements
 }

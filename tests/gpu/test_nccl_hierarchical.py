@@ -155,6 +155,19 @@ def test_fusion_buffer_grows_without_waiting_for_the_stream(stub_driver, stub_nc
     assert allocs and all(a % (1 << 20) == 0 for a in allocs) and len(allocs) <= 2 * 2, allocs
 
 
+def test_fused_odd_sized_fp16_tensors_are_copied_in_16_byte_units(stub_driver, stub_nccl, tmp_path) -> None:
+    """Issue 40, item 7: fusion entries start at 16-byte boundaries, so after a 3-element fp16
+    tensor the batched-copy kernel still copies every later entry 16 bytes at a time."""
+    log = tmp_path / "cuda.log"
+    result, calls = _job(stub_driver, stub_nccl, tmp_path, "odd", hosts=[], RING_HIERARCHICAL_ALLREDUCE="0",
+                         RING_CYCLE_TIME="20", STUB_CUDA_LOG=str(log))
+    assert result.returncode == 0 and "OK 0" in result.stdout and "OK 1" in result.stdout, result.stdout
+    cuda = log.read_text().splitlines()
+    units = [c for c in cuda if c.startswith("unit ")]
+    assert any(c.startswith("kernel ") and int(c.split()[1]) > 2 for c in cuda), cuda  # fused
+    assert units and set(units) == {"unit 16"}, sorted(set(units))
+
+
 def test_teardown_after_the_driver_is_gone_does_not_end_the_process(stub_driver, stub_nccl, tmp_path) -> None:
     """Issue 40, item 12: at interpreter exit the driver may already be deinitialized; freeing a GPU
     result (its DLPack deleter), the staging memory and the communicators must not throw from a

@@ -28,6 +28,8 @@ Usage: hierarchical_worker.py MODE [MODE ...] (ops and collectives may be combin
            RING_TIMEOUT_SECONDS. Prints "RAISED <rank> <type>".
   grow     (flat NCCL) batches of three allreduces in flight together (fused),
            each batch larger than the last, against numpy. Prints "OK <rank>".
+  odd      (flat NCCL) fp16 tensors of odd lengths in flight together (fused),
+           against numpy. Prints "OK <rank>".
   teardown (one rank, flat NCCL) a GPU result held, then the driver tears
            itself down (as at interpreter exit), then the result is freed and
            the job shuts down: no C++ exception may escape a destructor.
@@ -167,6 +169,15 @@ def main() -> None:
     if mode in ("ops", "collectives", "sets"):
         for m in sys.argv[1:]:
             {"ops": check_ops, "collectives": check_collectives, "sets": check_sets}[m]()
+        ring.shutdown()
+        print(f"OK {me}", flush=True)
+        return
+    if mode == "odd":
+        n = ring.size()
+        for step in range(3):
+            xs = [np.full(k, me + 1, np.float16) for k in (3, 1001, 17, 255, 64)]
+            for k, out in zip((3, 1001, 17, 255, 64), fused_on_gpu(xs, OPS["Sum"])):
+                assert out.size == k and (out == n * (n + 1) // 2).all(), (step, k, out)
         ring.shutdown()
         print(f"OK {me}", flush=True)
         return
