@@ -333,6 +333,7 @@ def DistributedOptimizer(
     process_set: Any = global_process_set,
     *,
     num_groups: Optional[int] = None,
+    shard_optimizer_state: bool = False,
 ) -> torch.optim.Optimizer:
     """Wraps ``optimizer`` so that ``step()`` applies gradients averaged over all ranks.
 
@@ -380,6 +381,9 @@ def DistributedOptimizer(
             back after); otherwise they are allgathered as (indices, values).
         process_set: the ranks that average the gradients.
         num_groups: deprecated spelling of an int ``groups``.
+        shard_optimizer_state: each rank keeps the optimizer state of 1/size
+            of every parameter (ZeRO stages 1 and 2;
+            ring_strategy/torch/sharded_optimizer.py).
 
     Returns:
         The distributed optimizer.
@@ -389,6 +393,13 @@ def DistributedOptimizer(
     """
     if isinstance(optimizer, _DistributedOptimizer):
         raise ValueError("optimizer is already a DistributedOptimizer; wrap the plain torch optimizer once")
+    if shard_optimizer_state:
+        from ring_strategy.torch.sharded_optimizer import shard_optimizer
+
+        return shard_optimizer(optimizer, named_parameters, compression=compression, op=op, process_set=process_set,
+                               backward_passes_per_step=backward_passes_per_step, groups=groups,
+                               gradient_predivide_factor=gradient_predivide_factor,
+                               sparse_as_dense=sparse_as_dense, num_groups=num_groups)
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise ValueError(f"optimizer should be a torch.optim.Optimizer. Got: {type(optimizer).__name__}")
     check_passes(backward_passes_per_step)

@@ -1,0 +1,281 @@
+"""Sharded optimizer state (ZeRO stages 1 and 2): ``DistributedOptimizer(opt, shard_optimizer_state=True)``.
+
+Every parameter is cut into ``size`` consecutive blocks of its flattened
+elements, as evenly as possible with the lower ranks taking one element more
+(the engine's reducescatter split). Rank r owns block r of every parameter:
+
+- ``step()`` (or ``synchronize()``) reduce-scatters every gradient with one
+  grouped reducescatter (Average): rank r receives the average of block r.
+  Each block is reduced in the same order as the engine's allreduce reduces
+  those elements (collectives/allreduce_choice.h keeps one order per tensor),
+  so the averaged values are bitwise those of the unsharded optimizer.
+- The wrapped optimizer then steps the blocks only: its state (Adam's two
+  moments, SGD's momentum) exists for 1/size of the parameters. Per-element
+  optimizers (SGD, Adam, AdamW, ...) compute bitwise what they compute on the
+  whole parameter.
+- One grouped allgather puts the updated blocks back into the parameters.
+
+After ``synchronize()`` the parameters' own ``.grad`` are released (set to
+None, stage 2: a rank keeps only its block of each averaged gradient, in
+``param_groups``). Gradients are reduced in ``step()``, after the backward
+passes, so any number of backward passes accumulate before a step.
+``state_dict()`` is collective: it gathers the full state, in exactly the
+form the unsharded optimizer's ``state_dict()`` has; ``load_state_dict``
+takes that form, or this rank's ``local_state_dict()``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+
+import torch
+
+from ring_strategy.process_sets import averages_here
+from ring_strategy.torch._async_ops import grouped_allgather_async, grouped_reducescatter_async
+from ring_strategy.torch.compression import Compression
+from ring_strategy.torch.grad_sync import check_passes
+from ring_strategy.torch.mpi_ops import Average, global_process_set, synchronize
+
+__all__ = ["ShardedOptimizer", "shard_optimizer"]
+
+_LOCAL = "ring_shard"  # the key that marks a local_state_dict() and holds (rank, size)
+# Sharded optimizers are numbered in creation order, the same on every rank
+# when every rank builds the same ones; the number names their reductions.
+_numbers = itertools.count()
+
+
+def _block(numel: int, rank: int, size: int) -> Tuple[int, int]:
+    """(start, count) of ``rank``'s block of ``numel`` elements (reducescatter's split)."""
+    per, extra = divmod(numel, size)
+    return rank * per + min(rank, extra), per + (1 if rank < extra else 0)
+
+
+def _per_element(key: str, value: Any, p: torch.Tensor) -> bool:
+    """Whether a full-form state entry has one value per element of ``p``: a
+    tensor of ``p``'s shape, except a 0-dim parameter's ``step`` (torch's
+    optimizers count steps under that key)."""
+    return torch.is_tensor(value) and value.shape == p.shape and (p.dim() > 0 or key != "step")
+
+
+class ShardedOptimizer(torch.optim.Optimizer):
+    """Methods placed in front of the user's optimizer class in the MRO (see :func:`shard_optimizer`)."""
+
+    _ring_params: List[torch.Tensor]
+    _ring_blocks: List[Tuple[int, int]]
+    _ring_rank: int
+    _ring_size: int
+    _ring_process_set: Any
+    _ring_synchronized: bool
+    _ring_name: str
+
+    # ------------------------------------------------------------ the step
+    def synchronize(self) -> None:
+        """Reduce-scatters the accumulated gradients into this rank's blocks.
+
+        A parameter whose ``.grad`` is None takes part with zeros (as with the
+        unsharded optimizer). The parameters' ``.grad`` are set to None.
+        """
+        params = self._ring_params
+        grads = []
+        for p in params:
+            if p.grad is not None and p.grad.is_sparse:
+                raise NotImplementedError("shard_optimizer_state=True does not take sparse gradients")
+            grads.append(torch.zeros(p.numel(), dtype=p.dtype, device=p.device) if p.grad is None
+                         else p.grad.detach().reshape(-1))
+        outs = grads
+        if self._ring_size > 1:
+            outs = synchronize(grouped_reducescatter_async(grads, name=f"{self._ring_name}.grads", op=Average,
+                                                           process_set=self._ring_process_set))
+        for shard, out in zip(self._ring_shards(), outs):
+            shard.grad = out.reshape(-1)
+        for p in params:
+            p.grad = None
+        self._ring_synchronized = True
+
+    def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
+        """Runs ``closure`` (if given), reduces the gradients, steps this rank's
+        blocks and gathers the updated parameters on every rank."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        if not self._ring_synchronized:
+            self.synchronize()
+        self._ring_synchronized = False
+        result = super().step()
+        self._ring_gather_parameters()
+        return loss if closure is not None else result
+
+    def _ring_shards(self) -> List[torch.Tensor]:
+        return [p for group in self.param_groups for p in group["params"]]
+
+    def _ring_gather_parameters(self) -> None:
+        shards = [s.detach() for s in self._ring_shards()]
+        if self._ring_size > 1:
+            fulls = synchronize(grouped_allgather_async(shards, name=f"{self._ring_name}.params",
+                                                        process_set=self._ring_process_set))
+        else:
+            fulls = shards
+        with torch.no_grad():
+            for p, full in zip(self._ring_params, fulls):
+                p.copy_(full.view_as(p))
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Clears the parameters' gradients and this rank's blocks of them."""
+        super().zero_grad(set_to_none=set_to_none)
+        for p in self._ring_params:
+            if p.grad is not None:
+                if set_to_none:
+                    p.grad = None
+                else:
+                    p.grad.detach_().zero_()
+        self._ring_synchronized = False
+
+    def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
+        """Clips the averaged gradients by their global norm, computed across the shards.
+
+        Call it after :meth:`synchronize` and before :meth:`step`. Equal to
+        ``torch.nn.utils.clip_grad_norm_`` on the unsharded gradients up to
+        rounding (the norm is summed in another order).
+
+        Returns:
+            The total norm of the gradients before clipping.
+        """
+        if not self._ring_synchronized:
+            raise RuntimeError("clip_grad_norm_: call optimizer.synchronize() first (after the backward passes)")
+        grads = [s.grad for s in self._ring_shards() if s.grad is not None]
+        local = torch.stack([g.detach().double().norm(norm_type) ** norm_type for g in grads]).sum() if grads \
+            else torch.zeros((), dtype=torch.float64)
+        if self._ring_size > 1:
+            from ring_strategy.torch.mpi_ops import Sum, allreduce
+
+            local = allreduce(local, op=Sum, name=f"{self._ring_name}.norm", process_set=self._ring_process_set)
+        total = local ** (1.0 / norm_type)
+        coef = (max_norm / (total + 1e-6)).clamp(max=1.0)
+        for g in grads:
+            g.mul_(coef.to(g.dtype))
+        return total.float()
+
+    # ------------------------------------------------------------ state
+    def local_state_dict(self) -> Dict[str, Any]:
+        """This rank's state: the wrapped optimizer's ``state_dict()`` of its blocks."""
+        state = super().state_dict()
+        state[_LOCAL] = (self._ring_rank, self._ring_size)
+        return state
+
+    def state_dict(self) -> Dict[str, Any]:
+        """The full state, gathered from every rank (collective: every rank must call it).
+
+        Returns:
+            What the unsharded optimizer's ``state_dict()`` returns: each
+            per-element state tensor whole, in its parameter's shape.
+        """
+        local = super().state_dict()
+        local["state"] = {index: dict(entries) for index, entries in local["state"].items()}  # not the live dicts
+        pieces, where = [], []
+        for index, p in enumerate(self._ring_params):
+            count = self._ring_blocks[index][1]
+            for key, value in sorted(local["state"].get(index, {}).items()):
+                if torch.is_tensor(value) and value.dim() == 1 and value.shape[0] == count:
+                    pieces.append(value.detach())
+                    where.append((index, key))
+        if self._ring_size > 1 and pieces:
+            pieces = synchronize(grouped_allgather_async(pieces, name=f"{self._ring_name}.state",
+                                                         process_set=self._ring_process_set))
+        for (index, key), full in zip(where, pieces):
+            local["state"][index][key] = full.reshape(self._ring_params[index].shape).clone()
+        return local
+
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+        """Loads the full form (``state_dict()``, or an unsharded optimizer's) or this rank's ``local_state_dict()``."""
+        state_dict = dict(state_dict)
+        marker = state_dict.pop(_LOCAL, None)
+        if marker is not None:
+            if tuple(marker) != (self._ring_rank, self._ring_size):
+                raise ValueError(f"load_state_dict: a local state of rank {marker[0]} of {marker[1]} cannot be "
+                                 f"loaded by rank {self._ring_rank} of {self._ring_size}; load the full state_dict()")
+            super().load_state_dict(state_dict)
+            return
+        sliced = {}
+        for index, per_param in state_dict["state"].items():
+            p = self._ring_params[int(index)]
+            start, count = self._ring_blocks[int(index)]
+            sliced[index] = {key: value.reshape(-1)[start:start + count].clone() if _per_element(key, value, p)
+                             else value for key, value in per_param.items()}
+        super().load_state_dict({**state_dict, "state": sliced})
+
+    def add_param_group(self, param_group: Dict[str, Any]) -> None:
+        if getattr(self, "_ring_params", None) is not None:
+            raise NotImplementedError("add_param_group: a sharded optimizer's groups are fixed at wrapping")
+        super().add_param_group(param_group)
+
+
+def shard_optimizer(
+    optimizer: torch.optim.Optimizer,
+    named_parameters: Optional[Iterable[Tuple[str, torch.Tensor]]] = None,
+    *,
+    compression: Any = Compression.none,
+    op: int = Average,
+    process_set: Any = global_process_set,
+    **unsupported: Any,
+) -> torch.optim.Optimizer:
+    """Wraps ``optimizer`` so that each rank keeps and steps only its block of every parameter.
+
+    ``DistributedOptimizer(optimizer, ..., shard_optimizer_state=True)`` calls
+    this (see the module docstring). The returned object is an instance of a
+    subclass of ``type(optimizer)`` (``isinstance`` holds); the original's
+    param groups are replaced by this rank's blocks, its state must be empty.
+
+    Args:
+        optimizer: the torch optimizer to wrap (per-element rules: SGD, Adam, ...).
+        named_parameters: accepted for DistributedOptimizer's signature; the
+            reductions are named by position.
+        compression: only ``Compression.none``.
+        op: only ``Average``.
+        process_set: the ranks that share the state.
+        unsupported: other DistributedOptimizer arguments, which must keep
+            their defaults (``backward_passes_per_step`` is free: passes
+            accumulate until ``step()``).
+
+    Raises:
+        ValueError: an argument the sharded optimizer does not take, or an
+            optimizer with state already.
+    """
+    if isinstance(optimizer, ShardedOptimizer):
+        raise ValueError("optimizer is already sharded; wrap the plain torch optimizer once")
+    if compression is not Compression.none or op != Average:
+        raise ValueError("shard_optimizer_state=True averages uncompressed gradients: leave compression and op "
+                         f"at their defaults. Got: compression={compression!r}, op={op!r}")
+    check_passes(unsupported.pop("backward_passes_per_step", 1))
+    bad = {k: v for k, v in unsupported.items() if k not in _DEFAULTS or _DEFAULTS[k] != v}
+    if bad:
+        raise ValueError(f"shard_optimizer_state=True does not take {sorted(bad)}. Got: {bad!r}")
+    if optimizer.state:
+        raise ValueError("shard_optimizer_state=True: wrap the optimizer before its first step (it has state)")
+    del named_parameters  # names are positions, which every rank shares
+    base = type(optimizer)
+    cls = type(base.__name__, (ShardedOptimizer, base), {"__module__": base.__module__})
+    sharded = cls.__new__(cls)
+    for key, value in vars(optimizer).items():
+        if not (callable(value) and hasattr(base, key)):
+            setattr(sharded, key, value)
+    # A rank outside the set, or a set of one, steps alone (as the unsharded optimizer does).
+    size, rank = (process_set.size(), process_set.rank()) if averages_here(process_set) else (1, 0)
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    blocks = [_block(p.numel(), rank, size) for p in params]
+    shards = iter(p.detach().reshape(-1)[start:start + count].clone() for p, (start, count) in zip(params, blocks))
+    sharded.param_groups = [{**group, "params": [next(shards) for _ in group["params"]]}
+                            for group in optimizer.param_groups]
+    sharded.state = defaultdict(dict)
+    sharded._ring_params, sharded._ring_blocks = params, blocks
+    sharded._ring_rank, sharded._ring_size, sharded._ring_process_set = rank, size, process_set
+    sharded._ring_synchronized = False
+    sharded._ring_name = f"ShardedOptimizer.{next(_numbers)}"
+    return sharded
+
+
+# DistributedOptimizer's other arguments, at the values that mean "not used".
+_DEFAULTS: Dict[str, Any] = {"gradient_predivide_factor": 1.0, "groups": None, "sparse_as_dense": False,
+                             "num_groups": None}
