@@ -128,8 +128,8 @@ void Runtime::start() {
   }
   // GPU tensors: NCCL where it runs the response, else host-staged (gpu/).
   CpuRingBackend* ring = cpu.get();
-  auto staged = std::make_unique<gpu::HostStagedBackend>(ring);
-  auto nccl = std::make_unique<gpu::NcclBackend>(ring, staged.get(), &handles_, config_);
+  auto staged = std::make_unique<gpu::HostStagedBackend>(ring, opts_.local_rank);
+  auto nccl = std::make_unique<gpu::NcclBackend>(ring, staged.get(), &handles_, config_, opts_.local_rank);
   if (opts_.rank == 0) nccl->set_timeline(&timeline_);
   executor_->add_backend(std::move(cpu));
   executor_->add_backend(std::move(nccl));

@@ -60,4 +60,11 @@ void claim_device(int device) {
 
 int claimed_device() { return g_claimed.load(); }
 
+int home_device(int local_rank) {
+  const int claimed = claimed_device();
+  if (claimed >= 0) return claimed;
+  const int count = cuda_driver().device_count;
+  return count > 0 && local_rank > 0 ? local_rank % count : 0;
+}
+
 }  // namespace ring::gpu

@@ -24,5 +24,11 @@ std::shared_ptr<void> record_event(int device, uint64_t stream);
 void claim_device(int device);
 // That GPU, or -1 before the first CUDA tensor.
 int claimed_device();
+// This rank's own GPU for work with no tensor of its own to say (a joined
+// rank's stand-ins): the claimed device, else the local rank's (modulo the
+// GPUs this process sees: one per process under CUDA_VISIBLE_DEVICES), as
+// torch.cuda.set_device(local_rank) would pick. Never GPU 0 for every rank
+// of a host: NCCL refuses two ranks of a communicator on one GPU.
+int home_device(int local_rank);
 
 }  // namespace ring::gpu

@@ -26,10 +26,10 @@ void synchronize(const std::vector<int>& devices, const char* what) {
 
 // The device whose context allocates the staging memory: the first
 // entry's, or this rank's own for a joined rank's stand-ins alone.
-int staging_device(const std::vector<Entry>& entries) {
+int staging_device(const std::vector<Entry>& entries, int local_rank) {
   for (const Entry& e : entries)
     if (e.handle != 0) return e.req.device.index;
-  return claimed_device() < 0 ? 0 : claimed_device();
+  return home_device(local_rank);
 }
 
 }  // namespace
@@ -57,7 +57,7 @@ void HostStagedBackend::execute(const Response& r, std::vector<Entry>& entries) 
   // result (the CPU ring works in place).
   size_t total = 0;
   for (const Entry& e : entries) total += aligned(input_bytes(e));
-  uint8_t* host = staging_.at(staging_device(entries), total);
+  uint8_t* host = staging_.at(staging_device(entries, local_rank_), total);
   std::vector<Entry> staged(entries.size());
   std::vector<int> devices;
   size_t offset = 0;

@@ -29,8 +29,8 @@ namespace ring::gpu {
 class HostStagedBackend : public Backend {
  public:
   // `cpu` runs the operations and completes the handles; it must outlive
-  // the backend.
-  explicit HostStagedBackend(CpuRingBackend* cpu) : cpu_(cpu) {}
+  // the backend. `local_rank`: this rank's on its host (home_device()).
+  HostStagedBackend(CpuRingBackend* cpu, int local_rank) : cpu_(cpu), local_rank_(local_rank) {}
 
   const char* name() const override { return "host-staged GPU"; }
   bool serves(const Device& device) const override;
@@ -43,6 +43,7 @@ class HostStagedBackend : public Backend {
   static size_t output_bytes(const Entry& e, const OpResult& res);
 
   CpuRingBackend* cpu_;
+  int local_rank_;
   PinnedBuffer staging_;  // every copy using it is waited for before execute() returns
 };
 

@@ -60,7 +60,7 @@ void NcclBackend::execute(const Response& r, std::vector<Entry>& entries) {
   if (!runs_on_nccl(r, q, mesh.size()) || !comms_.usable(static_cast<int64_t>(set), mesh))
     return host_->execute(r, entries);
   Call c;
-  c.device = claimed_device() < 0 ? 0 : claimed_device();  // a rank that never sent a GPU tensor: GPU 0
+  c.device = home_device(local_rank_);  // a rank that never sent a GPU tensor: its local rank's
   c.n = mesh.size();
   c.me = mesh.rank();
   ScopedDevice current(c.device);

@@ -58,9 +58,12 @@ namespace ring::gpu {
 class NcclBackend : public Backend {
  public:
   // `cpu` (for process sets' meshes), `host` (what NCCL does not run) and
-  // `handles` must outlive the backend.
-  NcclBackend(CpuRingBackend* cpu, HostStagedBackend* host, HandleTable* handles, const Config& config)
-      : cpu_(cpu), host_(host), handles_(handles), host_only_(config.gpu_host_staged),
+  // `handles` must outlive the backend. `local_rank`: this rank's on its
+  // host, whose GPU a rank with no CUDA tensor yet joins communicators on
+  // (home_device()).
+  NcclBackend(CpuRingBackend* cpu, HostStagedBackend* host, HandleTable* handles, const Config& config,
+              int local_rank)
+      : cpu_(cpu), host_(host), handles_(handles), local_rank_(local_rank), host_only_(config.gpu_host_staged),
         hierarchical_(config.hierarchical_allreduce == 1), async_completion_(config.async_completion),
         streams_(config.nccl_streams), timeout_seconds_(config.timeout_seconds), comms_(config.timeout_seconds),
         finalizer_(handles) {}
@@ -120,6 +123,7 @@ class NcclBackend : public Backend {
   CpuRingBackend* cpu_;
   HostStagedBackend* host_;
   HandleTable* handles_;
+  int local_rank_;
   bool host_only_;
   bool hierarchical_;
   bool async_completion_;

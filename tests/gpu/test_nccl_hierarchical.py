@@ -155,6 +155,16 @@ def test_fusion_buffer_grows_without_waiting_for_the_stream(stub_driver, stub_nc
     assert allocs and all(a % (1 << 20) == 0 for a in allocs) and len(allocs) <= 2 * 2, allocs
 
 
+def test_joined_rank_without_a_cuda_tensor_uses_its_own_gpu(stub_driver, stub_nccl, tmp_path) -> None:
+    """Issue 40, item 5: a rank that joined before sending any CUDA tensor joins the communicator on
+    its local rank's GPU; on GPU 0, beside rank 0, NCCL refuses the communicator (the stand-in's
+    "Duplicate GPU detected")."""
+    result, calls = _job(stub_driver, stub_nccl, tmp_path, "join", hosts=[], RING_HIERARCHICAL_ALLREDUCE="0")
+    assert result.returncode == 0 and "OK 0" in result.stdout and "OK 1" in result.stdout, result.stdout
+    assert "Duplicate GPU" not in result.stdout
+    assert [c[0] for c in calls].count("ncclAllReduce") == 2 * 2, calls
+
+
 def test_fused_odd_sized_fp16_tensors_are_copied_in_16_byte_units(stub_driver, stub_nccl, tmp_path) -> None:
     """Issue 40, item 7: fusion entries start at 16-byte boundaries, so after a 3-element fp16
     tensor the batched-copy kernel still copies every later entry 16 bytes at a time."""

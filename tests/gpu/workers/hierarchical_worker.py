@@ -28,6 +28,9 @@ Usage: hierarchical_worker.py MODE [MODE ...] (ops and collectives may be combin
            RING_TIMEOUT_SECONDS. Prints "RAISED <rank> <type>".
   grow     (flat NCCL) batches of three allreduces in flight together (fused),
            each batch larger than the last, against numpy. Prints "OK <rank>".
+  join     (2 ranks, flat NCCL) rank 1 joins before it ever sent a CUDA
+           tensor while rank 0 allreduces on its GPU: rank 1 takes part on its
+           own GPU (its local rank's), not GPU 0. Prints "OK <rank>".
   odd      (flat NCCL) fp16 tensors of odd lengths in flight together (fused),
            against numpy. Prints "OK <rank>".
   teardown (one rank, flat NCCL) a GPU result held, then the driver tears
@@ -169,6 +172,18 @@ def main() -> None:
     if mode in ("ops", "collectives", "sets"):
         for m in sys.argv[1:]:
             {"ops": check_ops, "collectives": check_collectives, "sets": check_sets}[m]()
+        ring.shutdown()
+        print(f"OK {me}", flush=True)
+        return
+    if mode == "join":
+        if me == 1:
+            assert ring.join() == 0
+        else:
+            for step in range(2):
+                out = np.zeros_like(x)
+                _frontend.wait(submit(_frontend.ALLREDUCE, f"j{step}", x, out, True, op=OPS["Sum"]))
+                assert out.tobytes() == x.tobytes(), out  # rank 1 added zeros
+            ring.join()
         ring.shutdown()
         print(f"OK {me}", flush=True)
         return
