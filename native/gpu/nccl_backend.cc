@@ -1,5 +1,7 @@
 #include "gpu/nccl_backend.h"
 
+#include <algorithm>
+
 #include "collectives/slices.h"
 #include "common/types.h"
 #include "gpu/batched_copy.h"
@@ -196,11 +198,18 @@ void NcclBackend::allgather(const Call& c, Entry& e, const std::vector<int64_t>&
   for (int64_t d : first_dims) rows += d;
   res.shape = q.shape.empty() ? std::vector<int64_t>{rows} : q.shape;
   res.shape[0] = rows;
-  Group group;
+  const NcclLibrary& nccl = nccl_library();
+  if (std::all_of(first_dims.begin(), first_dims.end(), [&](int64_t d) { return d == first_dims[0]; })) {
+    if (offsets[1])  // every rank sends as many rows: NCCL's own allgather
+      nccl_check(nccl.ncclAllGather(e.input, at(out, 0), offsets[1], ncclUint8, c.comm, c.lane->stream),
+                 "ncclAllGather");
+    return;
+  }
+  Group group;  // first dimensions differ: one broadcast per rank
   for (int r = 0; r < c.n; ++r) {
     const size_t n = offsets[r + 1] - offsets[r];
     const void* send = r == c.me ? e.input : at(out, offsets[r]);
-    if (n) nccl_check(nccl_library().ncclBroadcast(send, at(out, offsets[r]), n, ncclUint8, r, c.comm, c.lane->stream),
+    if (n) nccl_check(nccl.ncclBroadcast(send, at(out, offsets[r]), n, ncclUint8, r, c.comm, c.lane->stream),
                       "ncclBroadcast (allgather)");
   }
   group.end();

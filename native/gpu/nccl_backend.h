@@ -20,8 +20,8 @@
 // Allreduce fuses its entries into the lane's fusion buffer (copies in and
 // out batched into few kernel launches: batched_copy.h; one entry reduces
 // straight from input to output); scale
-// factors fold into the reduction (nccl_reduction.h). Allgather (first
-// dimensions may differ) is one broadcast per rank in a group, alltoall a
+// factors fold into the reduction (nccl_reduction.h). Allgather is NCCL's
+// own when every rank sends as many rows, else one broadcast per rank in a group, alltoall a
 // group of sends and receives, reducescatter NCCL's own when the rows split
 // evenly and a group of reduces otherwise; results the engine allocates
 // stay on the GPU (OpResult::device_data).

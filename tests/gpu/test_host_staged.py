@@ -102,7 +102,8 @@ def test_nccl_backend_at_one_rank_matches_the_cpu_path(stub_driver, stub_nccl, t
     # make one to three (as they were fused).
     assert 16 + 1 + 2 <= calls.count("ncclAllReduce") <= 16 + 3 + 2
     assert calls.count("ncclReduceScatter") == 5 and calls.count("ncclSend") == 6 == calls.count("ncclRecv")
-    assert calls.count("ncclBroadcast") == 6 * 2  # broadcast, and allgather's one broadcast per rank
+    # Issue 40, item 8: one rank sends as many rows as every other: allgather is ncclAllGather.
+    assert calls.count("ncclBroadcast") == 6 and calls.count("ncclAllGather") == 6
 
 
 def test_nccl_operations_show_in_the_timeline(stub_driver, stub_nccl, tmp_path) -> None:

@@ -66,6 +66,8 @@ def test_nccl_backend_at_two_ranks_matches_the_cpu_path(stub_driver, stub_nccl, 
     assert [c for c in calls if c[0] == "ncclCommInitRank"] == [["ncclCommInitRank", "2"]] * 2 * int(streams)
     for call in ("ncclAllReduce", "ncclBroadcast", "ncclSend", "ncclRecv", "ncclReduceScatter", "ncclReduce"):
         assert call in names, call
+    # Issue 40, item 8: the allgathers of as many rows on every rank (one per dtype) are NCCL's own.
+    assert names.count("ncclAllGather") == 4 * 2, names
     launches = [line for line in cuda_log.read_text().splitlines() if line.startswith("kernel ")]
     if kernel:
         assert launches and "batched-copy kernel did not load" not in result.stdout

@@ -108,6 +108,7 @@ def check_collectives() -> None:
         cases = [
             (_frontend.BROADCAST, "bcast", x, x.shape, dict(root=n - 1)),
             (_frontend.ALLGATHER, "gather", x[: me + 1], None, {}),  # a different first dimension per rank
+            (_frontend.ALLGATHER, "gather.even", x[:3], None, {}),
             (_frontend.ALLTOALL, "a2a", x[: 3 * n], None, dict(splits=[(me + r) % 3 + 1 for r in range(n)][:n - 1]
                                                             + [3 * n - sum((me + r) % 3 + 1 for r in range(n - 1))])),
             (_frontend.REDUCESCATTER, "rs.even", x, (6, 5), dict(op=OPS["Sum"])),
