@@ -20,6 +20,8 @@ void resolve_all(SharedLibrary& lib, CudaDriver& d) {
   lib.resolve(d.cuCtxPushCurrent, "cuCtxPushCurrent_v2");
   lib.resolve(d.cuCtxPopCurrent, "cuCtxPopCurrent_v2");
   lib.resolve(d.cuStreamCreate, "cuStreamCreate");
+  lib.resolve(d.cuCtxGetStreamPriorityRange, "cuCtxGetStreamPriorityRange");
+  lib.resolve(d.cuStreamCreateWithPriority, "cuStreamCreateWithPriority");
   lib.resolve(d.cuStreamSynchronize, "cuStreamSynchronize");
   lib.resolve(d.cuStreamWaitEvent, "cuStreamWaitEvent");
   lib.resolve(d.cuEventCreate, "cuEventCreate");

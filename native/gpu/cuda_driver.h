@@ -53,6 +53,9 @@ struct CudaDriver {
   CUresult (*cuCtxPushCurrent)(CUcontext) = nullptr;
   CUresult (*cuCtxPopCurrent)(CUcontext*) = nullptr;
   CUresult (*cuStreamCreate)(CUstream*, unsigned) = nullptr;
+  // Lower numbers are higher priorities; greatest <= least (the current context's range).
+  CUresult (*cuCtxGetStreamPriorityRange)(int* least, int* greatest) = nullptr;
+  CUresult (*cuStreamCreateWithPriority)(CUstream*, unsigned, int) = nullptr;
   CUresult (*cuStreamSynchronize)(CUstream) = nullptr;
   CUresult (*cuStreamWaitEvent)(CUstream, CUevent, unsigned) = nullptr;
   CUresult (*cuEventCreate)(CUevent*, unsigned) = nullptr;

@@ -21,10 +21,19 @@ std::map<int, DeviceState> g_devices;  // guarded by g_mu
 
 }  // namespace
 
+CUstream create_engine_stream() {
+  const CudaDriver& cu = cuda_driver();
+  int least = 0, greatest = 0;
+  cuda_check(cu.cuCtxGetStreamPriorityRange(&least, &greatest), "cuCtxGetStreamPriorityRange");
+  CUstream s = nullptr;
+  cuda_check(cu.cuStreamCreateWithPriority(&s, CU_STREAM_NON_BLOCKING, greatest), "cuStreamCreateWithPriority");
+  return s;
+}
+
 CUstream engine_stream(int device) {
   std::lock_guard<std::mutex> lock(g_mu);
   DeviceState& d = g_devices[device];
-  if (!d.stream) cuda_check(cuda_driver().cuStreamCreate(&d.stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  if (!d.stream) d.stream = create_engine_stream();
   return d.stream;
 }
 

@@ -9,6 +9,12 @@
 
 namespace ring::gpu {
 
+// A new stream of the engine on the current device: non-blocking (it does
+// not wait for the legacy default stream) and of the device's greatest
+// priority, so that its communication is scheduled ahead of the compute
+// kernels (the backward pass) it overlaps. Lives for the process.
+CUstream create_engine_stream();
+
 // The engine's stream on GPU `device` (non-blocking: it does not wait for
 // the legacy default stream), created on first use. The caller has the
 // device current (ScopedDevice).

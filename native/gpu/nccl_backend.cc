@@ -34,9 +34,7 @@ const char* nccl_phase(OpType op, bool hierarchical) {
 NcclBackend::Lane& NcclBackend::lane(int device, int index) {
   auto& slot = lanes_[{device, index}];
   if (!slot) {
-    CUstream s = nullptr;
-    cuda_check(cuda_driver().cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
-    slot = std::make_unique<Lane>(device, s);
+    slot = std::make_unique<Lane>(device, create_engine_stream());
   }
   return *slot;
 }

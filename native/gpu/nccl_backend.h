@@ -2,7 +2,7 @@
 // streams, completing asynchronously.
 //
 // Per GPU the backend has RING_NUM_NCCL_STREAMS lanes (a non-blocking
-// stream, its fusion buffer and, per process set, its communicator:
+// stream of the greatest priority (create_engine_stream()), its fusion buffer and, per process set, its communicator:
 // nccl_comms.h); responses take the lanes in turn. For a response the lane's
 // stream first waits for every entry's ready event (recorded on the
 // caller's stream at enqueue), then runs the copies and NCCL calls; an event

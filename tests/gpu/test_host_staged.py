@@ -41,6 +41,9 @@ def test_host_staged_ops_match_the_cpu_path(stub_driver, stub_nccl, tmp_path, nc
     assert f"wait {0xABC0}" not in waits  # the caller's stream is never made to wait
     assert any(c.startswith("memcpy ") for c in calls)
     assert not nccl_log.exists()  # no communicator was asked for
+    # Issue 40, item 9: the engine's streams have the device's greatest priority (the stand-in's: -5).
+    streams = [c for c in calls if c.startswith("stream ")]
+    assert streams and set(streams) == {"stream -5"}, streams
 
 
 def test_gpu_tensor_without_a_gpu_path_is_refused_clearly(tmp_path) -> None:
@@ -128,6 +131,8 @@ def test_async_completion_makes_the_callers_stream_wait(stub_driver, stub_nccl, 
     cuda = (tmp_path / "cuda.log").read_text().splitlines()
     caller_waits, enqueued = cuda.count(f"wait {0xABC0}"), cuda.count(f"record {0xABC0}")
     assert calls.count("ncclAllReduce") >= 17
+    streams = [c for c in cuda if c.startswith("stream ")]  # the lanes' and the host-staged path's
+    assert len(streams) == 2 and set(streams) == {"stream -5"}, streams
     if async_completion == "1":  # one wait per operation NCCL ran (the host-staged ones make none)
         assert 20 <= caller_waits < enqueued, (caller_waits, enqueued)
     else:
