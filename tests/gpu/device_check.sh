@@ -14,7 +14,11 @@
 #   4. Keras 3 at np=2 on the torch backend (gradients through NCCL) and
 #      the JAX backend (through host memory): a fit on the GPU, replicas
 #      identical; needs build/gpu-wheels (`make gpu-wheels` here, carried);
-#   5. the benchmark at np=1 against raw NCCL (cupy.cuda.nccl) and
+#   5. issue 40's checks (tests/gpu/workers/issue40_worker.py): the host-staged
+#      path from a thread with no CUDA context, fused odd-sized fp16 at full
+#      copy width; reported only: a 2 GiB allgather while torch's cache holds
+#      the memory, and a small operation's completion time;
+#   6. the benchmark at np=1 against raw NCCL (cupy.cuda.nccl) and
 #      torch.distributed NCCL: 4 B to 256 MiB, and 200 x 16 KiB.
 # Output goes to $OUT (or ./gpu-check-out): check.log (every step's whole
 # output), summary.txt and the benchmark's JSON rows; the console gets each
@@ -93,6 +97,19 @@ step np2-keras-torch 150 env "${KERAS_ENV[@]}" "${SHARE[@]}" KERAS_BACKEND=torch
   "${RUN[@]}" -np 2 "$PY" tests/gpu/workers/keras_gpu_worker.py
 step np2-keras-jax 150 env "${KERAS_ENV[@]}" KERAS_BACKEND=jax \
   "${RUN[@]}" -np 2 "$PY" tests/gpu/workers/keras_gpu_worker.py
+
+# Issue 40: what the CPU stand-ins cannot show. Items 6 and 10 are open: their steps report
+# without failing the check (known_step) until they are done.
+known_step() {  # known_step NAME TIMEOUT COMMAND...: as step, but a failure is reported, not counted
+  local before=$failed
+  step "$@" || echo "=== $1: known to fail until its issue-40 item is done" | tee -a "$LOG"
+  failed=$before
+}
+W40=tests/gpu/workers/issue40_worker.py
+step i40-engine-thread 120 env RING_GPU_OPERATIONS=host "${RUN[@]}" -np 2 "$PY" $W40 engine-thread
+step i40-odd-fp16 120 "${RUN[@]}" -np 1 "$PY" $W40 odd-fp16
+known_step i40-big-allgather 120 "${RUN[@]}" -np 1 "$PY" $W40 big-allgather
+known_step i40-latency 120 "${RUN[@]}" -np 1 "$PY" $W40 latency
 
 BENCH=("$PY" -m ring_strategy.bench --device cuda --compare nccl,torch-nccl --check)
 step bench-sizes 150 "${RUN[@]}" -np 1 "${BENCH[@]}" --sizes 4,4K,1M,64M,256M --json "$OUT/bench_sizes.json"
