@@ -52,6 +52,32 @@ def _block(numel: int, rank: int, size: int) -> Tuple[int, int]:
     return rank * per + min(rank, extra), per + (1 if rank < extra else 0)
 
 
+# Most bytes of parameters one allgather brings back at once.
+_GATHER_BYTES = 32 << 20
+
+
+def _buckets(params: List[torch.Tensor], limit: int) -> List[List[int]]:
+    """Consecutive indices of ``params`` in groups of at most ``limit`` bytes
+    (a larger parameter alone); the same on every rank."""
+    buckets: List[List[int]] = [[]]
+    filled = 0
+    for i, p in enumerate(params):
+        nbytes = p.numel() * p.element_size()
+        if buckets[-1] and filled + nbytes > limit:
+            buckets.append([])
+            filled = 0
+        buckets[-1].append(i)
+        filled += nbytes
+    return [b for b in buckets if b]
+
+
+def _block_of(p: torch.Tensor, start: int, count: int) -> torch.Tensor:
+    """The tensor the wrapped optimizer steps for ``p``'s block: a view of
+    ``p``'s own memory when it is contiguous (stepped in place), else a copy."""
+    flat = p.detach().view(-1) if p.is_contiguous() else p.detach().reshape(-1).clone()
+    return flat[start:start + count]
+
+
 def _per_element(key: str, value: Any, p: torch.Tensor) -> bool:
     """Whether a full-form state entry has one value per element of ``p``: a
     tensor of ``p``'s shape, except a 0-dim parameter's ``step`` (torch's
@@ -112,15 +138,23 @@ class ShardedOptimizer(torch.optim.Optimizer):
         return [p for group in self.param_groups for p in group["params"]]
 
     def _ring_gather_parameters(self) -> None:
+        """Allgathers the updated blocks into the parameters, a bucket of at
+        most ``_GATHER_BYTES`` at a time (the gathered copies are transient)."""
         shards = [s.detach() for s in self._ring_shards()]
-        if self._ring_size > 1:
-            fulls = synchronize(grouped_allgather_async(shards, name=f"{self._ring_name}.params",
+        params = self._ring_params
+        if self._ring_size == 1:
+            with torch.no_grad():
+                for p, shard in zip(params, shards):
+                    if shard.data_ptr() != p.data_ptr():
+                        p.copy_(shard.view_as(p))
+            return
+        for number, bucket in enumerate(_buckets(params, _GATHER_BYTES)):
+            fulls = synchronize(grouped_allgather_async([shards[i] for i in bucket],
+                                                        name=f"{self._ring_name}.params.{number}",
                                                         process_set=self._ring_process_set))
-        else:
-            fulls = shards
-        with torch.no_grad():
-            for p, full in zip(self._ring_params, fulls):
-                p.copy_(full.view_as(p))
+            with torch.no_grad():
+                for i, full in zip(bucket, fulls):
+                    params[i].copy_(full.view_as(params[i]))
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Clears the parameters' gradients and this rank's blocks of them."""
@@ -265,7 +299,7 @@ def shard_optimizer(
     size, rank = (process_set.size(), process_set.rank()) if averages_here(process_set) else (1, 0)
     params = [p for group in optimizer.param_groups for p in group["params"]]
     blocks = [_block(p.numel(), rank, size) for p in params]
-    shards = iter(p.detach().reshape(-1)[start:start + count].clone() for p, (start, count) in zip(params, blocks))
+    shards = iter(_block_of(p, start, count) for p, (start, count) in zip(params, blocks))
     sharded.param_groups = [{**group, "params": [next(shards) for _ in group["params"]]}
                             for group in optimizer.param_groups]
     sharded.state = defaultdict(dict)
