@@ -1,10 +1,23 @@
 #include "gpu/finalizer.h"
 
+#include <algorithm>
 #include <chrono>
 
 namespace ring::gpu {
+namespace {
 
-Finalizer::Finalizer(HandleTable* handles) : handles_(handles), thread_([this] { loop(); }) {}
+using Clock = std::chrono::steady_clock;
+
+// A wait spins (looks without pausing) this long, then pauses between looks
+// from kFirstPause doubling up to kLongestPause: small operations complete
+// within microseconds of their event, long ones cost a look every 100 us.
+constexpr auto kSpin = std::chrono::microseconds(50);
+constexpr auto kFirstPause = std::chrono::microseconds(2);
+constexpr auto kLongestPause = std::chrono::microseconds(100);
+
+}  // namespace
+
+Finalizer::Finalizer(HandleTable* handles) : handles_(handles) {}
 
 Finalizer::~Finalizer() {
   drain();
@@ -13,13 +26,24 @@ Finalizer::~Finalizer() {
     stop_ = true;
   }
   cv_.notify_all();
-  thread_.join();
+  for (auto& [stream, s] : streams_) s->thread.join();
+}
+
+bool Finalizer::idle() const {
+  for (const auto& [stream, s] : streams_)
+    if (!s->queue.empty() || s->busy) return false;
+  return true;
 }
 
 void Finalizer::add(GpuWork work) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back(std::move(work));
+    std::unique_ptr<Stream>& s = streams_[work.stream];
+    if (!s) {
+      s = std::make_unique<Stream>();
+      s->thread = std::thread([this, p = s.get()] { loop(p); });
+    }
+    s->queue.push_back(std::move(work));
   }
   cv_.notify_all();
 }
@@ -37,8 +61,7 @@ void Finalizer::drain() {
 
 bool Finalizer::drain_for(double timeout_seconds) {
   std::unique_lock<std::mutex> lock(mu_);
-  return cv_.wait_for(lock, std::chrono::duration<double>(timeout_seconds),
-                      [&] { return idle(); });
+  return cv_.wait_for(lock, std::chrono::duration<double>(timeout_seconds), [&] { return idle(); });
 }
 
 bool Finalizer::failure(GpuFailure* out) {
@@ -51,15 +74,19 @@ bool Finalizer::failure(GpuFailure* out) {
 
 bool Finalizer::uses(ncclComm_t comm) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (busy_ > 0 && busy_comm_ == comm) return true;
-  for (const GpuWork& w : queue_)
-    if (w.comm == comm) return true;
+  for (const auto& [stream, s] : streams_) {
+    if (s->busy && s->busy_comm == comm) return true;
+    for (const GpuWork& w : s->queue)
+      if (w.comm == comm) return true;
+  }
   return false;
 }
 
 bool Finalizer::wait(const GpuWork& w, GpuFailure* failure) {
   ScopedDevice current(w.device);
   CUevent event = static_cast<CUevent>(w.done.get());
+  const auto start = Clock::now();
+  auto pause = kFirstPause;
   while (true) {
     WorkState state;
     {
@@ -71,19 +98,38 @@ bool Finalizer::wait(const GpuWork& w, GpuFailure* failure) {
       state = poll_work(event, w.comm, failure);
     }
     if (state != WorkState::Running) return state == WorkState::Done;
-    std::this_thread::sleep_for(std::chrono::microseconds(20));
+    if (Clock::now() - start < kSpin) continue;
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, kLongestPause);
   }
 }
 
-void Finalizer::loop() {
+void Finalizer::finish(GpuWork& w, bool done, const GpuFailure& failure) {
+  if (done) OpTimeline::finish(w.timeline);
+  for (size_t i = 0; i < w.handles.size(); ++i) {
+    if (w.handles[i] == 0) continue;
+    if (done)
+      handles_->complete(w.handles[i], std::move(w.results[i]));
+    else
+      handles_->fail(w.handles[i], failure.kind, failure.reason);
+  }
+  w = GpuWork{};  // frees what the work kept, outside the lock
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!done && !aborted_.load() && failure_.reason.empty()) {
+    failure_ = failure;
+    failed_.store(true);
+  }
+}
+
+void Finalizer::loop(Stream* s) {
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
-    cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-    if (queue_.empty()) return;  // stop_ and nothing left
-    GpuWork w = std::move(queue_.front());
-    queue_.pop_front();
-    ++busy_;
-    busy_comm_ = w.comm;
+    cv_.wait(lock, [&] { return stop_ || !s->queue.empty(); });
+    if (s->queue.empty()) return;  // stop_ and nothing left
+    GpuWork w = std::move(s->queue.front());
+    s->queue.pop_front();
+    s->busy = true;
+    s->busy_comm = w.comm;
     lock.unlock();
     GpuFailure failure;
     bool done = false;
@@ -92,22 +138,10 @@ void Finalizer::loop() {
     } catch (const RingError& e) {
       failure = {e.kind(), e.what()};
     }
-    if (done) OpTimeline::finish(w.timeline);
-    for (size_t i = 0; i < w.handles.size(); ++i) {
-      if (w.handles[i] == 0) continue;
-      if (done)
-        handles_->complete(w.handles[i], std::move(w.results[i]));
-      else
-        handles_->fail(w.handles[i], failure.kind, failure.reason);
-    }
-    w = GpuWork{};  // frees what the work kept, outside the lock
+    finish(w, done, failure);
     lock.lock();
-    if (!done && !aborted_.load() && failure_.reason.empty()) {
-      failure_ = failure;
-      failed_.store(true);
-    }
-    --busy_;
-    busy_comm_ = nullptr;
+    s->busy = false;
+    s->busy_comm = nullptr;
     cv_.notify_all();
   }
 }

@@ -1,16 +1,21 @@
-// Finalizer: a thread that completes the handles of GPU work once the
-// event recorded after it has fired, so the engine's thread can queue the
-// next operation meanwhile. Operations complete in the order they were
-// added. While it waits it also asks NCCL whether a communicator of the
-// operation failed (gpu_wait.h), and fails the operation's handles with
-// NCCL's reason; the first such failure is kept for the engine, which ends
-// the job with it on every rank (failure()).
+// Finalizer: threads that complete the handles of GPU work once the event
+// recorded after it has fired, so the engine's thread can queue the next
+// operation meanwhile. One thread per stream the work runs on (started
+// with the stream's first work): operations of a stream complete in the
+// order they were added, and one that waits long holds up no other
+// stream's. Each wait spins on the event for its first microseconds (a
+// small operation completes within a few microseconds of its event), then
+// looks less and less often. While it waits it also asks NCCL whether a
+// communicator of the operation failed (gpu_wait.h), and fails the
+// operation's handles with NCCL's reason; the first such failure is kept
+// for the engine, which ends the job with it on every rank (failure()).
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -25,6 +30,7 @@ namespace ring::gpu {
 
 struct GpuWork {
   int device = 0;
+  CUstream stream = nullptr;   // the stream the work runs on: its thread waits for it
   std::shared_ptr<void> done;  // a CUevent recorded after the work (device_streams.h)
   ncclComm_t comm = nullptr;   // checked for asynchronous errors while waiting
   std::vector<int64_t> handles;  // 0: a stand-in, nothing to complete
@@ -55,24 +61,29 @@ class Finalizer {
   bool uses(ncclComm_t comm);
 
  private:
-  // Nothing queued or waited for; mu_ is held.
-  bool idle() const { return queue_.empty() && busy_ == 0; }
-  void loop();
+  struct Stream {  // one stream's work and the thread that waits for it
+    std::deque<GpuWork> queue;
+    bool busy = false;                // a work was taken and is not finished
+    ncclComm_t busy_comm = nullptr;   // its communicator
+    std::thread thread;
+  };
+  // Nothing queued or waited for on any stream; mu_ is held.
+  bool idle() const;
+  void loop(Stream* s);
   // Waits for w's event; false (and `failure` filled) when the work failed.
   bool wait(const GpuWork& w, GpuFailure* failure);
+  // Completes or fails w's handles; records the first failure.
+  void finish(GpuWork& w, bool done, const GpuFailure& failure);
 
   HandleTable* handles_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<GpuWork> queue_;  // guarded by mu_
-  size_t busy_ = 0;            // works taken but not finished; guarded by mu_
-  ncclComm_t busy_comm_ = nullptr;  // the communicator of the work taken; guarded by mu_
+  std::map<CUstream, std::unique_ptr<Stream>> streams_;  // guarded by mu_; never erased before the destructor
   bool stop_ = false;          // guarded by mu_
   GpuFailure failure_;         // guarded by mu_; reported once
   std::atomic<bool> failed_{false};  // failure_ waits to be reported
   std::atomic<bool> aborted_{false};
-  std::mutex poll_mu_;  // held by the thread across one look at a work (poll_work)
-  std::thread thread_;
+  std::mutex poll_mu_;  // held by a thread across one look at a work (poll_work)
 };
 
 }  // namespace ring::gpu

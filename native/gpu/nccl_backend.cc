@@ -72,6 +72,7 @@ void NcclBackend::execute(const Response& r, std::vector<Entry>& entries) {
   GpuWork work;
   c.keep = &work.keep;
   work.device = c.device;
+  work.stream = c.lane->stream;
   work.comm = c.comm;
   for (const Entry& e : entries) {
     if (e.ready)

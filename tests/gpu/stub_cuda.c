@@ -21,6 +21,8 @@
  * [-DSTUB_OMIT_MEMCPY]. Environment, read at each call: STUB_CUDA_DEVICES
  * sets the device count (default 1); STUB_CUDA_EVENTS_PENDING, when set,
  * keeps every event from firing (work that never finishes);
+ * STUB_CUDA_HOLD_STREAM=k those recorded on the k-th stream created (1: the
+ * first) from then on;
  * STUB_CUDA_NO_MODULES refuses every module image. STUB_CUDA_LOG, a path:
  * calls append a line there, so a test can see what the engine asked of the
  * driver: "memcpy <bytes>", "kernel <copies>" and per copy "unit <bytes>"
@@ -161,14 +163,24 @@ CUresult cuCtxGetStreamPriorityRange(int* least, int* greatest) {
 
 /* Streams: distinct objects (the engine's own streams can be told apart in the log). */
 typedef struct {
-  int device, priority;
+  int device, priority, index; /* index: 1 for the first stream created, 2 for the next... */
 } Stream;
+static int streams_created;
+static void* stream_table[256]; /* the first streams created, by index - 1 */
+/* The index of stream `s` when this stand-in created it (not a caller's made-up handle), else 0. */
+static int stream_index(void* s) {
+  for (int i = 0; i < streams_created && i < 256; ++i)
+    if (stream_table[i] == s) return i + 1;
+  return 0;
+}
 CUresult cuStreamCreateWithPriority(void** s, unsigned flags, int priority) {
   (void)flags;
   CUresult rc = current();
   if (rc) return rc;
   Stream* st = malloc(sizeof(Stream));
   st->device = (int)(ctx_stack[ctx_depth - 1] - stub_context);
+  st->index = __atomic_add_fetch(&streams_created, 1, __ATOMIC_RELAXED);
+  if (st->index <= 256) stream_table[st->index - 1] = st;
   st->priority = priority < GREATEST_PRIORITY ? GREATEST_PRIORITY : priority > LEAST_PRIORITY ? LEAST_PRIORITY : priority;
   note_signed("stream", st->priority);
   *s = st;
@@ -187,6 +199,7 @@ CUresult cuStreamSynchronize(void* s) {
 typedef struct {
   unsigned magic;
   int recorded;
+  int held; /* recorded on the stream STUB_CUDA_HOLD_STREAM names: never fires */
 } Event;
 static CUresult event_of(void* e, Event** out) {
   CUresult rc = current();
@@ -218,6 +231,8 @@ CUresult cuEventRecord(void* e, void* s) {
   CUresult rc = event_of(e, &ev);
   if (rc) return rc;
   ev->recorded = 1;
+  const char* hold = getenv("STUB_CUDA_HOLD_STREAM");
+  ev->held = hold && atoi(hold) > 0 && stream_index(s) == atoi(hold);
   note("record", (unsigned long long)s);
   return 0;
 }
@@ -227,7 +242,7 @@ CUresult cuEventQuery(void* e) {
   CUresult rc = event_of(e, &ev);
   if (rc) return rc;
   if (!ev->recorded) return ILLEGAL_STATE;
-  return getenv("STUB_CUDA_EVENTS_PENDING") ? NOT_READY : OK;
+  return getenv("STUB_CUDA_EVENTS_PENDING") || ev->held ? NOT_READY : OK;
 }
 CUresult cuEventSynchronize(void* e) {
   Event* ev;

@@ -167,6 +167,14 @@ def test_joined_rank_without_a_cuda_tensor_uses_its_own_gpu(stub_driver, stub_nc
     assert [c[0] for c in calls].count("ncclAllReduce") == 2 * 2, calls
 
 
+def test_work_on_one_stream_completes_while_another_stream_waits(stub_driver, stub_nccl, tmp_path) -> None:
+    """Issue 40, item 10: one finalizer thread per stream. With two lanes, lane 0's work never
+    finishes; an allreduce on lane 1 completes anyway (one FIFO held it behind lane 0's)."""
+    result, _ = _job(stub_driver, stub_nccl, tmp_path, "held", np=1, hosts=[], timeout=30,
+                     RING_HIERARCHICAL_ALLREDUCE="0", RING_NUM_NCCL_STREAMS="2")
+    assert not result.timed_out and result.returncode == 0 and "OK 0" in result.stdout, result.stdout
+
+
 def test_fused_odd_sized_fp16_tensors_are_copied_in_16_byte_units(stub_driver, stub_nccl, tmp_path) -> None:
     """Issue 40, item 7: fusion entries start at 16-byte boundaries, so after a 3-element fp16
     tensor the batched-copy kernel still copies every later entry 16 bytes at a time."""

@@ -31,6 +31,9 @@ Usage: hierarchical_worker.py MODE [MODE ...] (ops and collectives may be combin
   join     (2 ranks, flat NCCL) rank 1 joins before it ever sent a CUDA
            tensor while rank 0 allreduces on its GPU: rank 1 takes part on its
            own GPU (its local rank's), not GPU 0. Prints "OK <rank>".
+  held     (one rank, RING_NUM_NCCL_STREAMS=2) the first lane's work never
+           finishes (STUB_CUDA_HOLD_STREAM=1): an allreduce on the second lane
+           must complete meanwhile. Prints "OK <rank>" and leaves at once.
   odd      (flat NCCL) fp16 tensors of odd lengths in flight together (fused),
            against numpy. Prints "OK <rank>".
   teardown (one rank, flat NCCL) a GPU result held, then the driver tears
@@ -50,6 +53,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -188,6 +192,15 @@ def main() -> None:
         ring.shutdown()
         print(f"OK {me}", flush=True)
         return
+    if mode == "held":
+        os.environ["STUB_CUDA_HOLD_STREAM"] = "1"
+        stuck = submit(_frontend.ALLREDUCE, "a", x, np.zeros_like(x), True, op=OPS["Sum"])
+        time.sleep(0.2)  # its own response, on lane 0
+        out = np.zeros_like(x)
+        _frontend.wait(submit(_frontend.ALLREDUCE, "b", x, out, True, op=OPS["Sum"]))
+        assert out.tobytes() == x.tobytes() and stuck is not None
+        print(f"OK {me}", flush=True)
+        os._exit(0)  # lane 0's work never ends: no shutdown
     if mode == "odd":
         n = ring.size()
         for step in range(3):
