@@ -111,6 +111,10 @@ class RingStrategyMixin(RingParallelMixin, _StrategyBase):
             commit and ``fit`` goes on (see docs/elastic.md, "Lightning").
         commit_every_n_steps: With ``elastic``, optimizer steps between two
             in-memory commits (each also checks for added or removed hosts).
+        shard_optimizer_state: Each rank keeps the optimizer state of 1/size
+            of every parameter (ZeRO stages 1 and 2; see the PyTorch page):
+            the optimizers' steps reduce-scatter the gradients, checkpoints
+            hold the full state. Not with ``elastic`` or ``gradient_clip_val``.
 
     Example:
         >>> import ring_strategy  # registers "ring"  # doctest: +SKIP
@@ -144,6 +148,7 @@ class RingStrategyMixin(RingParallelMixin, _StrategyBase):
         precision_plugin: Optional[Any] = None,
         elastic: bool = False,
         commit_every_n_steps: int = 1,
+        shard_optimizer_state: bool = False,
     ) -> None:
         if not isinstance(elastic, bool):
             raise ValueError(f"RingStrategy: elastic should be True or False. Got: {elastic!r}")
@@ -157,6 +162,10 @@ class RingStrategyMixin(RingParallelMixin, _StrategyBase):
         self._num_nodes = 1
         self._grad_sync: Optional[GradientSync] = None
         self.elastic = elastic
+        if not isinstance(shard_optimizer_state, bool) or (shard_optimizer_state and elastic):
+            raise ValueError("RingStrategy: shard_optimizer_state should be True or False, and not True with "
+                             f"elastic=True. Got: shard_optimizer_state={shard_optimizer_state!r}, elastic={elastic!r}")
+        self.shard_optimizer_state = shard_optimizer_state
         self.commit_every_n_steps = check_commit_every(commit_every_n_steps)
         self._elastic: Optional[LightningState] = None
         self._layers_synced = False
@@ -200,12 +209,35 @@ class RingStrategyMixin(RingParallelMixin, _StrategyBase):
         self.setup_precision_plugin()
         if fitting:
             self._optimizers_to_device(self.optimizers, self.root_device)
-            if self.world_size > 1 and self._grad_sync is None:
+            if self.world_size > 1 and self.shard_optimizer_state:
+                self._shard_optimizers(trainer)
+            elif self.world_size > 1 and self._grad_sync is None:
                 model = self.model
                 self._grad_sync = GradientSync(
                     lambda: ((f"ring.lightning.grad.{n}", p) for n, p in model.named_parameters()),
                     too_many_passes=_TOO_MANY_PASSES,
                 )
+
+    def _shard_optimizers(self, trainer: "pl.Trainer") -> None:
+        """Wraps every optimizer in the sharded optimizer (ZeRO stages 1 and 2,
+        ring_strategy/torch/sharded_optimizer.py), which reduce-scatters the
+        gradients in its step; no gradient is averaged during backward."""
+        from ring_strategy.torch.sharded_optimizer import ShardedOptimizer, shard_optimizer
+
+        if trainer.gradient_clip_val:
+            raise ValueError(
+                "RingStrategy(shard_optimizer_state=True): Trainer(gradient_clip_val=...) would clip each rank's "
+                "own gradients before the sharded step averages them; clip in manual optimization with "
+                "optimizer.synchronize() and optimizer.clip_grad_norm_(max_norm) instead"
+            )
+        wrapped = []
+        for optimizer in self.optimizers:
+            sharded = optimizer if isinstance(optimizer, ShardedOptimizer) else shard_optimizer(optimizer)
+            for config in self.lr_scheduler_configs:
+                if getattr(config.scheduler, "optimizer", None) is optimizer:
+                    config.scheduler.optimizer = sharded
+            wrapped.append(sharded)
+        self.optimizers = wrapped  # the setter wraps them in LightningOptimizers again
 
     def _sync_layers(self) -> None:
         """Applies the layer sync (``Trainer(sync_batchnorm=True)``) for a fit.

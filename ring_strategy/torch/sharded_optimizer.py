@@ -259,8 +259,9 @@ def shard_optimizer(
 
     ``DistributedOptimizer(optimizer, ..., shard_optimizer_state=True)`` calls
     this (see the module docstring). The returned object is an instance of a
-    subclass of ``type(optimizer)`` (``isinstance`` holds); the original's
-    param groups are replaced by this rank's blocks, its state must be empty.
+    subclass of ``type(optimizer)`` (``isinstance`` holds) that shares the
+    original's param groups, whose parameters become this rank's blocks
+    (keep using only the returned object); its state must be empty.
 
     Args:
         optimizer: the torch optimizer to wrap (per-element rules: SGD, Adam, ...).
@@ -300,8 +301,12 @@ def shard_optimizer(
     params = [p for group in optimizer.param_groups for p in group["params"]]
     blocks = [_block(p.numel(), rank, size) for p in params]
     shards = iter(_block_of(p, start, count) for p, (start, count) in zip(params, blocks))
-    sharded.param_groups = [{**group, "params": [next(shards) for _ in group["params"]]}
-                            for group in optimizer.param_groups]
+    # The group dicts themselves are kept (a learning-rate scheduler built on
+    # the original optimizer changes the lr the sharded one reads); their
+    # parameters become this rank's blocks.
+    for group in optimizer.param_groups:
+        group["params"] = [next(shards) for _ in group["params"]]
+    sharded.param_groups = optimizer.param_groups
     sharded.state = defaultdict(dict)
     sharded._ring_params, sharded._ring_blocks = params, blocks
     sharded._ring_rank, sharded._ring_size, sharded._ring_process_set = rank, size, process_set

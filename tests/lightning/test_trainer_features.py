@@ -1,6 +1,8 @@
-"""Trainer(strategy="ring", sync_batchnorm=True): batch-norm statistics over the
-global batch, on two real self-launched workers (workers/sync_bn_worker.py),
-and the conversion itself in this process."""
+"""Trainer(strategy="ring") beyond Horovod, on two real self-launched workers
+(workers/trainer_features_worker.py, one job for both): sync_batchnorm=True
+gives batch-norm statistics over the global batch, and
+RingStrategy(shard_optimizer_state=True) fits, checkpoints and resumes
+bitwise as the unsharded strategy. Also the conversion itself in this process."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from ring_strategy.lightning import RingStrategy, RingSyncBatchNorm  # noqa: E40
 from ring_strategy.torch import SyncBatchNorm  # noqa: E402
 from tests.jobs import job_environment, run_job  # noqa: E402
 
-WORKER = Path(__file__).parent / "workers" / "sync_bn_worker.py"
+WORKER = Path(__file__).parent / "workers" / "trainer_features_worker.py"
 TOLERANCE = 1e-5
 
 
@@ -25,16 +27,21 @@ def _max_difference(a: list, b: list) -> float:
     return max(abs(x - y) for x, y in zip(a, b, strict=True))
 
 
-def test_sync_batchnorm_statistics_equal_one_process_on_the_global_batch(tmp_path):
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory) -> list:
+    out = tmp_path_factory.mktemp("trainer_features")
+    env = job_environment({"PYTHONUNBUFFERED": "1"}, drop_ring=True)
+    proc = run_job([sys.executable, str(WORKER), "--out", str(out)], env=env, cwd=out, timeout=240,
+                   merge_output=True)
+    assert proc.returncode == 0, proc.stdout[-8000:]
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
+
+
+def test_sync_batchnorm_statistics_equal_one_process_on_the_global_batch(ranks):
     """At np=2 the running statistics, num_batches_tracked and parameters
     after the fit equal plain torch's trained on the global batch in one
     process (and differ from rank 0's half alone); the layers are ring's
     SyncBatchNorm during the fit and the model's own classes after it."""
-    env = job_environment({"PYTHONUNBUFFERED": "1"}, drop_ring=True)
-    proc = run_job([sys.executable, str(WORKER), "--out", str(tmp_path)], env=env, cwd=tmp_path, timeout=240,
-                   merge_output=True)
-    assert proc.returncode == 0, proc.stdout[-8000:]
-    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     reference, half = ranks[0]["global_batch"], ranks[0]["half_batch"]
     for r, result in enumerate(ranks):
         assert result["ranks"] == 2
@@ -48,6 +55,22 @@ def test_sync_batchnorm_statistics_equal_one_process_on_the_global_batch(tmp_pat
     # The check means something: one rank's batches alone give other statistics.
     assert _max_difference(ranks[0]["ring"]["1.running_mean"], half["1.running_mean"]) > 0.1
     assert _max_difference(ranks[0]["ring"]["5.running_var"], half["5.running_var"]) > 1e-3
+
+
+def test_sharded_optimizer_state_fits_checkpoints_and_resumes_bitwise(ranks):
+    """At np=2, Adam with an LR scheduler: the sharded fit ends bitwise where
+    the unsharded one does, its checkpoint holds the same full optimizer
+    state, and an epoch resumed from each checkpoint ends bitwise equal."""
+    for r, result in enumerate(ranks):
+        assert result["sharded"] == {"fit_bitwise": True, "checkpoint_states_equal": True, "resumed_bitwise": True,
+                                     "moved": True, "sharded_class": "ShardedOptimizer"}, (r, result["sharded"])
+
+
+def test_sharded_optimizer_state_refuses_what_it_cannot_do():
+    with pytest.raises(ValueError, match="not True with elastic=True"):
+        RingStrategy(shard_optimizer_state=True, elastic=True)
+    with pytest.raises(ValueError, match="Got: shard_optimizer_state='yes'"):
+        RingStrategy(shard_optimizer_state="yes")
 
 
 def test_convert_and_revert_keep_the_tensors():

@@ -1,13 +1,19 @@
-"""Trainer(strategy="ring", sync_batchnorm=True) on two self-launched workers.
+"""Trainer(strategy="ring") beyond Horovod on two self-launched workers:
+sync_batchnorm=True and RingStrategy(shard_optimizer_state=True).
 
-    python sync_bn_worker.py --out DIR       # rank 0 starts rank 1
+    python trainer_features_worker.py --out DIR       # rank 0 starts rank 1
 
-Each rank fits a small conv net with BatchNorm2d and BatchNorm1d layers on
+Synced batch norm: each rank fits a small conv net with BatchNorm2d and BatchNorm1d layers on
 its half of every global batch (rank r takes samples r, r+2, ...) and writes
 DIR/rank<R>.json: the layers' running statistics and the parameters after
 the fit, the classes of the batch-norm layers during and after it, and, on
 rank 0, the same figures from plain torch (no Lightning, no ring) trained on
 the whole global batch in one process, and from rank 0's half alone.
+
+Sharded optimizer state: an Adam fit with the unsharded strategy and one
+with shard_optimizer_state=True from the same start, a checkpoint of each,
+and a third epoch resumed from each checkpoint; the parameters of the pairs
+and the two checkpoints' optimizer states are compared bitwise.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Dict, List
+from typing import Any, Dict, List
 
 import ring_strategy  # noqa: F401  (registers strategy="ring")
 import pytorch_lightning as pl
@@ -82,13 +88,59 @@ def plain_torch(samples: slice) -> Dict[str, List[float]]:
     return figures(net)
 
 
+class AdamNet(Net):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(5)
+        self.net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(50, 9), torch.nn.Tanh(), torch.nn.Linear(9, 1))
+
+    def configure_optimizers(self):
+        optimizer = torch.optim.Adam(self.parameters(), lr=0.01, weight_decay=1e-3)
+        return {"optimizer": optimizer, "lr_scheduler": torch.optim.lr_scheduler.StepLR(optimizer, 1, gamma=0.5)}
+
+
+def _trainer(strategy: Any, epochs: int, **kwargs: Any) -> pl.Trainer:
+    return pl.Trainer(strategy=strategy, accelerator="cpu", devices=2, max_epochs=epochs, logger=False,
+                      enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                      num_sanity_val_steps=0, **kwargs)
+
+
+def _equal_states(a: Dict, b: Dict) -> bool:
+    return a["param_groups"] == b["param_groups"] and sorted(a["state"]) == sorted(b["state"]) and all(
+        torch.equal(torch.as_tensor(a["state"][i][k]), torch.as_tensor(b["state"][i][k]))
+        for i in a["state"] for k in a["state"][i])
+
+
+def sharded(out: Path) -> Dict[str, Any]:
+    """Unsharded and sharded Adam fits, their checkpoints, and a resumed epoch from each."""
+    from ring_strategy.lightning import RingStrategy
+
+    params, states = {}, {}
+    for shard in (False, True):
+        model, path = AdamNet(), out / f"sharded{shard}.ckpt"
+        trainer = _trainer(RingStrategy(shard_optimizer_state=shard), EPOCHS)
+        trainer.fit(model)
+        trainer.save_checkpoint(path)
+        states[shard] = torch.load(path, weights_only=False)["optimizer_states"][0]
+        params[shard] = [p.detach().clone() for p in model.parameters()]
+        resumed = AdamNet()
+        _trainer(RingStrategy(shard_optimizer_state=shard), EPOCHS + 1).fit(resumed, ckpt_path=path)
+        params[f"resumed{shard}"] = [p.detach().clone() for p in resumed.parameters()]
+        states[f"kind{shard}"] = type(trainer.strategy.optimizers[0]).__mro__[1].__name__
+    return {
+        "fit_bitwise": all(torch.equal(a, b) for a, b in zip(params[False], params[True])),
+        "checkpoint_states_equal": _equal_states(states[False], states[True]),
+        "resumed_bitwise": all(torch.equal(a, b) for a, b in zip(params["resumedFalse"], params["resumedTrue"])),
+        "moved": not all(torch.equal(a, b) for a, b in zip(params[True], params["resumedTrue"])),
+        "sharded_class": states["kindTrue"],
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    trainer = pl.Trainer(strategy="ring", accelerator="cpu", devices=2, sync_batchnorm=True, max_epochs=EPOCHS,
-                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, num_sanity_val_steps=0)
+    trainer = _trainer("ring", EPOCHS, sync_batchnorm=True)
     model = Net()
     trainer.fit(model)
     result = {
@@ -98,6 +150,7 @@ def main() -> None:
         "layer_sync": type(trainer.strategy._layer_sync).__name__,
         "ring": figures(model.net),
     }
+    result["sharded"] = sharded(args.out)
     if trainer.global_rank == 0:
         result["global_batch"] = plain_torch(slice(None))
         result["half_batch"] = plain_torch(slice(0, None, 2))
