@@ -27,6 +27,7 @@
 #include "engine/published.h"
 #include "engine/runtime.h"
 #include "frameworks/engine_calls.h"
+#include "gpu/device_streams.h"
 #ifdef RING_HAS_XLA_FFI
 #include "frameworks/xla/collective_ffi.h"
 #endif
@@ -242,6 +243,7 @@ struct DeviceArray {
   nb::object capsule;  // None once taken
   int device = 0;
   size_t nbytes = 0;
+  std::shared_ptr<void> ready;  // OpResult::device_ready: the consumer's stream waits for it
 };
 
 nb::object device_result(ring::OpResult& res) {
@@ -250,21 +252,25 @@ nb::object device_result(ring::OpResult& res) {
   size_t shape[1] = {res.device_bytes};
   nb::ndarray<uint8_t, nb::ndim<1>> array(owner->get(), 1, shape, deleter, nullptr, nb::dtype<uint8_t>(),
                                           nb::device::cuda::value, res.device.index);
-  return nb::cast(DeviceArray{nb::cast(array), res.device.index, res.device_bytes});
+  return nb::cast(DeviceArray{nb::cast(array), res.device.index, res.device_bytes, std::move(res.device_ready)});
 }
 
 void register_device_array(nb::module_& m) {
   nb::class_<DeviceArray>(m, "DeviceArray")
       .def(
           "__dlpack__",
-          [](DeviceArray& a, nb::kwargs) {
+          [](DeviceArray& a, nb::kwargs kwargs) {
             if (a.capsule.is_none())
               throw ring::RingError(ring::ErrorKind::BadArgument, "this GPU result was already taken through DLPack");
+            // DLPack's stream: the consumer's (None: the legacy default stream, -1: no wait).
+            nb::object stream = kwargs.contains("stream") ? nb::object(kwargs["stream"]) : nb::none();
+            const int64_t s = stream.is_none() ? 1 : nb::cast<int64_t>(stream);
+            if (a.ready && s != -1) ring::gpu::stream_wait_event(a.device, static_cast<uint64_t>(s), a.ready);
             nb::object c = a.capsule;
             a.capsule = nb::none();
             return c;
           },
-          "A DLPack capsule of the result (flat uint8), once.")
+          "A DLPack capsule of the result (flat uint8), once; the consumer's `stream` waits for the result.")
       .def("__dlpack_device__", [](const DeviceArray& a) { return nb::make_tuple(nb::device::cuda::value, a.device); })
       .def_ro("nbytes", &DeviceArray::nbytes);
 }

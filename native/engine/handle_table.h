@@ -39,6 +39,10 @@ struct OpResult {
   std::shared_ptr<void> device_data;
   size_t device_bytes = 0;
   Device device;
+  // With RING_ENABLE_ASYNC_COMPLETION the handle completes before the GPU
+  // has written device_data: the CUevent that fires once it has (a
+  // consumer's stream waits for it: gpu/device_streams.h). Null otherwise.
+  std::shared_ptr<void> device_ready;
 };
 
 class HandleTable {

@@ -59,6 +59,12 @@ std::shared_ptr<void> record_event(int device, uint64_t stream) {
   return ready;
 }
 
+void stream_wait_event(int device, uint64_t stream, const std::shared_ptr<void>& event) {
+  ScopedDevice current(device);
+  cuda_check(cuda_driver().cuStreamWaitEvent(reinterpret_cast<CUstream>(stream), static_cast<CUevent>(event.get()), 0),
+             "cuStreamWaitEvent (a DLPack consumer's stream waits for the result)");
+}
+
 void claim_device(int device) {
   int expected = -1;
   if (g_claimed.compare_exchange_strong(expected, device) || expected == device) return;

@@ -25,6 +25,12 @@ CUstream engine_stream(int device);
 // last copy returns the event to the pool. Makes the device current itself.
 std::shared_ptr<void> record_event(int device, uint64_t stream);
 
+// Makes `stream` (a CUstream, or CU_STREAM_LEGACY = 1, CU_STREAM_PER_THREAD
+// = 2, as DLPack's consumers name them) of GPU `device` wait for `event`
+// (a CUevent from record_event). Makes the device current itself. Throws
+// RingError.
+void stream_wait_event(int device, uint64_t stream, const std::shared_ptr<void>& event);
+
 // The one GPU this process's tensors are on: the first CUDA device a
 // tensor came from. Throws RingError(BadArgument) for a tensor on another.
 void claim_device(int device);

@@ -97,6 +97,7 @@ void NcclBackend::complete_now(const std::vector<Entry>& entries, GpuWork& w) {
                "cuStreamWaitEvent (the caller's stream waits for the result)");
   }
   for (size_t i = 0; i < entries.size(); ++i) {
+    if (w.results[i].device_data) w.results[i].device_ready = w.done;  // a DLPack consumer's stream waits for it
     if (w.handles[i] != 0) handles_->complete(w.handles[i], std::move(w.results[i]));
     w.handles[i] = 0;
   }

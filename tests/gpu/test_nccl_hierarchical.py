@@ -175,6 +175,19 @@ def test_work_on_one_stream_completes_while_another_stream_waits(stub_driver, st
     assert not result.timed_out and result.returncode == 0 and "OK 0" in result.stdout, result.stdout
 
 
+@pytest.mark.parametrize("async_completion", ["1", "0"])
+def test_dlpack_consumer_stream_waits_for_an_async_result(stub_driver, stub_nccl, tmp_path, async_completion) -> None:
+    """Issue 40, item 11: with RING_ENABLE_ASYNC_COMPLETION=1 a GPU result's handle completes before
+    the GPU wrote it; __dlpack__(stream=s) makes the consumer's stream s wait for the operation's
+    event (stream=-1: no wait). Without async completion the result is written already: no wait."""
+    log = tmp_path / "cuda.log"
+    result, _ = _job(stub_driver, stub_nccl, tmp_path, "dlpack", np=1, hosts=[], RING_HIERARCHICAL_ALLREDUCE="0",
+                     RING_ENABLE_ASYNC_COMPLETION=async_completion, STUB_CUDA_LOG=str(log))
+    assert result.returncode == 0 and "OK 0" in result.stdout, result.stdout
+    waits = log.read_text().splitlines().count(f"wait {0xDEF0}")
+    assert waits == (1 if async_completion == "1" else 0), waits
+
+
 def test_fused_odd_sized_fp16_tensors_are_copied_in_16_byte_units(stub_driver, stub_nccl, tmp_path) -> None:
     """Issue 40, item 7: fusion entries start at 16-byte boundaries, so after a 3-element fp16
     tensor the batched-copy kernel still copies every later entry 16 bytes at a time."""

@@ -34,6 +34,9 @@ Usage: hierarchical_worker.py MODE [MODE ...] (ops and collectives may be combin
   held     (one rank, RING_NUM_NCCL_STREAMS=2) the first lane's work never
            finishes (STUB_CUDA_HOLD_STREAM=1): an allreduce on the second lane
            must complete meanwhile. Prints "OK <rank>" and leaves at once.
+  dlpack   (one rank) an allgather's GPU result taken through DLPack with
+           stream=0xDEF0 (the consumer's), another with stream=-1 (no wait).
+           Prints "OK <rank>".
   odd      (flat NCCL) fp16 tensors of odd lengths in flight together (fused),
            against numpy. Prints "OK <rank>".
   teardown (one rank, flat NCCL) a GPU result held, then the driver tears
@@ -201,6 +204,13 @@ def main() -> None:
         assert out.tobytes() == x.tobytes() and stuck is not None
         print(f"OK {me}", flush=True)
         os._exit(0)  # lane 0's work never ends: no shutdown
+    if mode == "dlpack":
+        for stream in (0xDEF0, -1):
+            data, _, _ = _frontend.wait(submit(_frontend.ALLGATHER, f"g{stream}", x.reshape(8, 8), None, True))
+            data.__dlpack__(stream=stream)
+        ring.shutdown()
+        print(f"OK {me}", flush=True)
+        return
     if mode == "odd":
         n = ring.size()
         for step in range(3):
