@@ -23,7 +23,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import numpy as np
 
 from ring_strategy import ops
-from ring_strategy.process_sets import ProcessSet, _check_process_set, global_process_set
+from ring_strategy._core.registry import ProcessSet, global_process_set, place_of
 
 
 class Flattener:
@@ -135,7 +135,7 @@ def reduce_except_local(grads: Sequence[Any], local: Sequence[bool], reduce: Cal
     out = list(grads)
     for i, g in zip(shared, reduce([grads[i] for i in shared])):
         out[i] = g
-    n = _check_process_set(process_set).size
+    n = place_of(process_set).size
     if scale_local and n > 1:
         out = [divide(g, n) if mine and g is not None else g for g, mine in zip(out, local)]
     return out

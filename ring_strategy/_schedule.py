@@ -47,10 +47,11 @@ def cpus_per_rank(local_size: Optional[int] = None) -> float:
     Otherwise the CPUs this process may run on divided by ``local_size``
     (1 outside a job)."""
     if local_size is None:
-        from ring_strategy.basics import _state
+        from ring_strategy._core import engine
 
-        if _state.runtime is not None:
-            return _state.runtime.cpus_per_rank()
+        running = engine.cpus_per_rank()
+        if running is not None:
+            return running
         local_size = 1
     return _native.cpus_per_rank(int(local_size))
 

@@ -7,6 +7,10 @@ CUDA) go to the engine's GPU path and give cupy results
 Every operation has an ``*_async`` form that returns a :class:`Handle`
 immediately; :func:`synchronize` waits for it and returns the result,
 :func:`poll` tells whether it is done.
+
+A front end like the others, on the core (:mod:`ring_strategy._core`): it
+turns arrays into what the engine takes and names things as Horovod does;
+the core checks sets, names operations, submits and waits.
 """
 
 from __future__ import annotations
@@ -15,9 +19,12 @@ from typing import Any, Callable, List, Optional, Sequence
 
 import numpy as np
 
-from ring_strategy import _frontend, _handles, _native
 from ring_strategy import _gpu_arrays as _gpu
-from ring_strategy._rules import (  # noqa: F401  (the reduction ops are part of this API)
+from ring_strategy import _native
+from ring_strategy._core import engine as _engine
+from ring_strategy._core import handles as _handles
+from ring_strategy._core.registry import ProcessSet, global_process_set, place_of
+from ring_strategy._core.rules import (  # noqa: F401  (the reduction ops are part of this API)
     Adasum,
     Average,
     Max,
@@ -30,7 +37,6 @@ from ring_strategy._rules import (  # noqa: F401  (the reduction ops are part of
     require_rows,
 )
 from ring_strategy.exceptions import BadArgumentError
-from ring_strategy.process_sets import ProcessSet, _check_process_set, global_process_set
 
 _DTYPE_CODES = {
     np.dtype(name): code for name, code in _native.DTYPES.items() if name != "bfloat16"
@@ -119,25 +125,25 @@ def _submit(
     prescale: float = 1.0,
     postscale: float = 1.0,
     splits: Sequence[int] = (),
-    wake: bool = True,
+    asynchronous: bool = True,
     process_set: int = 0,
-) -> Handle:
+) -> Any:
     """Queues one engine operation on ``arr`` (and ``out``, None: the engine
     allocates) on the set with engine id ``process_set``; ``finish`` turns
-    its results into what synchronize() returns. ``wake=False`` (a
-    synchronous call) waits for it here and returns that result instead of
-    a Handle."""
+    its results into what synchronize() returns. Returns a Handle, or
+    unless ``asynchronous`` waits for it here and returns that result."""
     code = _dtype_code(arr)
     stream = 0 if arr.__class__ is np.ndarray else _gpu.stream_of(arr)
     ein, eout = arr, out  # what the engine sees: bfloat16 as its uint16 bits
     if code == _BFLOAT16:
         ein, eout = _raw(arr, code), None if out is None else _raw(out, code)
-    h = _frontend.enqueue(
-        kind, _handles.auto_name(label, name, process_set), ein, eout, code,
-        arr.shape, op=op, root=root, prescale=prescale, postscale=postscale, splits=splits, wake=wake,
-        process_set=process_set, stream=stream,
-    )
-    return Handle([h], (arr, out), finish) if wake else _handles.finish_now([h], (arr, out), finish)
+    name = _handles.auto_name(label, name, process_set)
+    kw = dict(op=op, root=root, prescale=prescale, postscale=postscale, splits=splits, process_set=process_set,
+              stream=stream, shape=arr.shape)
+    if asynchronous:
+        return Handle(_engine.submit(kind, name, ein, eout, code, **kw), (arr, out), finish)
+    return finish(_engine.submit(kind, name, ein, eout, code, sync=True, keep=(arr, out),
+                                 results=getattr(finish, "needs_results", True), **kw))
 
 
 def _from_engine(like: Any) -> Callable[[List[tuple]], np.ndarray]:
@@ -224,26 +230,26 @@ def _check_out(out: Any, arr: np.ndarray) -> np.ndarray:
 
 
 def _allreduce(
-    tensor: Any, op: int, name: Optional[str], prescale: float, postscale: float, wake: bool,
+    tensor: Any, op: int, name: Optional[str], prescale: float, postscale: float, asynchronous: bool,
     out: Optional[np.ndarray] = None, process_set: ProcessSet = global_process_set,
 ) -> Handle:
-    place = _check_process_set(process_set)
+    place = place_of(process_set)
     arr = _as_array(tensor)
     out = _empty_like(arr) if out is None else _check_out(out, arr)
     return _submit(
         _native.OP_ALLREDUCE, "allreduce", arr, out, name, _handles.outputs_given(lambda _: out),
-        op=op, prescale=prescale, postscale=postscale, wake=wake, process_set=place.id,
+        op=op, prescale=prescale, postscale=postscale, asynchronous=asynchronous, process_set=place.id,
     )
 
 
 def _allreduce_lean(arr: np.ndarray, op: int, name: Optional[str], prescale: float, postscale: float,
-                    out: Optional[np.ndarray], wake: bool) -> Any:
+                    out: Optional[np.ndarray], asynchronous: bool) -> Any:
     """The allreduce of a numpy array over every rank in the fewest steps
     (a latency-bound call's time is mostly this front end's): the same
     checks and result as :func:`_allreduce`'s general path, or None, having
     queued nothing, for anything that path must look at (a strided or
     bfloat16 input, an ``out`` that is not a ready numpy array). A Handle
-    when ``wake``, else the result, waited for here."""
+    when ``asynchronous``, else the result, waited for here."""
     code = _DTYPE_CODES.get(arr.dtype)
     if code is None or not arr.flags.c_contiguous:
         return None
@@ -251,11 +257,12 @@ def _allreduce_lean(arr: np.ndarray, op: int, name: Optional[str], prescale: flo
         out = np.empty(arr.shape, arr.dtype)
     elif not _out_ready(out, arr):
         return None
-    h = _frontend.enqueue_reduce(_native.OP_ALLREDUCE, _handles.auto_name("allreduce", name), arr, out, code, op,
-                                 prescale, postscale, wake=wake)
-    if wake:
-        return Handle([h], (arr, out), _handles.outputs_given(lambda _: out))
-    _handles.wait_now(h, (arr, out))
+    name = _handles.auto_name("allreduce", name)
+    if asynchronous:
+        return Handle(_engine.submit(_engine.ALLREDUCE, name, arr, out, code, op=op, prescale=prescale,
+                                     postscale=postscale), (arr, out), _handles.outputs_given(lambda _: out))
+    _engine.submit(_engine.ALLREDUCE, name, arr, out, code, op=op, prescale=prescale, postscale=postscale, sync=True,
+                   keep=(arr, out), results=False)
     return out
 
 
@@ -296,14 +303,14 @@ def allreduce(
 
 
 def _allreduce_group(tensors: Sequence[Any], names: Sequence[str], op: int, prescale: float, postscale: float,
-                     wake: bool, process_set: ProcessSet, out: Optional[Sequence[Any]] = None) -> Handle:
+                     asynchronous: bool, process_set: ProcessSet, out: Optional[Sequence[Any]] = None) -> Handle:
     """Queues the allreduce of every array of ``tensors`` (``tensors[i]``
     named ``names[i]``) in one engine call; synchronize() returns the list of
     results (``out``, when given: where each result goes). Dtypes may differ;
     a bad member queues nothing. The grouped
     allreduce of every front end that hands the engine host arrays (this
     module's, TensorFlow's, MXNet's, the fused buffers of :mod:`_fused`)."""
-    place = _check_process_set(process_set)
+    place = place_of(process_set)
     if all(t.__class__ is np.ndarray for t in tensors):  # the common case, kept lean: < 1 us a tensor in all
         arrs = [t if t.flags.c_contiguous else t.copy(order="C") for t in tensors]
         outs = [np.empty(a.shape, a.dtype) for a in arrs] if out is None else _check_outs(out, arrs)
@@ -317,12 +324,11 @@ def _allreduce_group(tensors: Sequence[Any], names: Sequence[str], op: int, pres
     if _BFLOAT16 in codes:
         ins = [_raw(a, c) for a, c in zip(arrs, codes)]
         raw_outs = [_raw(o, c) for o, c in zip(outs, codes)]
-    ids = _frontend.enqueue_group(
-        _native.OP_ALLREDUCE, names, ins, raw_outs, codes, op=op, prescale=prescale, postscale=postscale,
-        wake=wake, process_set=place.id, streams=streams,
-    )
-    finish = _handles.outputs_given(lambda _: outs)
-    return Handle(ids, (arrs, outs), finish) if wake else _handles.finish_now(ids, (arrs, outs), finish)
+    keep = (arrs, outs)
+    submitted = _engine.submit(_engine.ALLREDUCE, list(names), ins, raw_outs, codes, op=op, prescale=prescale,
+                               postscale=postscale, process_set=place.id, stream=streams, sync=not asynchronous,
+                               keep=keep, results=False)
+    return Handle(submitted, keep, _handles.outputs_given(lambda _: outs)) if asynchronous else outs
 
 
 def _check_outs(out: Sequence[Any], arrs: Sequence[Any]) -> List[Any]:
@@ -347,12 +353,13 @@ def grouped_allreduce_async(
     return _grouped(tensors, op, name, prescale_factor, postscale_factor, True, process_set, out)
 
 
-def _grouped(tensors: Sequence[Any], op: int, name: Optional[str], prescale: float, postscale: float, wake: bool,
+def _grouped(tensors: Sequence[Any], op: int, name: Optional[str], prescale: float, postscale: float,
+             asynchronous: bool,
              process_set: ProcessSet, out: Optional[Sequence[Any]] = None) -> Handle:
     if not isinstance(tensors, (list, tuple)):
         raise BadArgumentError(f"tensors should be a list of arrays. Got: {type(tensors).__name__}")
-    base = _handles.auto_name("grouped_allreduce", name, _check_process_set(process_set).id)
-    return _allreduce_group(tensors, group_names(base, len(tensors), True), op, prescale, postscale, wake,
+    base = _handles.auto_name("grouped_allreduce", name, place_of(process_set).id)
+    return _allreduce_group(tensors, group_names(base, len(tensors), True), op, prescale, postscale, asynchronous,
                             process_set, out)
 
 
@@ -398,13 +405,14 @@ def allgather_async(tensor: Any, name: Optional[str] = None, process_set: Proces
     return _allgather(tensor, name, True, process_set)
 
 
-def _allgather(tensor: Any, name: Optional[str], wake: bool, process_set: ProcessSet) -> Handle:
-    place = _check_process_set(process_set)
+def _allgather(tensor: Any, name: Optional[str], asynchronous: bool, process_set: ProcessSet) -> Handle:
+    place = place_of(process_set)
     arr = _as_array(tensor)
     if arr.ndim == 0:
         arr = arr.reshape(1)
     return _submit(
-        _native.OP_ALLGATHER, "allgather", arr, None, name, _from_engine(arr), wake=wake, process_set=place.id
+        _native.OP_ALLGATHER, "allgather", arr, None, name, _from_engine(arr), asynchronous=asynchronous,
+        process_set=place.id,
     )
 
 
@@ -422,13 +430,14 @@ def broadcast_async(
     return _broadcast(tensor, root_rank, name, True, process_set)
 
 
-def _broadcast(tensor: Any, root_rank: int, name: Optional[str], wake: bool, process_set: ProcessSet) -> Handle:
-    place = _check_process_set(process_set)
+def _broadcast(tensor: Any, root_rank: int, name: Optional[str], asynchronous: bool,
+               process_set: ProcessSet) -> Handle:
+    place = place_of(process_set)
     arr = _as_array(tensor)
     out = _empty_like(arr)
     return _submit(
         _native.OP_BROADCAST, "broadcast", arr, out, name, _handles.outputs_given(lambda _: out), root=root_rank,
-        wake=wake, process_set=place.id,
+        asynchronous=asynchronous, process_set=place.id,
     )
 
 
@@ -445,7 +454,7 @@ def alltoall_async(
     process_set: ProcessSet = global_process_set,
 ) -> Handle:
     """Starts an alltoall; see :func:`alltoall`."""
-    place = _check_process_set(process_set)
+    place = place_of(process_set)
     arr = _as_array(tensor)
     require_rows("alltoall", arr.ndim, "array")
     want_splits = splits is not None
@@ -484,7 +493,7 @@ def reducescatter_async(
     tensor: Any, op: int = Average, name: Optional[str] = None, process_set: ProcessSet = global_process_set
 ) -> Handle:
     """Starts a reducescatter; see :func:`reducescatter`."""
-    place = _check_process_set(process_set)
+    place = place_of(process_set)
     arr = _as_array(tensor)
     require_rows("reducescatter", arr.ndim, "array")
     rows = reducescatter_rows(arr.shape[0], place.size, place.rank)
@@ -516,11 +525,13 @@ def join() -> int:
     meanwhile. Returns the rank that joined last, on every rank.
     """
     token = np.zeros(1, dtype=np.uint8)
-    return _submit(_native.OP_JOIN, "join", token, None, "join", lambda results: int(results[0][2][0]), wake=False)
+    return _submit(_native.OP_JOIN, "join", token, None, "join", lambda results: int(results[0][2][0]),
+                   asynchronous=False)
 
 
 def barrier(process_set: ProcessSet = global_process_set) -> None:
     """Returns once every rank of ``process_set`` has called ``barrier()``."""
-    place = _check_process_set(process_set)
+    place = place_of(process_set)
     token = np.zeros(1, dtype=np.uint8)
-    _submit(_native.OP_BARRIER, "barrier", token, None, None, lambda _: None, wake=False, process_set=place.id)
+    _submit(_native.OP_BARRIER, "barrier", token, None, None, lambda _: None, asynchronous=False,
+            process_set=place.id)

@@ -28,322 +28,37 @@ ascending order.
 
 Registrations belong to a world: ``shutdown()`` forgets them and a later
 ``init()`` starts with the global set only.
+
+The sets live in the core (:mod:`ring_strategy._core.registry`); front ends
+check a ``process_set=`` argument with :func:`place_of`, which also gives the
+engine's id of the set and this rank's place in it (``SetPlace``), and use
+:func:`by_id` and :func:`averages_here`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence
+from ring_strategy._core.registry import (
+    ProcessSet,
+    SetPlace,
+    add_process_set,
+    averages_here,
+    by_id,
+    global_process_set,
+    place_of,
+    remove_process_set,
+)
 
-from ring_strategy import _native
-from ring_strategy.basics import _runtime, is_initialized, rank, size
-from ring_strategy.exceptions import BadArgumentError
+__all__ = ["ProcessSet", "global_process_set", "SetPlace", "place_of", "by_id", "averages_here", "add_process_set",
+           "remove_process_set"]
 
-
-class ProcessSet:
-    """The ranks an operation runs on, as in Horovod.
-
-    A set is usable once registered (``init(process_sets=...)`` or
-    ``add_process_set``), which gives it ``process_set_id``. A set of every
-    rank is the global set.
-
-    Args:
-        ranks: the global ranks of the set (a list, tuple or range of ints).
-    """
-
-    def __init__(self, ranks: Sequence[int]):
-        if not isinstance(ranks, (list, tuple, range)) or not all(
-            isinstance(r, int) and not isinstance(r, bool) for r in ranks
-        ):
-            raise NotImplementedError(
-                f"ProcessSet takes a list of ranks (MPI communicators are not supported). Got: {ranks!r}"
-            )
-        self._ranks: Optional[List[int]] = sorted(set(ranks))
-        self.process_set_id: Optional[int] = None
-
-    @property
-    def ranks(self) -> Optional[List[int]]:
-        return self._ranks
-
-    def size(self) -> Optional[int]:
-        """Number of ranks in the set."""
-        ranks = self.ranks
-        return None if ranks is None else len(ranks)
-
-    def rank(self) -> Optional[int]:
-        """This process's index in the set, or -1 when it is not a member."""
-        ranks = self.ranks
-        if ranks is None:
-            return None
-        me = rank()
-        return ranks.index(me) if me in ranks else -1
-
-    def included(self) -> Optional[bool]:
-        """True when this process belongs to the set."""
-        ranks = self.ranks
-        return None if ranks is None else rank() in ranks
-
-    def __repr__(self) -> str:
-        return f"ProcessSet(process_set_id={self.process_set_id}, ranks={self.ranks})"
+# The check's former name, which front ends still import.
+_check_process_set = place_of
 
 
-class _GlobalProcessSet(ProcessSet):
-    def __init__(self) -> None:
-        self._ranks = None
-        self.process_set_id = 0
+def __getattr__(name: str) -> object:
+    # The former per-module state: the sets now live in the current world.
+    if name == "_world":
+        from ring_strategy._core import world
 
-    @property
-    def ranks(self) -> Optional[List[int]]:
-        return list(range(size())) if is_initialized() else None
-
-    def __repr__(self) -> str:
-        return "global_process_set"
-
-
-global_process_set: ProcessSet = _GlobalProcessSet()
-
-
-class SetPlace(NamedTuple):
-    """Where this rank stands in a set: the engine's id, the set's size and
-    this rank's index in it."""
-
-    id: int
-    size: int
-    rank: int
-
-
-@dataclass
-class _World:
-    sets: Dict[int, ProcessSet] = field(default_factory=dict)  # id -> registered set (not the global one)
-    next_id: int = 1
-    dynamic: bool = False
-    # This rank's place in the global set while the world runs (a stale one
-    # after shutdown() only reaches an engine call, which says so).
-    global_place: Optional[SetPlace] = None
-
-
-_world = _World()
-
-
-def _check_process_set(process_set: Any) -> SetPlace:
-    """The place of this rank in ``process_set``; BadArgumentError when it is
-    not a registered set of this world or this rank is not in it."""
-    if process_set is global_process_set:
-        return _world.global_place or SetPlace(0, size(), rank())
-    if not isinstance(process_set, ProcessSet):
-        raise BadArgumentError(f"process_set should be a ProcessSet. Got: {process_set!r}")
-    ps_id = process_set.process_set_id
-    if ps_id is None or _world.sets.get(ps_id) is not process_set:
-        if process_set.ranks == list(range(size())):
-            return SetPlace(0, size(), rank())  # every rank: the global set
-        raise BadArgumentError(
-            f"{process_set!r} is not registered in this world: pass it to init(process_sets=...) or "
-            "add_process_set() on every rank first"
-        )
-    me = process_set.rank()
-    if me < 0:
-        raise BadArgumentError(f"rank {rank()} is not a member of {process_set!r}: only its ranks may use it")
-    return SetPlace(ps_id, len(process_set.ranks or ()), me)
-
-
-def by_id(process_set_id: Any) -> ProcessSet:
-    """The registered set with this id (0: the global set); BadArgumentError otherwise."""
-    if process_set_id == 0:
-        return global_process_set
-    found = _world.sets.get(process_set_id) if isinstance(process_set_id, int) else None
-    if found is None:
-        raise BadArgumentError(f"no process set has id {process_set_id!r} in this world")
-    return found
-
-
-def averages_here(process_set: Any) -> bool:
-    """Whether a distributed optimizer on ``process_set`` reduces gradients on
-    this rank: it is a member of a set of more than one rank (a rank outside
-    the set trains alone)."""
-    return bool(process_set.included()) and _check_process_set(process_set).size > 1
-
-
-def _dynamic_variables() -> str:
-    """How the engine's configuration table names the dynamic switch."""
-    for name, alias, _, _ in _native.config_table():
-        if name == "RING_DYNAMIC_PROCESS_SETS":
-            return f"{name}=1 (or {alias}=1)"
-    raise AssertionError("the engine's configuration table has no RING_DYNAMIC_PROCESS_SETS")
-
-
-def _as_set(process_set: Any) -> ProcessSet:
-    return process_set if isinstance(process_set, ProcessSet) else ProcessSet(process_set)
-
-
-def _local_problem(ranks: Optional[List[int]]) -> Optional[str]:
-    """What is wrong with registering ``ranks`` here, or None."""
-    n = size()
-    if not ranks:
-        return "a process set needs at least one rank"
-    if ranks[0] < 0 or ranks[-1] >= n:
-        return f"process set ranks {ranks} should be in [0, {n})"
-    if ranks == list(range(n)):
-        return "a process set of every rank is the global set, which always exists"
-    for other in _world.sets.values():
-        if other.ranks == ranks:
-            return f"a process set with ranks {ranks} exists already ({other!r})"
-    return None
-
-
-def _agree(what: str, mine: Any, problem: Optional[str]) -> None:
-    """Collective: every rank shows its view of a registration and its local
-    problem; raises BadArgumentError on every rank unless all are alike and
-    none has a problem."""
-    from ring_strategy import _objects
-
-    views = _objects.allgather_object((mine, problem), "ring.process_sets.agree", global_process_set)
-    problems = [f"rank {r}: {p}" for r, (_, p) in enumerate(views) if p]
-    if problems:
-        raise BadArgumentError(f"{what} refused: " + "; ".join(problems))
-    if any(v != views[0][0] for v, _ in views):
-        shown = ", ".join(f"rank {r}: {v!r}" for r, (v, _) in enumerate(views))
-        raise BadArgumentError(f"{what}: the ranks disagree ({shown}); every rank must make the same call")
-
-
-def _register(ps: ProcessSet) -> Optional[str]:
-    """Registers ``ps`` in the engine under the next id; a problem instead
-    (never raises for a refusal: the caller still has to join the agreement)."""
-    problem = _local_problem(ps.ranks)
-    if problem is None:
-        try:
-            _runtime().add_process_set(_world.next_id, ps.ranks)
-        except BadArgumentError as e:
-            problem = str(e)
-    return problem
-
-
-def _start_world(process_sets: Any) -> None:
-    """Called by ``init()`` once the engine runs: forgets the ended world's
-    sets and registers ``process_sets`` (None, "dynamic" or a list of sets)
-    on every rank together."""
-    global _world
-    _world = _World(dynamic=bool(_runtime().config["dynamic_process_sets"]), global_place=SetPlace(0, size(), rank()))
-    if process_sets is None:
-        return
-    if isinstance(process_sets, str):
-        if process_sets != "dynamic":
-            raise BadArgumentError(f"process_sets should be a list of sets or 'dynamic'. Got: {process_sets!r}")
-        _world.dynamic = True
-        return
-    sets = [_as_set(p) for p in process_sets]
-    added: List[int] = []
-    problem = None
-    for ps in sets:
-        problem = _register(ps)
-        if problem:
-            break
-        added.append(_world.next_id)
-        _world.sets[_world.next_id] = ps  # so a later duplicate in the list is seen
-        _world.next_id += 1
-    try:
-        _agree("init(process_sets=...)", [ps.ranks for ps in sets], problem)
-    except BadArgumentError:
-        for ps_id in added:
-            _runtime().remove_process_set(ps_id)
-        _world.sets.clear()
-        _world.next_id = 1
-        raise
-    for ps_id, ps in zip(added, sets):
-        ps.process_set_id = ps_id
-
-
-def _require_dynamic(what: str) -> None:
-    _runtime()  # ShutdownError before init()
-    if not _world.dynamic:
-        raise BadArgumentError(
-            f"{what} after init() needs dynamic process sets: set {_dynamic_variables()} or call "
-            "init(process_sets='dynamic'); otherwise list the sets in init(process_sets=[...])"
-        )
-
-
-def add_process_set(process_set: Any) -> ProcessSet:
-    """Registers a process set on every rank (collective: every rank calls it
-    with the same ranks) and returns it, with its ``process_set_id``.
-
-    Needs dynamic process sets (see the module's documentation).
-
-    Args:
-        process_set: a ProcessSet, or a list of global ranks.
-
-    Raises:
-        BadArgumentError: on every rank, when the ranks disagree, a set with
-            these ranks exists already, or a rank is out of range.
-    """
-    _require_dynamic("add_process_set")
-    ps = _as_set(process_set)
-    ps_id = _world.next_id
-    problem = _register(ps)  # before agreeing: rank 0 knows it before any rank can use it
-    try:
-        _agree("add_process_set", (ps_id, ps.ranks), problem)
-    except BadArgumentError:
-        if problem is None:
-            _runtime().remove_process_set(ps_id)
-        raise
-    _world.next_id += 1
-    _world.sets[ps_id] = ps
-    ps.process_set_id = ps_id
-    return ps
-
-
-def remove_process_set(process_set: ProcessSet) -> bool:
-    """Removes a registered process set on every rank (collective: every
-    rank calls it, in the same order). Returns False when the set is not
-    registered (on every rank alike).
-
-    Blocks, as Horovod's does, until this rank's operations of the set have
-    finished (asynchronous ones too: their handles stay valid for
-    ``synchronize``) and every rank has called it; the set then leaves the
-    engines, with nothing of it queued or in flight anywhere.
-
-    Raises:
-        BadArgumentError: for the global set; on every rank when the ranks
-            disagree, or when some rank's operations of the set did not
-            finish within ``RING_TIMEOUT_SECONDS`` (a member never submitted
-            them): the set then stays registered everywhere.
-    """
-    if process_set is global_process_set or getattr(process_set, "process_set_id", None) == 0:
-        raise BadArgumentError("the global process set cannot be removed")
-    _require_dynamic("remove_process_set")
-    ps_id = getattr(process_set, "process_set_id", None)
-    known = ps_id is not None and _world.sets.get(ps_id) is process_set
-    problem = _drain(ps_id, process_set) if known else None
-    _agree("remove_process_set", ps_id if known else None, problem)
-    if not known:
-        return False
-    _unregister(ps_id)
-    del _world.sets[ps_id]
-    process_set.process_set_id = None
-    return True
-
-
-def _timeout_s() -> float:
-    return float(_runtime().config["timeout_seconds"])
-
-
-def _drain(ps_id: int, ps: ProcessSet) -> Optional[str]:
-    """Waits, at most the job's timeout, until this rank has no unfinished
-    operation of ``ps`` (engine id ``ps_id``), whichever front end or
-    framework kernel queued it; what is wrong otherwise. Every rank drains
-    before it agrees, so once all have agreed no rank has a request of the
-    set left for rank 0 to negotiate."""
-    timeout = _timeout_s()
-    if _runtime().wait_set_idle(ps_id, timeout):
-        return None
-    return (f"operations of {ps!r} still in flight on rank {rank()} after {timeout:g} s "
-            "(RING_TIMEOUT_SECONDS): every member of the set must submit each of them before removing it")
-
-
-def _unregister(ps_id: int) -> None:
-    """Drops set ``ps_id`` from this rank's engine, after every rank agreed.
-    The engine refuses while this rank has operations of the set in flight:
-    only ones another thread queued after :func:`_drain`, a misuse that
-    raises BadArgumentError here (the set then stays registered here)."""
-    try:
-        _runtime().remove_process_set(ps_id)
-    except BadArgumentError as e:
-        raise BadArgumentError(f"remove_process_set: every rank agreed, but {e}") from None
+        return world.current()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,10 +1,12 @@
-"""Argument rules every front end (numpy, torch, TensorFlow, Keras) applies
-the same way, written once: reduction ops and Horovod's ``average=`` flag,
+"""Layer 1 of the core (:mod:`ring_strategy._core`): argument rules every
+front end (numpy, torch, TensorFlow, Keras) applies the same way, written once: reduction ops and Horovod's ``average=`` flag,
 root ranks, alltoall splits and the rows of a reducescatter. Front ends
 convert their tensors to the plain Python values these functions take
 (shapes, ints, lists) and call them; nothing here imports a framework.
 
-Process sets are checked by :func:`ring_strategy.process_sets._check_process_set`.
+Imports nothing of ring_strategy but the extension's constants and the
+exceptions: no state, no engine calls. Process sets are checked by
+:func:`ring_strategy._core.registry.place_of`.
 """
 
 from __future__ import annotations

@@ -34,13 +34,13 @@ def start_timeline(file_path: str, mark_cycles: bool = False) -> None:
         BadArgumentError: the file cannot be created.
         ShutdownError: ring is not initialized.
     """
-    from ring_strategy.basics import _runtime
+    from ring_strategy._core import engine
 
-    _runtime().start_timeline(str(file_path), bool(mark_cycles))
+    engine.start_timeline(str(file_path), bool(mark_cycles))
 
 
 def stop_timeline() -> None:
     """Stops writing the timeline and closes its file (valid JSON from then on)."""
-    from ring_strategy.basics import _runtime
+    from ring_strategy._core import engine
 
-    _runtime().stop_timeline()
+    engine.stop_timeline()

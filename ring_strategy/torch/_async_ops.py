@@ -25,8 +25,9 @@ from typing import Any, Callable, List, Optional, Sequence
 import numpy as np
 import torch
 
-from ring_strategy import _frontend, _handles
 from ring_strategy import ops as _core_ops
+from ring_strategy._core import engine as _engine
+from ring_strategy._core import handles as _handles
 from ring_strategy._rules import (
     Average,
     Sum,
@@ -46,7 +47,7 @@ from ring_strategy.torch.compiled import tracing
 
 # ---------------------------------------------------------------- tensors in and out
 _DTYPE_CODES = {
-    getattr(torch, name): code for name, code in _frontend.DTYPES.items()
+    getattr(torch, name): code for name, code in _engine.DTYPES.items()
 }
 
 
@@ -62,7 +63,7 @@ def _checked(tensor: Any, what: str = "tensor") -> torch.Tensor:
     if tensor.layout != torch.strided:
         raise BadArgumentError(f"{what} should be a dense (strided) tensor. Got layout: {tensor.layout}")
     if tensor.dtype not in _DTYPE_CODES:
-        names = ", ".join(_frontend.DTYPES)
+        names = ", ".join(_engine.DTYPES)
         raise BadArgumentError(f"{what}: dtype should be one of {names}. Got: '{tensor.dtype}'")
     return tensor.detach() if tensor.requires_grad else tensor
 
@@ -96,8 +97,8 @@ def _engine_view(t: Optional[torch.Tensor]) -> Any:
 
 def _enqueue(kind: int, name: str, inp: torch.Tensor, out: Optional[torch.Tensor], **kw: Any) -> int:
     # inp and out are contiguous; the caller keeps them alive until the handle is released.
-    return _frontend.enqueue(kind, name, _engine_view(inp), _engine_view(out), _DTYPE_CODES[inp.dtype], inp.shape,
-                             stream=_stream(inp), **kw)
+    return _engine.submit(kind, name, _engine_view(inp), _engine_view(out), _DTYPE_CODES[inp.dtype], shape=inp.shape,
+                          stream=_stream(inp), **kw)[0]
 
 
 def _enqueue_group(kind: int, names: List[str], bufs: List[torch.Tensor], outs: Optional[List[Optional[torch.Tensor]]],
@@ -105,9 +106,9 @@ def _enqueue_group(kind: int, names: List[str], bufs: List[torch.Tensor], outs: 
     """:func:`_enqueue` of every buffer, in one engine call (nothing is
     queued when one is refused)."""
     streams = [_stream(b) for b in bufs] if any(b.is_cuda for b in bufs) else ()
-    return _frontend.enqueue_group(kind, names, [_engine_view(b) for b in bufs],
-                                   None if outs is None else [_engine_view(o) for o in outs],
-                                   [_DTYPE_CODES[b.dtype] for b in bufs], streams=streams, **kw)
+    return _engine.submit(kind, list(names), [_engine_view(b) for b in bufs],
+                          None if outs is None else [_engine_view(o) for o in outs],
+                          [_DTYPE_CODES[b.dtype] for b in bufs], stream=streams, **kw)
 
 
 def _same_memory(tensor: torch.Tensor, buf: torch.Tensor) -> bool:
@@ -173,14 +174,6 @@ def _allreduce_group(tensors: Sequence[Any], label: str, name: Optional[str], op
     bufs = [_contiguous(_checked(t)) for t in tensors]
     names = group_names(_handles.auto_name(label, name, ps), len(bufs), grouped)
     outs = bufs if inplace else [torch.empty_like(b) for b in bufs]
-    one_cpu_tensor = len(bufs) == 1 and not bufs[0].is_cuda
-    if one_cpu_tensor:  # one engine call with few arguments
-        ids = [_frontend.enqueue_reduce(_frontend.ALLREDUCE, names[0], _engine_view(bufs[0]), _engine_view(outs[0]),
-                                        _DTYPE_CODES[bufs[0].dtype], op, prescale_factor, postscale_factor, ps, wake)]
-    else:
-        ids = _enqueue_group(_frontend.ALLREDUCE, names, bufs, outs, op=op, prescale=prescale_factor,
-                             postscale=postscale_factor, process_set=ps, wake=wake)
-
     copies = [(t, b) for t, b in zip(tensors, bufs) if not _same_memory(t, b)] if inplace else ()
 
     def finish(_results: Any) -> Any:
@@ -193,13 +186,18 @@ def _allreduce_group(tensors: Sequence[Any], label: str, name: Optional[str], op
         return list(tensors) if inplace else outs
 
     keep = (tuple(tensors), tuple(bufs), tuple(outs))
-    _handles.outputs_given(finish)
+    kw = dict(op=op, prescale=prescale_factor, postscale=postscale_factor, process_set=ps, sync=not wake,
+              keep=keep, results=False)
+    if len(bufs) == 1 and not bufs[0].is_cuda:  # one engine call with few arguments
+        submitted = _engine.submit(_engine.ALLREDUCE, names[0], _engine_view(bufs[0]), _engine_view(outs[0]),
+                                   _DTYPE_CODES[bufs[0].dtype], **kw)
+    else:
+        submitted = _engine.submit(_engine.ALLREDUCE, list(names), [_engine_view(b) for b in bufs],
+                                   [_engine_view(o) for o in outs], [_DTYPE_CODES[b.dtype] for b in bufs],
+                                   stream=[_stream(b) for b in bufs] if any(b.is_cuda for b in bufs) else (), **kw)
     if wake:
-        return _handles.register(ids, keep, finish)
-    if one_cpu_tensor:  # one engine call to wait
-        _handles.wait_now(ids[0], keep)
-        return finish(None)
-    return _handles.finish_now(ids, keep, finish)
+        return _handles.register(submitted, keep, _handles.outputs_given(finish))
+    return finish(None)
 
 
 def allreduce_sync(tensor: torch.Tensor, name: Optional[str], op: int, prescale_factor: float,
@@ -308,7 +306,7 @@ def _allgather_group(tensors: Sequence[Any], label: str, name: Optional[str], pr
         b = _contiguous(_checked(t))
         bufs.append(b.reshape(1) if b.dim() == 0 else b)
     names = group_names(_handles.auto_name(label, name, ps), len(bufs), grouped)
-    ids = _enqueue_group(_frontend.ALLGATHER, names, bufs, None, process_set=ps)
+    ids = _enqueue_group(_engine.ALLGATHER, names, bufs, None, process_set=ps)
     def finish(results: list) -> Any:
         outs = [_from_engine(r, b) for r, b in zip(results, bufs)]
         return outs if grouped else outs[0]
@@ -337,7 +335,7 @@ def _broadcast(tensor: Any, root_rank: int, name: Optional[str], process_set: Pr
     buf = _contiguous(_checked(tensor))
     name = _handles.auto_name("broadcast", name, ps)
     out = buf if inplace else torch.empty_like(buf)
-    hid = _enqueue(_frontend.BROADCAST, name, buf, out, root=root_rank, process_set=ps)
+    hid = _enqueue(_engine.BROADCAST, name, buf, out, root=root_rank, process_set=ps)
 
     def finish(_results: list) -> torch.Tensor:
         if not inplace:
@@ -389,7 +387,7 @@ def alltoall_async(tensor: torch.Tensor, splits: Any = None, name: Optional[str]
         splits_dtype, splits = splits.dtype, splits.detach().cpu().tolist()
     split_list = alltoall_splits(splits, buf.shape[0], place.size)
     name = _handles.auto_name("alltoall", name, place.id)
-    hid = _enqueue(_frontend.ALLTOALL, name, buf, None, splits=split_list, process_set=place.id)
+    hid = _enqueue(_engine.ALLTOALL, name, buf, None, splits=split_list, process_set=place.id)
 
     def finish(results: list) -> tuple:
         return _from_engine(results[0], buf), torch.tensor(results[0][2], dtype=splits_dtype)
@@ -410,7 +408,7 @@ def _reducescatter_group(tensors: Sequence[Any], label: str, name: Optional[str]
     outs = [torch.empty((reducescatter_rows(b.shape[0], place.size, place.rank),) + tuple(b.shape[1:]), dtype=b.dtype,
                         device=b.device)
             for b in bufs]
-    ids = _enqueue_group(_frontend.REDUCESCATTER, names, bufs, outs, op=op, prescale=prescale_factor,
+    ids = _enqueue_group(_engine.REDUCESCATTER, names, bufs, outs, op=op, prescale=prescale_factor,
                          postscale=postscale_factor, process_set=place.id)
     return _handles.register(ids, (tuple(bufs), tuple(outs)), lambda _r: outs if grouped else outs[0])
 
