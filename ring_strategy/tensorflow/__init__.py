@@ -18,30 +18,8 @@ Example::
 Run it with ``ringrun -np 2 python script.py``.
 """
 
-from ring_strategy.exceptions import (
-    BadArgumentError,
-    HorovodInternalError,
-    HostsUpdatedInterrupt,
-    MismatchError,
-    PeerFailureError,
-    RingError,
-    RingTimeoutError,
-    ShutdownError,
-)
-from ring_strategy.build_queries import (
-    ccl_built,
-    cuda_built,
-    ddl_built,
-    gloo_built,
-    gloo_enabled,
-    gpu_available,
-    mpi_built,
-    mpi_enabled,
-    mpi_threads_supported,
-    nccl_built,
-    rocm_built,
-)
-from ring_strategy.timeline import start_timeline, stop_timeline
+from ring_strategy._surface import *  # noqa: F401,F403  (the names every front end shares)
+from ring_strategy.exceptions import HorovodInternalError, HostsUpdatedInterrupt
 from ring_strategy.tensorflow.compression import Compression
 from ring_strategy.tensorflow.functions import (
     allgather_object,
@@ -58,36 +36,24 @@ from ring_strategy.tensorflow.mpi_ops import (
     Max,
     Min,
     Product,
-    ProcessSet,
     Sum,
     allgather,
     allreduce,
     alltoall,
     barrier,
     broadcast,
-    cross_rank,
-    cross_size,
-    global_process_set,
     grouped_allgather,
     grouped_allreduce,
     grouped_reducescatter,
-    init,
-    is_initialized,
     join,
-    local_rank,
     local_rank_op,
-    local_size,
     local_size_op,
-    rank,
     rank_op,
     reducescatter,
-    shutdown,
-    size,
     process_set_included_op,
     size_op,
 )
 from ring_strategy.tensorflow.optimizer import DistributedOptimizer
-from ring_strategy.process_sets import add_process_set, remove_process_set
 from ring_strategy.tensorflow.session_hooks import BroadcastGlobalVariablesHook
 from ring_strategy.tensorflow import elastic
 from ring_strategy.tensorflow.sync_batch_norm import SyncBatchNormalization

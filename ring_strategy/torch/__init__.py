@@ -12,17 +12,8 @@ Example::
 Run it with ``ringrun -np 2 python script.py``.
 """
 
-from ring_strategy.exceptions import (
-    BadArgumentError,
-    HorovodInternalError,
-    HostsUpdatedInterrupt,
-    MismatchError,
-    PeerFailureError,
-    RingError,
-    RingTimeoutError,
-    ShutdownError,
-)
-from ring_strategy.timeline import start_timeline, stop_timeline
+from ring_strategy._surface import *  # noqa: F401,F403  (the names every front end shares)
+from ring_strategy.exceptions import HorovodInternalError, HostsUpdatedInterrupt
 from ring_strategy.torch import elastic
 from ring_strategy.torch.compression import Compression
 from ring_strategy.torch.functions import (
@@ -37,9 +28,7 @@ from ring_strategy.torch.mpi_ops import (
     Max,
     Min,
     Product,
-    ProcessSet,
     Sum,
-    add_process_set,
     allgather,
     allgather_async,
     allreduce,
@@ -53,15 +42,6 @@ from ring_strategy.torch.mpi_ops import (
     broadcast_,
     broadcast_async,
     broadcast_async_,
-    ccl_built,
-    cross_rank,
-    cross_size,
-    cuda_built,
-    ddl_built,
-    global_process_set,
-    gloo_built,
-    gloo_enabled,
-    gpu_available,
     grouped_allgather,
     grouped_allgather_async,
     grouped_allreduce,
@@ -70,23 +50,10 @@ from ring_strategy.torch.mpi_ops import (
     grouped_allreduce_async_,
     grouped_reducescatter,
     grouped_reducescatter_async,
-    init,
-    is_initialized,
     join,
-    local_rank,
-    local_size,
-    mpi_built,
-    mpi_enabled,
-    mpi_threads_supported,
-    nccl_built,
     poll,
-    rank,
     reducescatter,
     reducescatter_async,
-    remove_process_set,
-    rocm_built,
-    shutdown,
-    size,
     sparse_allreduce_async,
     synchronize,
 )
