@@ -278,17 +278,7 @@ def shard_optimizer(
         ValueError: an argument the sharded optimizer does not take, or an
             optimizer with state already.
     """
-    if isinstance(optimizer, ShardedOptimizer):
-        raise ValueError("optimizer is already sharded; wrap the plain torch optimizer once")
-    if compression is not Compression.none or op != Average:
-        raise ValueError("shard_optimizer_state=True averages uncompressed gradients: leave compression and op "
-                         f"at their defaults. Got: compression={compression!r}, op={op!r}")
-    check_passes(unsupported.pop("backward_passes_per_step", 1))
-    bad = {k: v for k, v in unsupported.items() if k not in _DEFAULTS or _DEFAULTS[k] != v}
-    if bad:
-        raise ValueError(f"shard_optimizer_state=True does not take {sorted(bad)}. Got: {bad!r}")
-    if optimizer.state:
-        raise ValueError("shard_optimizer_state=True: wrap the optimizer before its first step (it has state)")
+    _check_arguments(optimizer, compression, op, unsupported)
     del named_parameters  # names are positions, which every rank shares
     base = type(optimizer)
     cls = type(base.__name__, (ShardedOptimizer, base), {"__module__": base.__module__})
@@ -313,6 +303,22 @@ def shard_optimizer(
     sharded._ring_synchronized = False
     sharded._ring_name = f"ShardedOptimizer.{next(_numbers)}"
     return sharded
+
+
+def _check_arguments(optimizer: torch.optim.Optimizer, compression: Any, op: int, unsupported: Dict[str, Any]) -> None:
+    """Raises ValueError for what :func:`shard_optimizer` cannot do, quoting the values."""
+    if isinstance(optimizer, ShardedOptimizer):
+        raise ValueError("optimizer is already sharded; wrap the plain torch optimizer once")
+    if compression is not Compression.none or op != Average:
+        raise ValueError("shard_optimizer_state=True averages uncompressed gradients: leave compression and op "
+                         f"at their defaults. Got: compression={compression!r}, op={op!r}")
+    unsupported = dict(unsupported)
+    check_passes(unsupported.pop("backward_passes_per_step", 1))
+    bad = {k: v for k, v in unsupported.items() if k not in _DEFAULTS or _DEFAULTS[k] != v}
+    if bad:
+        raise ValueError(f"shard_optimizer_state=True does not take {sorted(bad)}. Got: {bad!r}")
+    if optimizer.state:
+        raise ValueError("shard_optimizer_state=True: wrap the optimizer before its first step (it has state)")
 
 
 # DistributedOptimizer's other arguments, at the values that mean "not used".
