@@ -18,15 +18,16 @@ from tests.gpu.stubs import HERE
 from tests.jobs import run_ringrun
 
 WORKER = HERE / "workers" / "hierarchical_worker.py"
+LIFECYCLE = HERE / "workers" / "lifecycle_worker.py"
 TWO_HOSTS = ["-H", "localhost:1,127.0.0.1:1"]
 
 
 def _job(stub_driver: Path, stub_nccl: Path, tmp_path: Path, mode: str, np: int = 2, hosts=TWO_HOSTS,
-         timeout: float = 120, **extra: str):
+         timeout: float = 120, worker: Path = WORKER, **extra: str):
     log = tmp_path / "nccl.log"
     env = {"RING_CUDA_DRIVER_LIBRARY": str(stub_driver), "RING_NCCL_LIBRARY": str(stub_nccl),
            "STUB_NCCL_LOG": str(log), "RING_HIERARCHICAL_ALLREDUCE": "1", "STUB_CUDA_DEVICES": str(np), **extra}
-    result = run_ringrun(np, [*hosts, sys.executable, WORKER, *mode.split()], env=env, timeout=timeout,
+    result = run_ringrun(np, [*hosts, sys.executable, worker, *mode.split()], env=env, timeout=timeout,
                          merge_output=True)
     calls = [line.split() for line in log.read_text().splitlines()] if log.exists() else []
     # Either init (non-blocking, NCCL 2.14 and later, or blocking) is the communicator's creation.
@@ -113,7 +114,7 @@ def test_lost_peer_aborts_communicators_after_the_finalizer_stops_polling(stub_d
     """Issue 40, item 2: the finalizer is polling rank 0's communicator (its work never finishes) when
     rank 1 leaves. The abort must not free the communicator under the finalizer's
     ncclCommGetAsyncError (the stand-in ends the process on a use after abort)."""
-    result, calls = _job(stub_driver, stub_nccl, tmp_path, "lost", hosts=[], RING_HIERARCHICAL_ALLREDUCE="0",
+    result, calls = _job(stub_driver, stub_nccl, tmp_path, "lost", worker=LIFECYCLE, hosts=[], RING_HIERARCHICAL_ALLREDUCE="0",
                          RING_TIMEOUT_SECONDS="3")
     assert "use after free" not in result.stdout, result.stdout
     raised = _raised(result.stdout)
@@ -131,7 +132,7 @@ def test_rank_that_never_joins_the_communicator_fails_every_rank(stub_driver, tm
     from tests.gpu.stubs import build_stub
 
     nccl = build_stub("stub_nccl.c", tmp_path, "libnccl.so", [] if config else ["STUB_NO_CONFIG"])
-    result, calls = _job(stub_driver, nccl, tmp_path, "stuck", hosts=[], timeout=40, RING_HIERARCHICAL_ALLREDUCE="0",
+    result, calls = _job(stub_driver, nccl, tmp_path, "stuck", worker=LIFECYCLE, hosts=[], timeout=40, RING_HIERARCHICAL_ALLREDUCE="0",
                          RING_TIMEOUT_SECONDS="2")
     assert not result.timed_out, result.stdout
     raised = _raised(result.stdout)
@@ -147,7 +148,7 @@ def test_fusion_buffer_grows_without_waiting_for_the_stream(stub_driver, stub_nc
     fusion buffer never synchronizes a stream (the old buffer is freed by the finalizer after the
     work that follows it), and its sizes are rounded up: a single allocation serves them all."""
     log = tmp_path / "cuda.log"
-    result, calls = _job(stub_driver, stub_nccl, tmp_path, "grow", hosts=[], RING_HIERARCHICAL_ALLREDUCE="0",
+    result, calls = _job(stub_driver, stub_nccl, tmp_path, "grow", worker=LIFECYCLE, hosts=[], RING_HIERARCHICAL_ALLREDUCE="0",
                          RING_CYCLE_TIME="20", STUB_CUDA_LOG=str(log))
     assert result.returncode == 0 and "OK 0" in result.stdout and "OK 1" in result.stdout, result.stdout
     assert any(c[0] == "ncclAllReduce" and int(c[1]) > 3 * 20000 for c in calls), calls  # fused
@@ -161,7 +162,7 @@ def test_joined_rank_without_a_cuda_tensor_uses_its_own_gpu(stub_driver, stub_nc
     """Issue 40, item 5: a rank that joined before sending any CUDA tensor joins the communicator on
     its local rank's GPU; on GPU 0, beside rank 0, NCCL refuses the communicator (the stand-in's
     "Duplicate GPU detected")."""
-    result, calls = _job(stub_driver, stub_nccl, tmp_path, "join", hosts=[], RING_HIERARCHICAL_ALLREDUCE="0")
+    result, calls = _job(stub_driver, stub_nccl, tmp_path, "join", worker=LIFECYCLE, hosts=[], RING_HIERARCHICAL_ALLREDUCE="0")
     assert result.returncode == 0 and "OK 0" in result.stdout and "OK 1" in result.stdout, result.stdout
     assert "Duplicate GPU" not in result.stdout
     assert [c[0] for c in calls].count("ncclAllReduce") == 2 * 2, calls
@@ -170,7 +171,7 @@ def test_joined_rank_without_a_cuda_tensor_uses_its_own_gpu(stub_driver, stub_nc
 def test_work_on_one_stream_completes_while_another_stream_waits(stub_driver, stub_nccl, tmp_path) -> None:
     """Issue 40, item 10: one finalizer thread per stream. With two lanes, lane 0's work never
     finishes; an allreduce on lane 1 completes anyway (one FIFO held it behind lane 0's)."""
-    result, _ = _job(stub_driver, stub_nccl, tmp_path, "held", np=1, hosts=[], timeout=30,
+    result, _ = _job(stub_driver, stub_nccl, tmp_path, "held", worker=LIFECYCLE, np=1, hosts=[], timeout=30,
                      RING_HIERARCHICAL_ALLREDUCE="0", RING_NUM_NCCL_STREAMS="2")
     assert not result.timed_out and result.returncode == 0 and "OK 0" in result.stdout, result.stdout
 
@@ -181,7 +182,7 @@ def test_dlpack_consumer_stream_waits_for_an_async_result(stub_driver, stub_nccl
     the GPU wrote it; __dlpack__(stream=s) makes the consumer's stream s wait for the operation's
     event (stream=-1: no wait). Without async completion the result is written already: no wait."""
     log = tmp_path / "cuda.log"
-    result, _ = _job(stub_driver, stub_nccl, tmp_path, "dlpack", np=1, hosts=[], RING_HIERARCHICAL_ALLREDUCE="0",
+    result, _ = _job(stub_driver, stub_nccl, tmp_path, "dlpack", worker=LIFECYCLE, np=1, hosts=[], RING_HIERARCHICAL_ALLREDUCE="0",
                      RING_ENABLE_ASYNC_COMPLETION=async_completion, STUB_CUDA_LOG=str(log))
     assert result.returncode == 0 and "OK 0" in result.stdout, result.stdout
     waits = log.read_text().splitlines().count(f"wait {0xDEF0}")
@@ -192,7 +193,7 @@ def test_fused_odd_sized_fp16_tensors_are_copied_in_16_byte_units(stub_driver, s
     """Issue 40, item 7: fusion entries start at 16-byte boundaries, so after a 3-element fp16
     tensor the batched-copy kernel still copies every later entry 16 bytes at a time."""
     log = tmp_path / "cuda.log"
-    result, calls = _job(stub_driver, stub_nccl, tmp_path, "odd", hosts=[], RING_HIERARCHICAL_ALLREDUCE="0",
+    result, calls = _job(stub_driver, stub_nccl, tmp_path, "odd", worker=LIFECYCLE, hosts=[], RING_HIERARCHICAL_ALLREDUCE="0",
                          RING_CYCLE_TIME="20", STUB_CUDA_LOG=str(log))
     assert result.returncode == 0 and "OK 0" in result.stdout and "OK 1" in result.stdout, result.stdout
     cuda = log.read_text().splitlines()
@@ -205,7 +206,7 @@ def test_teardown_after_the_driver_is_gone_does_not_end_the_process(stub_driver,
     """Issue 40, item 12: at interpreter exit the driver may already be deinitialized; freeing a GPU
     result (its DLPack deleter), the staging memory and the communicators must not throw from a
     destructor (std::terminate)."""
-    result, _ = _job(stub_driver, stub_nccl, tmp_path, "teardown", np=1, hosts=[], RING_HIERARCHICAL_ALLREDUCE="0")
+    result, _ = _job(stub_driver, stub_nccl, tmp_path, "teardown", worker=LIFECYCLE, np=1, hosts=[], RING_HIERARCHICAL_ALLREDUCE="0")
     assert result.returncode == 0 and "OK 0" in result.stdout, result.stdout
     assert "terminate" not in result.stdout, result.stdout
 
@@ -214,12 +215,12 @@ def test_shutdown_aborts_a_communicator_with_an_error_and_destroys_a_healthy_one
                                                                                tmp_path) -> None:
     """Issue 40, item 13 (Horovod's commDestroyOrAbort): ncclCommDestroy of a failed communicator
     waits for work that never ends; shutdown aborts it instead."""
-    result, calls = _job(stub_driver, stub_nccl, tmp_path, "errored", np=1, hosts=[], RING_HIERARCHICAL_ALLREDUCE="0")
+    result, calls = _job(stub_driver, stub_nccl, tmp_path, "errored", worker=LIFECYCLE, np=1, hosts=[], RING_HIERARCHICAL_ALLREDUCE="0")
     assert result.returncode == 0 and "OK 0" in result.stdout, result.stdout
     names = [c[0] for c in calls]
     assert names.count("ncclCommAbort") == 1 and "ncclCommDestroy" not in names, calls
     (tmp_path / "healthy").mkdir()
-    _, calls = _job(stub_driver, stub_nccl, tmp_path / "healthy", "healthy", np=1, hosts=[],
+    _, calls = _job(stub_driver, stub_nccl, tmp_path / "healthy", "healthy", worker=LIFECYCLE, np=1, hosts=[],
                     RING_HIERARCHICAL_ALLREDUCE="0")
     names = [c[0] for c in calls]
     assert names.count("ncclCommDestroy") == 1 and "ncclCommAbort" not in names, calls
