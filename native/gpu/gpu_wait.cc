@@ -33,8 +33,9 @@ WorkState poll_work(CUevent event, ncclComm_t comm, GpuFailure* failure) {
   return WorkState::Failed;
 }
 
-void wait_for_work(CUevent event, ncclComm_t comm, double timeout_seconds, const char* what) {
+void wait_for_work(CUevent event, ncclComm_t comm, double timeout_seconds, const char* what, Mesh* peers) {
   const auto start = std::chrono::steady_clock::now();
+  double next_peer_check = kPeerCheckSeconds;
   GpuFailure failure;
   // Spin briefly (most waits end within microseconds), then back off.
   for (int polls = 0;; ++polls) {
@@ -42,6 +43,11 @@ void wait_for_work(CUevent event, ncclComm_t comm, double timeout_seconds, const
     if (state == WorkState::Done) return;
     if (state == WorkState::Failed) throw_error(failure.kind, failure.reason + " (" + what + ")");
     const std::chrono::duration<double> waited = std::chrono::steady_clock::now() - start;
+    if (peers && waited.count() > next_peer_check) {  // a lost peer is a PeerFailure now, not a Timeout later
+      next_peer_check = waited.count() + kPeerCheckSeconds;
+      for (int r = 0; r < peers->size(); ++r)
+        if (r != peers->rank()) peers->check_alive(r);
+    }
     if (waited.count() > timeout_seconds)
       throw_error(ErrorKind::Timeout, std::string(what) + ": the GPU work did not finish within " +
                                           std::to_string(static_cast<int>(timeout_seconds)) +

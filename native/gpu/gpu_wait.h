@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "gpu/cuda_driver.h"
 #include "gpu/nccl.h"
+#include "transport/mesh.h"
 
 namespace ring::gpu {
 
@@ -31,9 +32,11 @@ WorkState poll_work(CUevent event, ncclComm_t comm, GpuFailure* failure);
 ErrorKind nccl_error_kind(ncclResult_t rc);
 
 // Blocks until `event` fires (the device is current). Throws RingError:
-// the failure poll_work() found, or Timeout when the work has not finished
-// after `timeout_seconds` (a peer that stopped answering). `what` names the
-// wait in the message.
-void wait_for_work(CUevent event, ncclComm_t comm, double timeout_seconds, const char* what);
+// the failure poll_work() found, PeerFailure when a rank of `peers` (null:
+// none) is seen gone meanwhile (looked at every kPeerCheckSeconds), or
+// Timeout when the work has not finished after `timeout_seconds` (a peer
+// that stopped answering). `what` names the wait in the message.
+constexpr double kPeerCheckSeconds = 0.1;
+void wait_for_work(CUevent event, ncclComm_t comm, double timeout_seconds, const char* what, Mesh* peers = nullptr);
 
 }  // namespace ring::gpu

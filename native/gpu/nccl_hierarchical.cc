@@ -14,7 +14,7 @@ void* at(CUdeviceptr base, size_t offset) { return reinterpret_cast<void*>(base 
 // Blocks until the work queued so far on h.stream is done.
 void wait_for_stream(const HostStage& h, const char* what) {
   std::shared_ptr<void> done = record_event(h.device, reinterpret_cast<uint64_t>(h.stream));
-  wait_for_work(static_cast<CUevent>(done.get()), h.comm, h.timeout_seconds, what);
+  wait_for_work(static_cast<CUevent>(done.get()), h.comm, h.timeout_seconds, what, h.cross);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@ NCCL's own algorithms) is tests/gpu/device_check.sh's part, on a GPU.
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -224,6 +225,19 @@ def test_shutdown_aborts_a_communicator_with_an_error_and_destroys_a_healthy_one
                     RING_HIERARCHICAL_ALLREDUCE="0")
     names = [c[0] for c in calls]
     assert names.count("ncclCommDestroy") == 1 and "ncclCommAbort" not in names, calls
+
+
+def test_peer_lost_while_the_engine_waits_for_the_nccl_stage_is_a_peer_failure(stub_driver, stub_nccl,
+                                                                              tmp_path) -> None:
+    """The hierarchical allreduce's engine-side wait for its NCCL stage looks at the cross-host peers:
+    one that vanished is PeerFailureError at once (what elastic training recovers from), not
+    RingTimeoutError after RING_TIMEOUT_SECONDS."""
+    start = time.monotonic()
+    result, _ = _job(stub_driver, stub_nccl, tmp_path, "vanish", worker=LIFECYCLE, timeout=60,
+                     RING_TIMEOUT_SECONDS="20")
+    raised = _raised(result.stdout)
+    assert len(raised) == 1 and raised[0].startswith("RAISED 0 PeerFailureError"), result.stdout
+    assert time.monotonic() - start < 15, result.stdout
 
 
 def test_finalizer_failure_fails_the_handle_and_ends_the_job(stub_driver, stub_nccl, tmp_path) -> None:

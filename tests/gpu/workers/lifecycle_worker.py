@@ -19,6 +19,9 @@ Usage: lifecycle_worker.py MODE. Prints "OK <rank>" when the mode passed, or "RA
             allreduces on its GPU.
   held      (one rank, RING_NUM_NCCL_STREAMS=2) the first lane's work never finishes: an
             allreduce on the second lane completes meanwhile; leaves at once after OK.
+  vanish    (RING_HIERARCHICAL_ALLREDUCE=1, two hosts of one rank) the NCCL stages never
+            finish, the engines' threads wait for them; rank 1 vanishes (exits without a
+            word): rank 0 raises PeerFailureError.
   dlpack    (one rank) an allgather's GPU result taken through DLPack with stream=0xDEF0
             (the consumer's), another with stream=-1 (no wait).
 """
@@ -28,6 +31,7 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
+import threading
 import time
 
 import numpy as np
@@ -126,8 +130,18 @@ def dlpack(me: int) -> bool:
     return True
 
 
+def vanish(me: int) -> bool:
+    os.environ["STUB_CUDA_EVENTS_PENDING"] = "1"
+    if me == 0:
+        expect_failure(lambda: allreduce("g"))
+        return False
+    threading.Timer(1.0, lambda: os._exit(0)).start()  # while its own NCCL stage waits too
+    allreduce("g")
+    return False
+
+
 MODES = {"lost": lost, "stuck": stuck, "errored": errored, "healthy": lambda me: errored(me, error=False),
-         "grow": grow, "teardown": teardown, "odd": odd, "join": join, "held": held, "dlpack": dlpack}
+         "grow": grow, "teardown": teardown, "odd": odd, "join": join, "held": held, "dlpack": dlpack, "vanish": vanish}
 
 
 def main() -> None:
