@@ -5,6 +5,7 @@
 #include "collectives/slices.h"
 #include "common/types.h"
 #include "gpu/batched_copy.h"
+#include "gpu/device_pool.h"
 #include "gpu/device_streams.h"
 #include "gpu/nccl_call.h"
 
@@ -41,7 +42,7 @@ NcclBackend::Lane& NcclBackend::lane(int device, int index) {
 
 CUdeviceptr NcclBackend::output_for(const Call& c, Entry& e, size_t bytes, OpResult& res) {
   if (e.output) return ptr(e.output);
-  res.device_data = device_alloc(c.device, bytes);
+  res.device_data = pool_take(c.device, bytes, c.lane->stream, e.stream);
   res.device_bytes = bytes;
   res.device = Device{DeviceType::CUDA, c.device};
   return ptr(res.device_data.get());

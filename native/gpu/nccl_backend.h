@@ -117,7 +117,8 @@ class NcclBackend : public Backend {
   void broadcast(const Call& c, Entry& e, OpResult& res);
   void alltoall(const Call& c, Entry& e, const std::vector<int64_t>& splits, OpResult& res);
   void reducescatter(const Call& c, Entry& e, OpResult& res);
-  // e's output, or new GPU memory of `bytes` handed over in `res`.
+  // e's output, or GPU memory of `bytes` from the pool (device_pool.h),
+  // handed over in `res`, reusable after e's stream is done with it.
   static CUdeviceptr output_for(const Call& c, Entry& e, size_t bytes, OpResult& res);
 
   CpuRingBackend* cpu_;

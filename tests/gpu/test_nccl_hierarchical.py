@@ -240,6 +240,21 @@ def test_peer_lost_while_the_engine_waits_for_the_nccl_stage_is_a_peer_failure(s
     assert time.monotonic() - start < 15, result.stdout
 
 
+def test_engine_allocated_gpu_results_come_from_a_pool(stub_driver, stub_nccl, tmp_path) -> None:
+    """Issue 40, item 6 (its pool part): five allgathers of one size, each result dropped before the
+    next, cost one cuMemAlloc and no cuMemFree (each a device-wide wait on a GPU); each reuse makes
+    the engine's stream wait for the block's last consumer's stream."""
+    log = tmp_path / "cuda.log"
+    result, _ = _job(stub_driver, stub_nccl, tmp_path, "pool", worker=LIFECYCLE, np=1, hosts=[],
+                     RING_HIERARCHICAL_ALLREDUCE="0", STUB_CUDA_LOG=str(log))
+    assert result.returncode == 0 and "OK 0" in result.stdout, result.stdout
+    cuda = log.read_text().splitlines()
+    assert [c for c in cuda if c.startswith("memalloc ")] == ["memalloc 4096"], cuda
+    assert not [c for c in cuda if c.startswith("memfree ")], cuda
+    # One wait per operation for its input's producer, and one per reuse for the last consumer.
+    assert len([c for c in cuda if c.startswith("wait ")]) == 5 + 4, cuda
+
+
 def test_finalizer_failure_fails_the_handle_and_ends_the_job(stub_driver, stub_nccl, tmp_path) -> None:
     result, calls = _job(stub_driver, stub_nccl, tmp_path, "finalizer", np=1, hosts=[], RING_HIERARCHICAL_ALLREDUCE="0")
     raised = _raised(result.stdout)

@@ -19,6 +19,8 @@ Usage: lifecycle_worker.py MODE. Prints "OK <rank>" when the mode passed, or "RA
             allreduces on its GPU.
   held      (one rank, RING_NUM_NCCL_STREAMS=2) the first lane's work never finishes: an
             allreduce on the second lane completes meanwhile; leaves at once after OK.
+  pool      (one rank) allgathers of one size, each result dropped before the next: the
+            engine's GPU memory for them comes from its pool.
   vanish    (RING_HIERARCHICAL_ALLREDUCE=1, two hosts of one rank) the NCCL stages never
             finish, the engines' threads wait for them; rank 1 vanishes (exits without a
             word): rank 0 raises PeerFailureError.
@@ -41,6 +43,7 @@ from ring_strategy import _frontend
 
 from hierarchical_worker import expect_failure
 from host_staged_worker import fused_on_gpu, submit
+from nccl_one_rank_worker import host_view
 
 OPS = _frontend.REDUCE_OPS
 X = np.arange(64, dtype=np.float32)
@@ -140,8 +143,16 @@ def vanish(me: int) -> bool:
     return False
 
 
+def pool(me: int) -> bool:
+    for step in range(5):
+        data, shape, _ = _frontend.wait(submit(_frontend.ALLGATHER, f"p{step}", X.reshape(8, 8), None, True))
+        assert host_view(data, X.dtype, shape).tobytes() == X.tobytes(), step
+        del data
+    return True
+
+
 MODES = {"lost": lost, "stuck": stuck, "errored": errored, "healthy": lambda me: errored(me, error=False),
-         "grow": grow, "teardown": teardown, "odd": odd, "join": join, "held": held, "dlpack": dlpack, "vanish": vanish}
+         "grow": grow, "teardown": teardown, "odd": odd, "join": join, "held": held, "dlpack": dlpack, "vanish": vanish, "pool": pool}
 
 
 def main() -> None:
