@@ -2,6 +2,7 @@
 // entries (gpu/batched_copy.h): pure, no driver needed.
 #include "gpu/batched_copy.h"
 #include "gpu/device_memory.h"
+#include "gpu/device_pool.h"
 #include "tests/harness.h"
 
 using namespace ring::gpu;
@@ -22,4 +23,13 @@ TEST(fusion_entries_start_at_16_byte_boundaries) {
   CHECK(fusion_padded(16) == 16);
   CHECK(fusion_padded(2002) == 2016);
   for (size_t esize : {1, 2, 4, 8}) CHECK(kFusionAlign % esize == 0);  // padding is whole elements
+}
+
+TEST(pooled_results_come_in_powers_of_two_then_whole_mebibytes) {
+  constexpr size_t MiB = size_t(1) << 20;
+  CHECK(pool_class(0) == 4096 && pool_class(1) == 4096 && pool_class(4096) == 4096);
+  CHECK(pool_class(4097) == 8192);
+  CHECK(pool_class(MiB) == MiB);
+  CHECK(pool_class(MiB + 1) == 2 * MiB);
+  CHECK(pool_class(5 * MiB - 3) == 5 * MiB);
 }
