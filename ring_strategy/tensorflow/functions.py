@@ -14,7 +14,7 @@ from ring_strategy import ops as _np
 from ring_strategy._rules import check_root, group_names
 from ring_strategy.tensorflow.mpi_ops import (
     ProcessSet,
-    _check_process_set,
+    place_of,
     _do_not_convert,
     _op_name,
     global_process_set,
@@ -62,7 +62,7 @@ def broadcast_(variables: Sequence[tf.Variable], root_rank: int, name: Optional[
 def _assign_broadcast(variables: Sequence[tf.Variable], root_rank: int, name: Optional[str], process_set: ProcessSet,
                       label: str) -> List[Any]:
     """The assignments of ``root_rank``'s values to ``variables`` (one host call)."""
-    place = _check_process_set(process_set)
+    place = place_of(process_set)
     root_rank = check_root(root_rank)
     variables = list(variables)
     if not variables:

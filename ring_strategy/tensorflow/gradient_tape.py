@@ -18,7 +18,7 @@ from ring_strategy.tensorflow.mpi_ops import (
     Average,
     ProcessSet,
     Sum,
-    _check_process_set,
+    place_of,
     _do_not_convert,
     _op_name,
     allreduce,
@@ -69,7 +69,7 @@ class _DistributedGradientTape(tf.GradientTape):
     def gradient(self, target, sources, output_gradients=None,
                  unconnected_gradients=tf.UnconnectedGradients.NONE):
         grads = super().gradient(target, sources, output_gradients, unconnected_gradients)
-        if _check_process_set(self._ring_process_set).size == 1 and self._ring_compression is Compression.none:
+        if place_of(self._ring_process_set).size == 1 and self._ring_compression is Compression.none:
             return grads
         flat = tf.nest.flatten(grads)
         local = [source_key(s) in self._ring_local for s in tf.nest.flatten(sources)] if self._ring_local else None
@@ -106,7 +106,7 @@ def check_gradient_reduction(op: Any, gradient_predivide_factor: Any, process_se
         raise BadArgumentError(f"gradient_predivide_factor should be a positive float. Got: {gradient_predivide_factor!r}")
     if gradient_predivide_factor != 1.0 and op != Average:
         raise BadArgumentError(f"gradient_predivide_factor needs op=Average. Got: op={op!r}")
-    _check_process_set(process_set)
+    place_of(process_set)
     return op
 
 
@@ -136,9 +136,9 @@ def allreduce_gradients(grads: List[Any], op: int, compression: Any, sparse_as_d
             return allreduce_gradients(shared, op, compression, sparse_as_dense, predivide, label,
                                        process_set=process_set)
 
-        n = set_size(_check_process_set(process_set))  # one size op per step, read when it runs
+        n = set_size(place_of(process_set))  # one size op per step, read when it runs
         return reduce_except_local(grads, local, reduce, scale_local, lambda g, _: _divided(g, n), process_set)
-    place = _check_process_set(process_set)
+    place = place_of(process_set)
     prescale, postscale = predivide_scales(op, predivide)
     out = list(grads)
     dense: List[int] = []

@@ -50,7 +50,7 @@ from ring_strategy.basics import (  # noqa: F401  (re-exported)
     size,
 )
 from ring_strategy.exceptions import BadArgumentError
-from ring_strategy.process_sets import ProcessSet, _check_process_set, by_id, global_process_set  # noqa: F401
+from ring_strategy.process_sets import ProcessSet, place_of, by_id, global_process_set  # noqa: F401
 from ring_strategy.tensorflow import native_ops as _ops
 from ring_strategy.tensorflow.compression import Compression
 from ring_strategy.tensorflow.native_ops import op_name as _op_name
@@ -99,7 +99,7 @@ def _allreduce(x: tf.Tensor, op: int, prescale: float, postscale: float, name: O
 def _grouped(xs: List[tf.Tensor], op: int, prescale: float, postscale: float, name: Optional[str],
              label: str, process_set: ProcessSet = global_process_set) -> List[tf.Tensor]:
     single = len(xs) == 1
-    place = _check_process_set(process_set)
+    place = place_of(process_set)
     names = group_names(_op_name(label, name, place.id), len(xs), not single)
     if _ops.library() is not None:
         return _ops.allreduce(xs, names, op, prescale, postscale, place.id)
@@ -151,7 +151,7 @@ def allreduce(tensor: Any, average: Optional[bool] = None, device_dense: str = "
         The reduced tensor (or IndexedSlices), identical on every rank.
     """
     op = check_op(handle_average_backwards_compatibility(op, average))
-    place = _check_process_set(process_set)
+    place = place_of(process_set)
     tensor = _tensor(tensor)
     if isinstance(tensor, tf.IndexedSlices):
         check_sparse_op(op)
@@ -179,7 +179,7 @@ def grouped_allreduce(tensors: Sequence[Any], average: Optional[bool] = None, de
     """Reduces every tensor of ``tensors`` in one operation (one host call;
     the engine fuses them). Arguments as for :func:`allreduce`."""
     op = check_op(handle_average_backwards_compatibility(op, average))
-    _check_process_set(process_set)
+    place_of(process_set)
     tensors = [_tensor(t) for t in tensors]
     if not tensors:
         return []
@@ -202,7 +202,7 @@ def _allgather_group(xs: List[tf.Tensor], name: Optional[str], label: str, group
     """Every tensor of ``xs`` allgathered over ``process_set`` in one host call
     (one engine operation each). The gradient of each is this rank's rows of
     the summed incoming gradient."""
-    place = _check_process_set(process_set)
+    place = place_of(process_set)
     names = group_names(_op_name(label, name, place.id), len(xs), grouped)
     if _ops.library() is not None:
         # a scalar counts as one row, as in the numpy core
@@ -248,7 +248,7 @@ def grouped_allgather(tensors: Sequence[Any], name: Optional[str] = None, ignore
                       process_set: ProcessSet = global_process_set) -> List[tf.Tensor]:
     """:func:`allgather` of each tensor of ``tensors``, in one host call (the
     engine fuses them); returns the list."""
-    _check_process_set(process_set)
+    place_of(process_set)
     tensors = [_tensor(t) for t in tensors]
     return _allgather_group(tensors, name, "grouped_allgather", True, process_set) if tensors else []
 
@@ -259,7 +259,7 @@ def broadcast(tensor: Any, root_rank: int, name: Optional[str] = None, ignore_na
               process_set: ProcessSet = global_process_set) -> tf.Tensor:
     """Returns ``root_rank``'s ``tensor`` on every rank of the set
     (``root_rank`` is a global rank in it)."""
-    place = _check_process_set(process_set)
+    place = place_of(process_set)
     root_rank = check_root(root_rank)
     x = _tensor(tensor)
     name = _op_name("broadcast", name, place.id)
@@ -298,7 +298,7 @@ def alltoall(tensor: Any, splits: Any = None, name: Optional[str] = None, ignore
         ``(output, received_splits)``: the received rows in rank order and
         how many came from each rank (int32).
     """
-    place = _check_process_set(process_set)
+    place = place_of(process_set)
     x = _tensor(tensor)
     require_rows("alltoall", x.shape.rank)
     name = _op_name("alltoall", name, place.id)
@@ -337,7 +337,7 @@ def _reducescatter_group(xs: List[tf.Tensor], op: int, prescale: float, postscal
     gradient, scaled as the forward pass scaled its input."""
     for x in xs:
         require_rows(label, x.shape.rank)
-    place = _check_process_set(process_set)
+    place = place_of(process_set)
     names = group_names(_op_name(label, name, place.id), len(xs), grouped)
     if _ops.library() is not None:
         return _native_reducescatter(xs, op, prescale, postscale, names, place.id)
@@ -403,7 +403,7 @@ def grouped_reducescatter(tensors: Sequence[Any], device_dense: str = "", compre
     """:func:`reducescatter` of each tensor of ``tensors``, in one host call;
     returns the list. Arguments as for :func:`reducescatter`."""
     op = check_op(op)
-    _check_process_set(process_set)
+    place_of(process_set)
     pairs = [compression.compress(_tensor(t)) for t in tensors]
     if not pairs:
         return []
@@ -415,7 +415,7 @@ def grouped_reducescatter(tensors: Sequence[Any], device_dense: str = "", compre
 def barrier(process_set: ProcessSet = global_process_set) -> Any:
     """Returns once every rank of ``process_set`` has called ``barrier()``;
     in a graph (with the op library), the op that waits so when it runs."""
-    place = _check_process_set(process_set)
+    place = place_of(process_set)
     if _ops.library() is not None:
         return _ops.barrier(_op_name("barrier", None, place.id), place.id)
     _np.barrier(process_set)

@@ -15,7 +15,7 @@ from typing import Any, List, Optional
 import tensorflow as tf
 
 from ring_strategy.exceptions import BadArgumentError
-from ring_strategy.process_sets import ProcessSet, _check_process_set, global_process_set
+from ring_strategy.process_sets import ProcessSet, place_of, global_process_set
 from ring_strategy.tensorflow.compression import Compression
 from ring_strategy.tensorflow.gradient_aggregation import LocalGradientAggregation
 from ring_strategy.tensorflow.gradient_tape import allreduce_gradients, check_gradient_reduction, source_key
@@ -81,7 +81,7 @@ class _DistributedOptimizer(_LegacyOptimizer):
 
     def _reduce(self, grads: List[Any], variables: List[Any]) -> List[Any]:
         """``grads`` reduced over the ranks, those of local variables kept (and scaled)."""
-        if _check_process_set(self._process_set).size == 1 and self._compression is Compression.none:
+        if place_of(self._process_set).size == 1 and self._compression is Compression.none:
             return list(grads)
         local = [source_key(v) in self._local_vars for v in variables]
         return allreduce_gradients(list(grads), self._op, self._compression, self._sparse_as_dense, self._predivide,

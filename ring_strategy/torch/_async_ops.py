@@ -41,7 +41,7 @@ from ring_strategy._rules import (
     require_rows,
 )
 from ring_strategy.exceptions import BadArgumentError
-from ring_strategy.process_sets import ProcessSet, _check_process_set, global_process_set
+from ring_strategy.process_sets import ProcessSet, place_of, global_process_set
 from ring_strategy.torch import compiled
 from ring_strategy.torch.compiled import tracing
 
@@ -170,7 +170,7 @@ def _allreduce_group(tensors: Sequence[Any], label: str, name: Optional[str], op
     """Queues the group; returns its integer handle, or with ``wake=False``
     (a synchronous call) waits for it here and returns its result."""
     op = check_op(op)
-    ps = _check_process_set(process_set).id
+    ps = place_of(process_set).id
     bufs = [_contiguous(_checked(t)) for t in tensors]
     names = group_names(_handles.auto_name(label, name, ps), len(bufs), grouped)
     outs = bufs if inplace else [torch.empty_like(b) for b in bufs]
@@ -300,7 +300,7 @@ def grouped_allreduce_(tensors: Sequence[torch.Tensor], average: Optional[bool] 
 # ---------------------------------------------------------------- allgather
 def _allgather_group(tensors: Sequence[Any], label: str, name: Optional[str], process_set: ProcessSet,
                      grouped: bool) -> int:
-    ps = _check_process_set(process_set).id
+    ps = place_of(process_set).id
     bufs = []
     for t in tensors:
         b = _contiguous(_checked(t))
@@ -330,7 +330,7 @@ def grouped_allgather_async(tensors: Sequence[torch.Tensor], name: Optional[str]
 
 # ---------------------------------------------------------------- broadcast
 def _broadcast(tensor: Any, root_rank: int, name: Optional[str], process_set: ProcessSet, inplace: bool) -> int:
-    ps = _check_process_set(process_set).id
+    ps = place_of(process_set).id
     root_rank = check_root(root_rank)
     buf = _contiguous(_checked(tensor))
     name = _handles.auto_name("broadcast", name, ps)
@@ -379,7 +379,7 @@ def alltoall_async(tensor: torch.Tensor, splits: Any = None, name: Optional[str]
     ``synchronize`` returns ``(output, received_splits)``, received_splits an
     int32 tensor (the dtype of ``splits`` when that is a tensor).
     """
-    place = _check_process_set(process_set)
+    place = place_of(process_set)
     buf = _contiguous(_checked(tensor))
     require_rows("alltoall", buf.dim())
     splits_dtype = torch.int32
@@ -400,7 +400,7 @@ def _reducescatter_group(tensors: Sequence[Any], label: str, name: Optional[str]
                          process_set: ProcessSet, prescale_factor: float, postscale_factor: float,
                          grouped: bool) -> int:
     op = check_op(op)
-    place = _check_process_set(process_set)
+    place = place_of(process_set)
     bufs = [_contiguous(_checked(t)) for t in tensors]
     for b in bufs:
         require_rows("reducescatter", b.dim())
@@ -444,7 +444,7 @@ def sparse_allreduce_async(tensor: torch.Tensor, name: str, op: int,
     """
     op = check_op(op)
     check_sparse_op(op)
-    members = _check_process_set(process_set).size
+    members = place_of(process_set).size
     if op not in (Sum, Average):
         raise BadArgumentError(f"sparse allreduce supports op=Sum or op=Average. Got: {op!r}")
     t = tensor.coalesce() if not tensor.is_coalesced() else tensor

@@ -29,7 +29,7 @@ import torch
 
 from ring_strategy._rules import Average, handle_average_backwards_compatibility
 from ring_strategy.basics import rank
-from ring_strategy.process_sets import ProcessSet, _check_process_set, global_process_set
+from ring_strategy.process_sets import ProcessSet, place_of, global_process_set
 from ring_strategy.torch import _async_ops as _ops
 from ring_strategy.torch import compiled, custom_ops
 from ring_strategy.torch.compiled import tracing
@@ -46,7 +46,7 @@ def _differentiable(tensors: Sequence[Any]) -> bool:
 
 def _process_set_rank(process_set: ProcessSet) -> int:
     """This rank's index in the set (the order of allgather's blocks)."""
-    return _check_process_set(process_set).rank
+    return place_of(process_set).rank
 
 
 # ---------------------------------------------------------------- allreduce
@@ -260,7 +260,7 @@ def alltoall(tensor: torch.Tensor, splits: Any = None, name: Optional[str] = Non
 
 # ---------------------------------------------------------------- reducescatter
 def _reducescatter_grad_scale(op: int, prescale: float, postscale: float, process_set: ProcessSet) -> float:
-    return custom_ops.reducescatter_grad_scale(op, prescale, postscale, _check_process_set(process_set).size)
+    return custom_ops.reducescatter_grad_scale(op, prescale, postscale, place_of(process_set).size)
 
 
 class _Reducescatter(torch.autograd.Function):

@@ -17,7 +17,7 @@ from typing import Any, List, Optional, Sequence
 import torch
 from torch import Tensor
 
-from ring_strategy.process_sets import ProcessSet, _check_process_set
+from ring_strategy.process_sets import ProcessSet, place_of
 
 _ring = torch.ops.ring  # the operators, registered when ring_strategy.torch is imported
 tracing = torch.compiler.is_compiling  # True while Dynamo traces the caller: then use these functions
@@ -29,7 +29,7 @@ def set_id(process_set: ProcessSet) -> int:
     registered, usable when it holds every rank) goes through the eager rule,
     which Dynamo traces (plain Python on the world's cached place)."""
     ps_id = getattr(process_set, "process_set_id", None)
-    return _check_process_set(process_set).id if ps_id is None else ps_id
+    return place_of(process_set).id if ps_id is None else ps_id
 
 
 def allreduce(tensor: Tensor, name: Optional[str], op: int, prescale: float, postscale: float,

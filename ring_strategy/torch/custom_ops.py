@@ -40,7 +40,7 @@ from torch import Tensor
 from ring_strategy._rules import Average, Sum, check_op, check_root, reducescatter_rows, require_rows
 from ring_strategy.basics import rank
 from ring_strategy.exceptions import BadArgumentError
-from ring_strategy.process_sets import SetPlace, _check_process_set, by_id
+from ring_strategy.process_sets import SetPlace, place_of, by_id
 from ring_strategy.torch import _async_ops as _ops
 
 # ---------------------------------------------------------------- argument helpers
@@ -49,7 +49,7 @@ from ring_strategy.torch import _async_ops as _ops
 def _place(process_set: int) -> SetPlace:
     """This rank's place in the registered set with engine id ``process_set``;
     BadArgumentError when there is none or this rank is not a member."""
-    return _check_process_set(by_id(process_set))
+    return place_of(by_id(process_set))
 
 
 def _fresh(tensor: Tensor, rows: Any = None) -> Tensor:

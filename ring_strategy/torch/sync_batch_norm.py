@@ -24,7 +24,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from ring_strategy._batch_stats import global_moments
 from ring_strategy._rules import Sum
-from ring_strategy.process_sets import _check_process_set, global_process_set
+from ring_strategy.process_sets import place_of, global_process_set
 from ring_strategy.torch._async_ops import allreduce_
 
 __all__ = ["SyncBatchNorm", "revert_sync_batchnorm"]
@@ -37,7 +37,7 @@ _layer_ids = itertools.count()
 
 def _set_size(process_set: Any) -> int:
     """Ranks in ``process_set``, after checking it as every collective does."""
-    return _check_process_set(process_set).size
+    return place_of(process_set).size
 
 
 class _SyncBatchNormFunction(torch.autograd.Function):
