@@ -1,6 +1,9 @@
 #include "gpu/nccl.h"
 
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
+#include <thread>
 
 #include "common/error.h"
 #include "gpu/shared_library.h"
@@ -96,6 +99,33 @@ std::string nccl_version_text(int code) {
 const NcclLibrary& nccl_library(const std::vector<std::string>& wheel_paths) {
   static const NcclLibrary library = load(wheel_paths);
   return library;
+}
+
+namespace {
+std::atomic<double> g_wait_limit{30.0};
+}  // namespace
+
+void set_nccl_wait_limit(double seconds) { g_wait_limit.store(seconds); }
+double nccl_wait_limit() { return g_wait_limit.load(); }
+
+void nccl_check(ncclResult_t rc, const char* what, ncclComm_t comm) {
+  if (rc != ncclInProgress || !comm) return nccl_check(rc, what);
+  const NcclLibrary& n = nccl_library();
+  const auto start = std::chrono::steady_clock::now();
+  while (rc == ncclInProgress) {
+    const std::chrono::duration<double> waited = std::chrono::steady_clock::now() - start;
+    if (waited.count() > nccl_wait_limit())
+      throw_error(ErrorKind::PeerFailure, std::string(what) + ": NCCL did not finish queueing it within " +
+                                              std::to_string(static_cast<int>(nccl_wait_limit())) +
+                                              " s (RING_TIMEOUT_SECONDS); a peer may be gone");
+    std::this_thread::yield();
+    if (n.ncclCommGetAsyncError(comm, &rc) != ncclSuccess) rc = ncclInProgress;
+  }
+  constexpr ncclResult_t kSystemError = 2, kRemoteError = 6;
+  if (rc == kSystemError || rc == kRemoteError)
+    throw_error(ErrorKind::PeerFailure, std::string(what) + ": NCCL error " + std::to_string(rc) + " (" +
+                                            n.ncclGetErrorString(rc) + ")");
+  nccl_check(rc, what);
 }
 
 void nccl_check(ncclResult_t rc, const char* what) {

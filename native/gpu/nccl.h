@@ -93,4 +93,15 @@ const NcclLibrary& nccl_library(const std::vector<std::string>& wheel_paths = {}
 // unless `rc` is ncclSuccess.
 void nccl_check(ncclResult_t rc, const char* what);
 
+// The same for a call on communicator `comm`. The engine's communicators
+// are non-blocking (nccl_comms.h): a call may return ncclInProgress while
+// NCCL still enqueues it (connecting to peers at a first use, say), and no
+// other call on the communicator may come before that is done. Waits for
+// it, polling ncclCommGetAsyncError, for at most nccl_wait_limit() seconds
+// (then PeerFailure); NCCL's remote and system errors are PeerFailure.
+void nccl_check(ncclResult_t rc, const char* what, ncclComm_t comm);
+// The limit of those waits: RING_TIMEOUT_SECONDS, set by the backend.
+void set_nccl_wait_limit(double seconds);
+double nccl_wait_limit();
+
 }  // namespace ring::gpu

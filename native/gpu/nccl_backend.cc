@@ -156,7 +156,7 @@ void NcclBackend::allreduce(const Call& c, std::vector<Entry>& entries, std::vec
   if (!c.stage && entries.size() == 1 && entries[0].handle != 0) {  // straight from the input to the output
     Reduction red(q, c.n, c.comm);
     nccl_check(nccl.ncclAllReduce(entries[0].input, at(outs[0], 0), total / esize, dt, red.op(), c.comm, s),
-               "ncclAllReduce");
+               "ncclAllReduce", c.comm);
     return;
   }
   // Fused: every entry at a 16-byte boundary (fusion_padded); the padding
@@ -183,7 +183,7 @@ void NcclBackend::allreduce(const Call& c, std::vector<Entry>& entries, std::vec
     hierarchical_allreduce(*c.stage, fused, count, q.dtype, hierarchical_reduction(*nccl_reduction(q, c.n), c.n));
   } else {
     Reduction red(q, c.n, c.comm);
-    nccl_check(nccl.ncclAllReduce(at(fused, 0), at(fused, 0), count, dt, red.op(), c.comm, s), "ncclAllReduce");
+    nccl_check(nccl.ncclAllReduce(at(fused, 0), at(fused, 0), count, dt, red.op(), c.comm, s), "ncclAllReduce", c.comm);
   }
   batched_copy(c.device, out, s);
 }
@@ -203,15 +203,15 @@ void NcclBackend::allgather(const Call& c, Entry& e, const std::vector<int64_t>&
   if (std::all_of(first_dims.begin(), first_dims.end(), [&](int64_t d) { return d == first_dims[0]; })) {
     if (offsets[1])  // every rank sends as many rows: NCCL's own allgather
       nccl_check(nccl.ncclAllGather(e.input, at(out, 0), offsets[1], ncclUint8, c.comm, c.lane->stream),
-                 "ncclAllGather");
+                 "ncclAllGather", c.comm);
     return;
   }
-  Group group;  // first dimensions differ: one broadcast per rank
+  Group group(c.comm);  // first dimensions differ: one broadcast per rank
   for (int r = 0; r < c.n; ++r) {
     const size_t n = offsets[r + 1] - offsets[r];
     const void* send = r == c.me ? e.input : at(out, offsets[r]);
     if (n) nccl_check(nccl.ncclBroadcast(send, at(out, offsets[r]), n, ncclUint8, r, c.comm, c.lane->stream),
-                      "ncclBroadcast (allgather)");
+                      "ncclBroadcast (allgather)", c.comm);
   }
   group.end();
 }
@@ -223,7 +223,7 @@ void NcclBackend::broadcast(const Call& c, Entry& e, OpResult& res) {
   if (!n) return;
   const int root = cpu_->index_in_mesh(e.req.root);
   nccl_check(nccl_library().ncclBroadcast(e.input, at(out, 0), n, ncclUint8, root, c.comm, c.lane->stream),
-             "ncclBroadcast");
+             "ncclBroadcast", c.comm);
 }
 
 void NcclBackend::alltoall(const Call& c, Entry& e, const std::vector<int64_t>& splits, OpResult& res) {
@@ -244,13 +244,13 @@ void NcclBackend::alltoall(const Call& c, Entry& e, const std::vector<int64_t>& 
   res.shape = q.shape;
   res.shape[0] = rows;
   const NcclLibrary& nccl = nccl_library();
-  Group group;
+  Group group(c.comm);
   size_t soff = 0, roff = 0;
   for (int r = 0; r < c.n; ++r) {
     if (send[r])
       nccl_check(nccl.ncclSend(static_cast<const uint8_t*>(e.input) + soff, send[r], ncclUint8, r, c.comm,
-                               c.lane->stream), "ncclSend (alltoall)");
-    if (recv[r]) nccl_check(nccl.ncclRecv(at(out, roff), recv[r], ncclUint8, r, c.comm, c.lane->stream), "ncclRecv (alltoall)");
+                               c.lane->stream), "ncclSend (alltoall)", c.comm);
+    if (recv[r]) nccl_check(nccl.ncclRecv(at(out, roff), recv[r], ncclUint8, r, c.comm, c.lane->stream), "ncclRecv (alltoall)", c.comm);
     soff += send[r];
     roff += recv[r];
   }
@@ -272,15 +272,15 @@ void NcclBackend::reducescatter(const Call& c, Entry& e, OpResult& res) {
   const NcclLibrary& nccl = nccl_library();
   if (rows % static_cast<size_t>(c.n) == 0) {
     nccl_check(nccl.ncclReduceScatter(e.input, at(out, 0), counts[0], dt, red.op(), c.comm, c.lane->stream),
-               "ncclReduceScatter");
+               "ncclReduceScatter", c.comm);
     return;
   }
-  Group group;  // uneven rows: one reduce per rank, rooted at the rank that keeps the rows
+  Group group(c.comm);  // uneven rows: one reduce per rank, rooted at the rank that keeps the rows
   size_t offset = 0;
   for (int r = 0; r < c.n; ++r) {
     if (counts[r])
       nccl_check(nccl.ncclReduce(static_cast<const uint8_t*>(e.input) + offset * esize, at(out, 0), counts[r], dt,
-                                 red.op(), r, c.comm, c.lane->stream), "ncclReduce (reducescatter)");
+                                 red.op(), r, c.comm, c.lane->stream), "ncclReduce (reducescatter)", c.comm);
     offset += counts[r];
   }
   group.end();

@@ -66,7 +66,9 @@ class NcclBackend : public Backend {
       : cpu_(cpu), host_(host), handles_(handles), local_rank_(local_rank), host_only_(config.gpu_host_staged),
         hierarchical_(config.hierarchical_allreduce == 1), async_completion_(config.async_completion),
         streams_(config.nccl_streams), timeout_seconds_(config.timeout_seconds), comms_(config.timeout_seconds),
-        finalizer_(handles) {}
+        finalizer_(handles) {
+    set_nccl_wait_limit(config.timeout_seconds);
+  }
 
   const char* name() const override { return "nccl"; }
   bool serves(const Device& device) const override { return host_->serves(device); }

@@ -30,7 +30,7 @@ class Reduction {
     if (dtype == DataType::BFloat16) scalar.f16 = float_to_bfloat16_inline(static_cast<float>(red.factor));
     nccl_check(nccl_library().ncclRedOpCreatePreMulSum(&op_, &scalar, *nccl_type(dtype), ncclScalarHostImmediate,
                                                        comm),
-               "ncclRedOpCreatePreMulSum");
+               "ncclRedOpCreatePreMulSum", comm);
     created_ = true;
   }
   ~Reduction() {
@@ -44,19 +44,21 @@ class Reduction {
   bool created_ = false;
 };
 
-// ncclGroupStart / ncclGroupEnd around the calls of one operation.
+// ncclGroupStart / ncclGroupEnd around the calls of one operation, all on
+// communicator `comm` (whose ncclGroupEnd may return ncclInProgress: nccl.h).
 class Group {
  public:
-  Group() { nccl_check(nccl_library().ncclGroupStart(), "ncclGroupStart"); }
+  explicit Group(ncclComm_t comm) : comm_(comm) { nccl_check(nccl_library().ncclGroupStart(), "ncclGroupStart"); }
   void end() {
     ended_ = true;
-    nccl_check(nccl_library().ncclGroupEnd(), "ncclGroupEnd");
+    nccl_check(nccl_library().ncclGroupEnd(), "ncclGroupEnd", comm_);
   }
   ~Group() {
     if (!ended_) nccl_library().ncclGroupEnd();
   }
 
  private:
+  ncclComm_t comm_;
   bool ended_ = false;
 };
 

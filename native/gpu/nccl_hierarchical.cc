@@ -37,7 +37,7 @@ void hierarchical_allreduce(const HostStage& h, CUdeviceptr buf, size_t count, D
   {
     Reduction op(red.local, dtype, h.comm);
     nccl_check(nccl.ncclReduceScatter(at(buf, 0), at(mine, 0), shard, dt, op.op(), h.comm, h.stream),
-               "ncclReduceScatter (inside the host)");
+               "ncclReduceScatter (inside the host)", h.comm);
   }
   if (h.cross->size() > 1) {
     const size_t bytes = shard * esize;
@@ -52,7 +52,7 @@ void hierarchical_allreduce(const HostStage& h, CUdeviceptr buf, size_t count, D
                "copy of the hosts' shard back to the GPU");
   }
   nccl_check(nccl.ncclAllGather(at(mine, 0), at(buf, 0), shard, dt, h.comm, h.stream),
-             "ncclAllGather (inside the host)");
+             "ncclAllGather (inside the host)", h.comm);
 }
 
 }  // namespace ring::gpu

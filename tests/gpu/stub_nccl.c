@@ -34,6 +34,10 @@
  * Built with -DSTUB_NCCL_VERSION=<code> it reports that version (default
  * 2.27.3); -DSTUB_OMIT_ALLREDUCE leaves ncclAllReduce out, -DSTUB_NO_CONFIG
  * ncclCommInitRankConfig (as NCCL before 2.14).
+ * A non-blocking communicator's collectives (and the ncclGroupEnd of a group
+ * of them) return ncclInProgress; ncclCommGetAsyncError says ncclInProgress
+ * once more, then ncclSuccess; a call on it before that is ncclInvalidUsage,
+ * as NCCL requires.
  * STUB_NCCL_INIT_STUCK (environment), when set: this process never arrives
  * at a communicator's init (blocking: it never returns; non-blocking: it
  * stays in progress), as a peer stuck or lost between the id and the init.
@@ -103,6 +107,8 @@ typedef struct {
   int state;       /* Live, Joining (a non-blocking init not finished) or Poisoned */
   int aborted;     /* set by ncclCommAbort from any thread: waits give up */
   int stuck;       /* STUB_NCCL_INIT_STUCK: this rank never arrives at the init */
+  int nonblocking; /* made with config.blocking = 0: calls return ncclInProgress */
+  int pending;     /* looks of ncclCommGetAsyncError until the last call is done */
   int n, rank, sense;
   char name[128];
   uint8_t* base;
@@ -167,7 +173,25 @@ static Comm* use(void* p, const char* what, int* rc) {
     abort();
   }
   if (c->state == Joining) *rc = InvalidUsage;
+  if (__atomic_load_n(&c->pending, __ATOMIC_ACQUIRE) > 0) {
+    fprintf(stderr, "stub NCCL: %s while the communicator's last call is still in progress (ncclInProgress)\n", what);
+    *rc = InvalidUsage;
+  }
   return c;
+}
+
+/* What a call that did its work on `c` returns: on a non-blocking communicator
+ * ncclInProgress outside a group (NCCL's ncclGroupEnd says it for a group's). */
+static __thread int group_depth;
+static __thread Comm* group_comm;
+static int done(Comm* c, int rc) {
+  if (rc != Success || !c->nonblocking) return rc;
+  if (group_depth > 0) {
+    group_comm = c;
+    return Success;
+  }
+  __atomic_store_n(&c->pending, 2, __ATOMIC_RELEASE);
+  return InProgress;
 }
 
 /* ---------------------------------------------------------------- reductions */
@@ -384,6 +408,7 @@ int ncclCommInitRankConfig(void** out, int n, UniqueId uid, int rank, Config* co
   note("ncclCommInitRankConfig", (size_t)n);
   int rc = join(&c, n, uid, rank);
   if (rc != Success) return rc;
+  c->nonblocking = 1;
   *out = c;
   return InProgress;
 }
@@ -391,7 +416,9 @@ int ncclCommInitRankConfig(void** out, int n, UniqueId uid, int rank, Config* co
 
 static Comm* poison(void* p, const char* what) {
   int rc;
-  Comm* c = use(p, what, &rc);
+  Comm* c = p;
+  if (c && c->magic == COMM_MAGIC && c->state != Poisoned) __atomic_store_n(&c->pending, 0, __ATOMIC_RELEASE);
+  c = use(p, what, &rc);
   note(what, (size_t)c->n);
   c->state = Poisoned;
   return c;
@@ -418,6 +445,13 @@ int ncclCommGetAsyncError(void* p, int* e) {
     *e = !c->stuck && arrived(c) ? joined(c) : InProgress;
     return Success;
   }
+  int left = __atomic_load_n(&c->pending, __ATOMIC_ACQUIRE);
+  while (left > 0 && !__atomic_compare_exchange_n(&c->pending, &left, left - 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+  }
+  if (left > 0) { /* the last call is queued (or, at the last look, done queueing) */
+    *e = left > 1 ? InProgress : Success;
+    return Success;
+  }
   const char* v = getenv("STUB_NCCL_ASYNC_ERROR");
   *e = v ? atoi(v) : 0;
   return Success;
@@ -434,7 +468,7 @@ int ncclAllReduce(const void* s, void* r, size_t n, int dt, int op, void* comm, 
   if (rc) return rc;
   slots(c, 0, srcs);
   rc = reduce_into(r, srcs, c->n, n, dt, op);
-  return rc ? rc : barrier(c);
+  return done(c, rc ? rc : barrier(c));
 }
 #endif
 int ncclReduce(const void* s, void* r, size_t n, int dt, int op, int root, void* comm, void* st) {
@@ -448,7 +482,7 @@ int ncclReduce(const void* s, void* r, size_t n, int dt, int op, int root, void*
   if (rc) return rc;
   slots(c, 0, srcs);
   if (c->rank == root) rc = reduce_into(r, srcs, c->n, n, dt, op);
-  return rc ? rc : barrier(c);
+  return done(c, rc ? rc : barrier(c));
 }
 int ncclReduceScatter(const void* s, void* r, size_t n, int dt, int op, void* comm, void* st) {
   int urc;
@@ -461,7 +495,7 @@ int ncclReduceScatter(const void* s, void* r, size_t n, int dt, int op, void* co
   if (rc) return rc;
   slots(c, (size_t)c->rank * n * size_of(dt), srcs);
   rc = reduce_into(r, srcs, c->n, n, dt, op);
-  return rc ? rc : barrier(c);
+  return done(c, rc ? rc : barrier(c));
 }
 int ncclBroadcast(const void* s, void* r, size_t n, int dt, int root, void* comm, void* st) {
   int urc;
@@ -472,7 +506,7 @@ int ncclBroadcast(const void* s, void* r, size_t n, int dt, int root, void* comm
   int rc = contribute(c, c->rank == root ? s : NULL, n * size_of(dt));
   if (rc) return rc;
   memmove(r, slot(c, root), n * size_of(dt));
-  return barrier(c);
+  return done(c, barrier(c));
 }
 int ncclAllGather(const void* s, void* r, size_t n, int dt, void* comm, void* st) {
   int urc;
@@ -484,7 +518,7 @@ int ncclAllGather(const void* s, void* r, size_t n, int dt, void* comm, void* st
   int rc = contribute(c, s, bytes);
   if (rc) return rc;
   for (int k = 0; k < c->n; ++k) memmove((uint8_t*)r + (size_t)k * bytes, slot(c, k), bytes);
-  return barrier(c);
+  return done(c, barrier(c));
 }
 int ncclSend(const void* b, size_t n, int dt, int peer, void* comm, void* st) {
   int urc;
@@ -500,7 +534,7 @@ int ncclSend(const void* b, size_t n, int dt, int peer, void* comm, void* st) {
   memcpy(m + 1, b, bytes);
   m->bytes = bytes;
   __atomic_store_n(&m->full, 1, __ATOMIC_RELEASE);
-  return Success;
+  return done(c, Success);
 }
 int ncclRecv(void* b, size_t n, int dt, int peer, void* comm, void* st) {
   int urc;
@@ -515,10 +549,20 @@ int ncclRecv(void* b, size_t n, int dt, int peer, void* comm, void* st) {
   if (m->bytes != n * size_of(dt)) return InvalidUsage;
   memcpy(b, m + 1, m->bytes);
   __atomic_store_n(&m->full, 0, __ATOMIC_RELEASE);
-  return Success;
+  return done(c, Success);
 }
-int ncclGroupStart(void) { return 0; }
-int ncclGroupEnd(void) { return 0; }
+int ncclGroupStart(void) {
+  ++group_depth;
+  return 0;
+}
+int ncclGroupEnd(void) {
+  if (group_depth == 0) return InvalidUsage;
+  if (--group_depth > 0 || !group_comm) return Success;
+  Comm* c = group_comm;
+  group_comm = NULL;
+  __atomic_store_n(&c->pending, 2, __ATOMIC_RELEASE);
+  return InProgress;
+}
 int ncclRedOpCreatePreMulSum(int* op, void* scalar, int dt, int residence, void* comm) {
   int urc;
   (void)residence;
