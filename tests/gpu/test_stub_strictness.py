@@ -114,3 +114,23 @@ nccl.ncclCommGetAsyncError(c1, ctypes.byref(state)); print(state.value)
 nccl.ncclCommGetAsyncError(c0, ctypes.byref(state)); print(state.value)
 """, stub_driver, stub_nccl, STUB_CUDA_DEVICES="2")
     assert got.stdout.split() == ["7", "7", "7", "0", "0"], got
+
+
+def test_nonblocking_nccl_call_must_be_waited_for_before_the_next(stub_driver, stub_nccl) -> None:
+    got = _run("""
+class Config(ctypes.Structure):
+    _fields_ = [("size", ctypes.c_size_t), ("magic", ctypes.c_uint), ("version", ctypes.c_uint),
+                ("blocking", ctypes.c_int)]
+uid = UniqueId(); nccl.ncclGetUniqueId(ctypes.byref(uid))
+push(0)
+c, state = P(), ctypes.c_int()
+nccl.ncclCommInitRankConfig(ctypes.byref(c), 1, uid, 0, ctypes.byref(Config(ctypes.sizeof(Config), 0xcafebeef, 21400, 0)))
+nccl.ncclCommGetAsyncError(c, ctypes.byref(state))
+buf = (ctypes.c_float * 4)()
+print(state.value, nccl.ncclAllReduce(buf, buf, 4, 7, 0, c, None), nccl.ncclAllReduce(buf, buf, 4, 7, 0, c, None))
+nccl.ncclCommGetAsyncError(c, ctypes.byref(state)); first = state.value
+nccl.ncclCommGetAsyncError(c, ctypes.byref(state))
+print(first, state.value, nccl.ncclAllReduce(buf, buf, 4, 7, 0, c, None))
+""", stub_driver, stub_nccl)
+    assert got.stdout.split() == ["0", "7", "5", "7", "0", "7"], got
+    assert "while the communicator's last call is still in progress" in got.stderr
