@@ -7,7 +7,8 @@ a warning that names the reason.
   install time or built on first use (:mod:`ring_strategy._op_build`),
   loaded with ``tf.load_op_library`` and handed the engine's C interface.
 - JAX: the XLA FFI handlers compiled into ``_native`` when jaxlib's headers
-  were found at build time (:mod:`ring_strategy.jax_ops`).
+  were found at build time, registered with JAX here and called by
+  :mod:`ring_strategy.jax_ops`.
 
 ``RING_NATIVE_OPS=0`` forces the fallback for both (``ringrun
 --check-build`` shows what is used). Nothing here imports a framework
@@ -63,10 +64,13 @@ def _load_jax() -> Tuple[Any, str]:
 
     if not getattr(_native, "HAS_XLA_FFI", False):
         return None, "ring's extension was built without jaxlib's XLA FFI headers"
-    from ring_strategy import jax_ops
+    import jax
 
-    jax_ops.register()
-    return jax_ops, "XLA FFI handlers"
+    # Registered here, once per process (native() caches the outcome), so
+    # jax_ops, which asks this module, need not be imported by it.
+    for name, capsule in _native.xla_ffi_handlers().items():
+        jax.ffi.register_ffi_target(name, capsule, platform="cpu")
+    return _native, "XLA FFI handlers"
 
 
 _LOADERS = {"tensorflow": _load_tensorflow, "jax": _load_jax}

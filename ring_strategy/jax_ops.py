@@ -35,21 +35,6 @@ from ring_strategy.process_sets import ProcessSet, _check_process_set, global_pr
 
 __all__ = ["allreduce", "grouped_allreduce", "broadcast", "allgather", "available"]
 TARGET = "ring_collective"
-_registered = False
-
-
-def register() -> None:
-    """Registers the handlers with JAX (once per process)."""
-    global _registered
-    if _registered:
-        return
-    import jax
-
-    for name, capsule in _native.xla_ffi_handlers().items():
-        jax.ffi.register_ffi_target(name, capsule, platform="cpu")
-    _registered = True
-
-
 def available() -> bool:
     """True when the FFI handlers are built and registered."""
     return _native_ops.native("jax") is not None

@@ -167,11 +167,6 @@ NATIVE = REPO_ROOT / "native"
 NATIVE_LAYERS = ["common", "gpu", "reduce", "transport", "collectives", "engine", "frameworks", "bindings"]
 ITEM_4 = ("issue 35, item 4 (another engineer's): native/gpu/ still includes engine/ and holds the GPU "
           "backends; they move to native/engine/backends/gpu/, leaving gpu/ over common/ only")
-# A cycle between two modules another engineer owns, found by this test:
-# _native_ops' JAX loader imports jax_ops to register its FFI handlers, and
-# jax_ops asks _native_ops whether they are loaded. Cut it by registering the
-# handlers in _native_ops itself; then remove this entry.
-PENDING_CYCLES = [{"ring_strategy._native_ops", "ring_strategy.jax_ops"}]
 
 
 def _imports(path, module):
@@ -277,14 +272,8 @@ def _shown(graph, cycle):
 
 def test_no_import_cycle_between_modules():
     graph = _python_graph()
-    cycles = [c for c in _cycles(graph) if set(c) not in PENDING_CYCLES]
+    cycles = _cycles(graph)
     assert not cycles, "\n".join(_shown(graph, c) for c in cycles)
-
-
-@pytest.mark.xfail(strict=True, reason="a cycle another engineer owns (see PENDING_CYCLES); remove the entry once cut")
-def test_no_pending_import_cycle():
-    cycles = [c for c in _cycles(_python_graph()) if set(c) in PENDING_CYCLES]
-    assert not cycles, cycles
 
 
 def _upward(graph, layers):

@@ -18,6 +18,10 @@ import pytest
 
 from tests.workers.checks import passed_ranks
 
+# 30 s of make test's budget: slow-marked (pytest -m slow); tests/torch/test_torch_compile.py
+# keeps torch.compile(fullgraph=True) over ring's collectives in make test.
+pytestmark = pytest.mark.slow
+
 HERE = Path(__file__).parent
 WORKER = HERE / "workers" / "torch_compile_worker.py"
 CHECKS = ["reduce_op", "fit", "fit_breaks"]
