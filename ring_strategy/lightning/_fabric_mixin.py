@@ -128,18 +128,6 @@ class RingFabricStrategyMixin(RingParallelMixin, _StrategyBase):
         self.set_world_ranks()
 
     @override
-    def _configure_launcher(self) -> None:
-        self._check_accelerator()
-        assert self.cluster_environment is not None
-        self.cluster_environment.validate_settings(num_devices=self.num_processes, num_nodes=self.num_nodes)
-        self._launcher = self._launcher_class(self)
-
-    @override
-    def setup_environment(self) -> None:
-        self._init_engine()
-        super().setup_environment()
-
-    @override
     def setup_module(self, module: torch.nn.Module) -> torch.nn.Module:
         """Gives every rank rank 0's parameters and buffers, and hooks the gradients' averaging.
 

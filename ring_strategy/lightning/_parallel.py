@@ -133,6 +133,20 @@ class RingParallelMixin:
                 f"{self.world_size} (devices x num_nodes)"
             )
 
+    @override
+    def _configure_launcher(self) -> None:
+        """The Trainer's and Fabric's launcher (``_launcher_class``), once the
+        accelerator and the cluster's settings are checked."""
+        self._check_accelerator()
+        assert self.cluster_environment is not None
+        self.cluster_environment.validate_settings(num_devices=self.num_processes, num_nodes=self.num_nodes)
+        self._launcher = self._launcher_class(self)
+
+    @override
+    def setup_environment(self) -> None:
+        self._init_engine()
+        super().setup_environment()  # type: ignore[misc]  (Lightning's strategy, after this mixin)
+
     # ------------------------------------------------------------ collectives
     def _active(self) -> bool:
         return self.world_size > 1 and _rt.is_initialized()

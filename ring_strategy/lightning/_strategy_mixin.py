@@ -177,19 +177,7 @@ class RingStrategyMixin(RingParallelMixin, _StrategyBase):
                                            self._update_dataloader)
         return self._elastic
 
-    @override
-    def _configure_launcher(self) -> None:
-        self._check_accelerator()
-        assert self.cluster_environment is not None
-        self.cluster_environment.validate_settings(num_devices=self.num_processes, num_nodes=self.num_nodes)
-        self._launcher = self._launcher_class(self)
-
     # ------------------------------------------------------------ set-up
-    @override
-    def setup_environment(self) -> None:
-        self._init_engine()
-        super().setup_environment()
-
     @override
     def setup(self, trainer: "pl.Trainer") -> None:
         assert self.accelerator is not None
