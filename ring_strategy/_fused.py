@@ -1,12 +1,10 @@
 """Many tensors allreduced in one step of the framework. Where the
 framework has native ring operations (TensorFlow's op library, JAX's FFI
-handlers), the tensors themselves go to the engine as one group and its
-fusion buffer packs them (:meth:`Flattener.native_group`). Otherwise they
-are flattened into one buffer per dtype inside the framework's step (graph,
-jit or eager), the buffers reduced by the engine in one host call, the
-results split back into tensors of the original shapes. A framework with a
-front end of its own for its tensors (torch) hands the buffers to that
-front end instead, wherever they live (a GPU included).
+handlers, ring_strategy.torch), the tensors themselves go to the engine as
+one group and its fusion buffer packs them (:meth:`Flattener.native_group`).
+Otherwise they are flattened into one buffer per dtype inside the
+framework's step (graph, jit or eager), the buffers reduced by the engine in
+one host call, the results split back into tensors of the original shapes.
 TensorFlow's ``DistributedGradientTape`` and Keras' ``DistributedOptimizer``
 reduce their gradients this way.
 
@@ -57,14 +55,6 @@ class Flattener:
         none: then they are flattened."""
         return None
 
-    @staticmethod
-    def native_allreduce(flats: List[Any], names: List[str], op: int, prescale: float, postscale: float,
-                         process_set: ProcessSet) -> Optional[List[Any]]:
-        """The flat buffers reduced by a front end that takes the framework's
-        tensors where they are (a GPU included), ``flats[i]`` under
-        ``names[i]``; None (the default) sends them through :meth:`host_call`."""
-        return None
-
 
 def by_dtype(dtype_names: Sequence[str]) -> Dict[str, List[int]]:
     """Positions grouped by dtype name, in order of first appearance (the
@@ -106,9 +96,7 @@ def fused_allreduce(flattener: type, tensors: Sequence[Any], name: str, op: int,
     def reduce_on_host(arrays: List[np.ndarray]) -> List[np.ndarray]:
         return ops._allreduce_group(arrays, names, op, prescale, postscale, False, process_set)
 
-    reduced = flattener.native_allreduce(flats, names, op, prescale, postscale, process_set)
-    if reduced is None:
-        reduced = flattener.host_call(reduce_on_host, flats)
+    reduced = flattener.host_call(reduce_on_host, flats)
     out: List[Any] = [None] * len(tensors)
     for idx, flat in zip(groups.values(), reduced):
         for k, piece in zip(idx, flattener.split(flat, [tensors[k] for k in idx])):
