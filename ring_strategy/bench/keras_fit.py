@@ -54,22 +54,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _limit_threads(n: int) -> None:
-    """Gives the backend ``n`` compute threads (before Keras imports it)."""
-    os.environ["OMP_NUM_THREADS"] = str(n)
-    backend = os.environ.get("KERAS_BACKEND", "tensorflow")
-    if backend == "jax":
-        multi = "true" if n > 1 else "false"
-        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                                   f" --xla_cpu_multi_thread_eigen={multi} intra_op_parallelism_threads={n}")
-    elif backend == "tensorflow":
-        import tensorflow as tf
+    """Gives every backend ``n`` compute threads (before Keras imports one),
+    through the settings ringrun chooses (ring_strategy/runner/threads.py),
+    forced to ``n`` whatever ringrun or the environment chose."""
+    from ring_strategy.runner import threads
 
-        tf.config.threading.set_intra_op_parallelism_threads(n)
-        tf.config.threading.set_inter_op_parallelism_threads(n)
-    elif backend == "torch":
-        import torch
-
-        torch.set_num_threads(n)
+    ours = ("xla_cpu_multi_thread_eigen", "intra_op_parallelism_threads")
+    others = " ".join(f for f in os.environ.get("XLA_FLAGS", "").split() if not f.lstrip("-").startswith(ours))
+    chosen = {"OMP_NUM_THREADS": str(n)}
+    os.environ.update(chosen)
+    os.environ.update(threads.thread_variables({**chosen, "XLA_FLAGS": others}, local_size=1))
 
 
 def _model(args: argparse.Namespace, optimizer: Any) -> Any:
