@@ -165,8 +165,6 @@ CORE_LAYERS = [
 # folder), lowest first: each includes headers of its own folder or below.
 NATIVE = REPO_ROOT / "native"
 NATIVE_LAYERS = ["common", "gpu", "reduce", "transport", "collectives", "engine", "frameworks", "bindings"]
-ITEM_4 = ("issue 35, item 4 (another engineer's): native/gpu/ still includes engine/ and holds the GPU "
-          "backends; they move to native/engine/backends/gpu/, leaving gpu/ over common/ only")
 
 
 def _imports(path, module):
@@ -291,14 +289,12 @@ def test_core_layers_import_only_downward():
     assert not _upward(graph, CORE_LAYERS), "\n".join(_upward(graph, CORE_LAYERS))
 
 
-@pytest.mark.xfail(strict=True, reason=ITEM_4)
 def test_no_include_cycle_between_native_folders():
     graph = _native_graph()
     cycles = _cycles(graph)
     assert not cycles, "\n".join(_shown(graph, c) for c in cycles)
 
 
-@pytest.mark.xfail(strict=True, reason=ITEM_4)
 def test_native_folders_include_only_downward():
     graph = _native_graph()
     assert set(graph) <= set(NATIVE_LAYERS), f"folders of native/ with no layer: {set(graph) - set(NATIVE_LAYERS)}"

@@ -1,5 +1,5 @@
 // Backend: one way of executing responses, e.g. the ring over host memory
-// (backends/cpu_ring.h). The Executor holds an ordered list of backends and
+// (backends/cpu_ring/cpu_ring.h). The Executor holds an ordered list of backends and
 // runs each Execute response on the first one enabled for it, so a backend
 // for another device (GPU memory on the engine's own streams, host-staged
 // GPU) or a special case of an operation (small messages) is added beside

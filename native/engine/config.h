@@ -43,10 +43,10 @@ struct Config {
   bool streaming_stores = false;  // RING_STREAMING_STORES (reduce/copy.h)
   bool encrypt = false;  // RING_ENCRYPT: TCP links are encrypted (transport/aead_channel.h)
   // RING_GPU_OPERATIONS=host: GPU tensors always take the host-staged path
-  // (gpu/host_staged.h), never NCCL (gpu/nccl_backend.h).
+  // (backends/gpu/host_staged.h), never NCCL (backends/gpu/nccl_backend.h).
   bool gpu_host_staged = false;
   int nccl_streams = 1;  // RING_NUM_NCCL_STREAMS: engine streams per GPU for NCCL
-  bool async_completion = false;  // RING_ENABLE_ASYNC_COMPLETION (gpu/nccl_backend.h)
+  bool async_completion = false;  // RING_ENABLE_ASYNC_COMPLETION (backends/gpu/nccl_backend.h)
 
   // Returns the value of a variable, or null when it is not set.
   using Getter = std::function<const char*(const char*)>;

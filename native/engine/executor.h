@@ -8,7 +8,8 @@
 // It takes the response's entries out of this rank's pending operations,
 // fails them for an Error response, and otherwise hands them to the first
 // backend (engine/backend.h) enabled for the response. Which backends exist
-// is decided once, by the runtime, before the first response.
+// is decided once, before the first response, by the backend registry
+// (backends/registry.h).
 #pragma once
 
 #include <memory>

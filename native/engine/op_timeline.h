@@ -28,7 +28,7 @@ class OpTimeline {
   void phase_end();
   void close(const std::vector<Entry>& entries);
 
-  // For a backend whose work completes on another thread (gpu/finalizer.h):
+  // For a backend whose work completes on another thread (backends/gpu/finalizer.h):
   // what closes the operation open() started, there, later.
   struct Deferred {
     Timeline* timeline = nullptr;

@@ -5,12 +5,10 @@
 
 #include "collectives/slices.h"
 #include "common/error.h"
-#include "engine/backends/cpu_ring.h"
+#include "engine/backends/registry.h"
 #include "engine/mesh_names.h"
 #include "engine/published.h"
 #include "gpu/cuda_driver.h"
-#include "gpu/host_staged.h"
-#include "gpu/nccl_backend.h"
 #include "reduce/copy.h"
 
 namespace ring {
@@ -119,21 +117,11 @@ void Runtime::start() {
   set_streaming_stores(config_.streaming_stores);
   queue_.set_doorbell(control_->doorbell());
   executor_ = std::make_unique<Executor>(&handles_);
-  auto cpu = std::make_unique<CpuRingBackend>(data_.get(), &handles_, &sets_);
-  cpu->set_allreduce_choice(config_.allreduce_mode, opts_.local_size == opts_.size);
-  setup_hierarchy(*cpu);
-  if (opts_.rank == 0) {
-    cpu->set_timeline(&timeline_);
-    if (!config_.timeline_path.empty()) timeline_.start(config_.timeline_path, config_.timeline_mark_cycles);
-  }
-  // GPU tensors: NCCL where it runs the response, else host-staged (gpu/).
-  CpuRingBackend* ring = cpu.get();
-  auto staged = std::make_unique<gpu::HostStagedBackend>(ring, opts_.local_rank);
-  auto nccl = std::make_unique<gpu::NcclBackend>(ring, staged.get(), &handles_, config_, opts_.local_rank);
-  if (opts_.rank == 0) nccl->set_timeline(&timeline_);
-  executor_->add_backend(std::move(cpu));
-  executor_->add_backend(std::move(nccl));
-  executor_->add_backend(std::move(staged));
+  if (opts_.rank == 0 && !config_.timeline_path.empty())
+    timeline_.start(config_.timeline_path, config_.timeline_mark_cycles);
+  const BackendLayout layout{opts_.rank,       opts_.size,       opts_.local_rank,
+                             opts_.local_size, opts_.cross_rank, opts_.cross_size};
+  add_backends(*executor_, {data_.get(), &handles_, &sets_, &config_, opts_.rank == 0 ? &timeline_ : nullptr, layout});
   state_ = State::Running;
   thread_ = std::thread([this] { loop(); });
   if (log_enabled(LogLevel::Info))
@@ -143,27 +131,6 @@ void Runtime::start() {
                                  (config_.force_tcp ? "tcp" : "shm within a host, tcp across hosts") +
                                  ", fusion threshold " + std::to_string(config_.fusion_threshold_bytes) +
                                  " bytes, cycle time " + std::to_string(config_.cycle_time_ms) + " ms");
-}
-
-void Runtime::setup_hierarchy(CpuRingBackend& cpu) {
-  const RuntimeOptions& o = opts_;
-  const int mode = config_.hierarchical_allreduce;
-  const bool several = o.cross_size > 1 && o.local_size > 1;
-  if (mode == 0 || (mode < 0 && !several)) return;
-  const bool regular =
-      o.local_size * o.cross_size == o.size && o.rank == o.cross_rank * o.local_size + o.local_rank;
-  if (!regular) {
-    log_line(LogLevel::Warning,
-             "hierarchical allreduce needs the ranks laid out host by host with the same number on every host; "
-             "using the flat ring");
-    return;
-  }
-  std::vector<int> local, cross;
-  for (int i = 0; i < o.local_size; ++i) local.push_back(o.cross_rank * o.local_size + i);
-  for (int c = 0; c < o.cross_size; ++c) cross.push_back(c * o.local_size + o.local_rank);
-  cpu.set_hierarchy(data_->subgroup(local), data_->subgroup(cross));
-  log_line(LogLevel::Info, "hierarchical allreduce: " + std::to_string(o.cross_size) + " hosts of " +
-                               std::to_string(o.local_size) + " ranks");
 }
 
 bool Runtime::running() const {

@@ -33,7 +33,6 @@
 
 #include "engine/autotune.h"
 #include "engine/config.h"
-#include "engine/backends/cpu_ring.h"
 #include "engine/coordinator.h"
 #include "engine/executor.h"
 #include "engine/handle_table.h"
@@ -154,9 +153,6 @@ class Runtime {
   void validate(const Request& req, const ProcessSet& set) const;
   // op=Adasum: allreduce of a floating dtype on a power-of-two set.
   void validate_adasum(const Request& req, const ProcessSet& set) const;
-  // RING_HIERARCHICAL_ALLREDUCE: gives the CPU backend this host's and this
-  // local rank's subgroups of the data mesh.
-  void setup_hierarchy(CpuRingBackend& cpu);
   void validate_output(const EnqueueArgs& args, const ProcessSet& set) const;
   // The queue entry for `args` once validated (every check that needs no
   // lock), its name qualified by its process set; the backend prepares it later.

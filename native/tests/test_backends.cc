@@ -8,7 +8,7 @@
 #include <cstring>
 #include <string>
 
-#include "engine/backends/cpu_ring.h"
+#include "engine/backends/cpu_ring/cpu_ring.h"
 #include "engine/executor.h"
 #include "engine/mesh_names.h"
 #include "engine/runtime.h"

@@ -1,13 +1,13 @@
-// What the GPU backends decide from a request alone (gpu/nccl_reduction.h),
+// What the GPU backends decide from a request alone (engine/backends/gpu/nccl_reduction.h),
 // how fusion copies are batched into launches, and the NCCL version text: no GPU, driver or NCCL needed.
 #include <cmath>
 
+#include "engine/backends/gpu/gpu_wait.h"
+#include "engine/backends/gpu/nccl_hierarchical.h"
+#include "engine/backends/gpu/nccl_reduction.h"
 #include "engine/field_value.h"
 #include "gpu/batched_copy.h"
-#include "gpu/gpu_wait.h"
 #include "gpu/nccl.h"
-#include "gpu/nccl_hierarchical.h"
-#include "gpu/nccl_reduction.h"
 #include "tests/harness.h"
 
 using namespace ring;

@@ -1,6 +1,6 @@
-"""The host-staged GPU path (native/gpu/host_staged.h) run for real on the
-CPU, over the CUDA driver stand-in (stub_cuda.c), at np=2: every operation
-and dtype against numpy and bitwise against the CPU path, fusion, the
+"""The host-staged GPU path (native/engine/backends/gpu/host_staged.h) run
+for real on the CPU, over the CUDA driver stand-in (stub_cuda.c), at np=2:
+every operation and dtype against numpy and bitwise against the CPU path, fusion, the
 producer's stream waited for, and clear errors for GPU tensors the engine
 cannot take. What it cannot show (real device memory, real streams) is
 tests/gpu/device_check.sh's part, on a GPU.

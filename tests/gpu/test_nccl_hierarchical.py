@@ -1,7 +1,7 @@
 """The NCCL backend at several ranks, its hierarchical allreduce
-(native/gpu/nccl_hierarchical.h) and its failure paths (native/gpu/gpu_wait.h,
-finalizer.h), run for real on the CPU over the CUDA and NCCL stand-ins
-(stub_cuda.c; stub_nccl.c, whose communicators join processes of this
+(native/engine/backends/gpu/nccl_hierarchical.h) and its failure paths
+(native/engine/backends/gpu/gpu_wait.h, finalizer.h), run for real on the
+CPU over the CUDA and NCCL stand-ins (stub_cuda.c; stub_nccl.c, whose communicators join processes of this
 machine through shared memory). Hosts are names of this machine (``-H
 localhost:N,127.0.0.1:N``). What they cannot show (device memory, streams,
 NCCL's own algorithms) is tests/gpu/device_check.sh's part, on a GPU.

@@ -1,4 +1,4 @@
-#include "gpu/nccl_comms.h"
+#include "engine/backends/gpu/nccl_comms.h"
 
 #include <chrono>
 #include <condition_variable>
@@ -9,7 +9,7 @@
 #include "collectives/collectives.h"
 #include "collectives/slices.h"
 #include "common/error.h"
-#include "gpu/gpu_wait.h"
+#include "engine/backends/gpu/gpu_wait.h"
 
 namespace ring::gpu {
 namespace {

@@ -1,13 +1,13 @@
-#include "gpu/nccl_backend.h"
+#include "engine/backends/gpu/nccl_backend.h"
 
 #include <algorithm>
 
 #include "collectives/slices.h"
 #include "common/types.h"
+#include "engine/backends/gpu/nccl_call.h"
 #include "gpu/batched_copy.h"
 #include "gpu/device_pool.h"
 #include "gpu/device_streams.h"
-#include "gpu/nccl_call.h"
 
 namespace ring::gpu {
 namespace {

@@ -21,9 +21,9 @@
 #include <thread>
 #include <vector>
 
+#include "engine/backends/gpu/gpu_wait.h"
 #include "engine/handle_table.h"
 #include "engine/op_timeline.h"
-#include "gpu/gpu_wait.h"
 #include "gpu/nccl.h"
 
 namespace ring::gpu {

@@ -26,9 +26,9 @@
 #include <cstddef>
 
 #include "common/types.h"
+#include "engine/backends/gpu/nccl_reduction.h"
 #include "gpu/device_memory.h"
 #include "gpu/nccl.h"
-#include "gpu/nccl_reduction.h"
 #include "transport/mesh.h"
 
 namespace ring::gpu {

@@ -1,10 +1,10 @@
-#include "gpu/nccl_hierarchical.h"
+#include "engine/backends/gpu/nccl_hierarchical.h"
 
 #include "collectives/collectives.h"
 #include "collectives/slices.h"
+#include "engine/backends/gpu/gpu_wait.h"
+#include "engine/backends/gpu/nccl_call.h"
 #include "gpu/device_streams.h"
-#include "gpu/gpu_wait.h"
-#include "gpu/nccl_call.h"
 
 namespace ring::gpu {
 namespace {

@@ -1,4 +1,4 @@
-#include "gpu/host_staged.h"
+#include "engine/backends/gpu/host_staged.h"
 
 #include <algorithm>
 

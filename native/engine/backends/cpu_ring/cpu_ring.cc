@@ -1,4 +1,4 @@
-#include "engine/backends/cpu_ring.h"
+#include "engine/backends/cpu_ring/cpu_ring.h"
 
 #include <algorithm>
 #include <cstdint>

@@ -1,4 +1,4 @@
-#include "gpu/finalizer.h"
+#include "engine/backends/gpu/finalizer.h"
 
 #include <algorithm>
 #include <chrono>

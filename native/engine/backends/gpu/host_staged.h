@@ -1,7 +1,7 @@
 // HostStagedBackend: collectives on tensors in GPU memory through host
 // memory. Each input is copied (on the engine's stream of its GPU, after
 // the event its caller's stream recorded at enqueue) into pinned host
-// memory, the CPU ring runs the operation there (engine/backends/cpu_ring.h,
+// memory, the CPU ring runs the operation there (engine/backends/cpu_ring/cpu_ring.h,
 // with its fusion layout, so results are bitwise those of the same data on
 // the CPU), and each result the caller gave memory for is copied back into
 // it. Results the engine allocates (allgather, alltoall) stay in host
@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "engine/backend.h"
-#include "engine/backends/cpu_ring.h"
+#include "engine/backends/cpu_ring/cpu_ring.h"
 #include "gpu/cuda_driver.h"
 #include "gpu/device_memory.h"
 

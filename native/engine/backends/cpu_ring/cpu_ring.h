@@ -61,7 +61,7 @@ class CpuRingBackend : public Backend {
   void execute(const Response& r, std::vector<Entry>& entries) override;
 
   // execute() in two steps, for a backend that stages other memory through
-  // this one (gpu/host_staged.h). run(): the operation on host memory,
+  // this one (backends/gpu/host_staged.h). run(): the operation on host memory,
   // without completing a handle; results[i] is entries[i]'s (engine-owned
   // output, shape, splits). An entry's output may be its input (in place).
   // finish(): closes the entries in the timeline and completes their handles.

@@ -1,4 +1,4 @@
-#include "gpu/nccl_reduction.h"
+#include "engine/backends/gpu/nccl_reduction.h"
 
 namespace ring::gpu {
 

@@ -1,4 +1,4 @@
-#include "gpu/gpu_wait.h"
+#include "engine/backends/gpu/gpu_wait.h"
 
 #include <chrono>
 #include <thread>

@@ -3,9 +3,9 @@
 #pragma once
 
 #include "common/types.h"
+#include "engine/backends/gpu/nccl_reduction.h"
 #include "engine/message.h"
 #include "gpu/nccl.h"
-#include "gpu/nccl_reduction.h"
 #include "reduce/half.h"
 
 namespace ring::gpu {

@@ -42,16 +42,16 @@
 #include <vector>
 
 #include "engine/backend.h"
-#include "engine/backends/cpu_ring.h"
+#include "engine/backends/cpu_ring/cpu_ring.h"
+#include "engine/backends/gpu/finalizer.h"
+#include "engine/backends/gpu/host_staged.h"
+#include "engine/backends/gpu/nccl_comms.h"
+#include "engine/backends/gpu/nccl_hierarchical.h"
+#include "engine/backends/gpu/nccl_reduction.h"
 #include "engine/config.h"
 #include "engine/handle_table.h"
 #include "engine/op_timeline.h"
 #include "gpu/device_memory.h"
-#include "gpu/finalizer.h"
-#include "gpu/host_staged.h"
-#include "gpu/nccl_comms.h"
-#include "gpu/nccl_hierarchical.h"
-#include "gpu/nccl_reduction.h"
 
 namespace ring::gpu {
 

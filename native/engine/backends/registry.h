@@ -1,0 +1,52 @@
+// The backend registry: the one list of the executor's backends and the
+// order the executor asks them in (engine/backend.h: the first one enabled
+// for a response runs it). A new backend is added here, ahead of the ones
+// it should win over; the runtime only hands over what backends are built
+// from.
+//
+// The order, first asked first:
+//   1. cpu ring       host memory (cpu_ring/cpu_ring.h)
+//   2. nccl           GPU memory on the engine's own streams (gpu/nccl_backend.h)
+//   3. host-staged    GPU memory through pinned host memory and the CPU ring
+//                     (gpu/host_staged.h): what NCCL does not run
+#pragma once
+
+#include "engine/config.h"
+#include "engine/executor.h"
+#include "engine/handle_table.h"
+#include "engine/process_sets.h"
+#include "engine/timeline.h"
+#include "transport/mesh.h"
+
+namespace ring {
+
+// This rank's place in the job, as the backends see it.
+struct BackendLayout {
+  int rank = 0;
+  int size = 1;
+  int local_rank = 0;
+  int local_size = 1;
+  int cross_rank = 0;
+  int cross_size = 1;
+};
+
+// What one job's backends are built from. Every pointer is owned by the
+// runtime and outlives the executor the backends are added to.
+struct BackendParts {
+  Mesh* data = nullptr;  // the job's data mesh (every rank)
+  HandleTable* handles = nullptr;
+  const ProcessSetTable* sets = nullptr;
+  const Config* config = nullptr;
+  Timeline* timeline = nullptr;  // where execution phases go; null: nowhere
+  BackendLayout layout;
+};
+
+// Builds every backend from `parts` and adds them to `executor` in the
+// order above. RING_HIERARCHICAL_ALLREDUCE gives the CPU ring this host's
+// and this local rank's subgroups of the data mesh when the ranks are laid
+// out host by host (else a warning, and the flat ring). Call once, before
+// the executor's first run(); throws RingError when a subgroup mesh cannot
+// be made.
+void add_backends(Executor& executor, const BackendParts& parts);
+
+}  // namespace ring
