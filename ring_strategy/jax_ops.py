@@ -9,7 +9,8 @@ the engine pairs them across ranks by name. Names are generated when a
 function is traced (counted per label, in call order, the same on every
 rank) and reused at every run of the compiled function.
 
-CPU arrays only for now. Keras' ``DistributedOptimizer`` on the JAX backend
+CPU arrays only for now. Every collective of the core API is here; under jit,
+shapes are static (see :func:`allgather` and :func:`alltoall`). Keras' ``DistributedOptimizer`` on the JAX backend
 reduces its gradients here (:func:`native_group_allreduce`); where the
 handlers are missing (:mod:`ring_strategy._native_ops`) it falls back to
 host calls.
@@ -30,10 +31,12 @@ from typing import Any, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ring_strategy import _handles, _native, _native_ops
-from ring_strategy._rules import Average, check_op, check_root, group_names
+from ring_strategy._rules import (Average, alltoall_splits, check_op, check_root, group_names, reducescatter_rows,
+                                  require_rows)
 from ring_strategy.process_sets import ProcessSet, _check_process_set, global_process_set
 
-__all__ = ["allreduce", "grouped_allreduce", "broadcast", "allgather", "available"]
+__all__ = ["allreduce", "grouped_allreduce", "broadcast", "allgather", "alltoall", "reducescatter", "barrier",
+           "join", "available"]
 TARGET = "ring_collective"
 def available() -> bool:
     """True when the FFI handlers are built and registered."""
@@ -152,6 +155,61 @@ def allgather(x: Any, name: Optional[str] = None, process_set: ProcessSet = glob
     nm = _handles.auto_name("jax.allgather", name, place.id)
     out = jax.ShapeDtypeStruct((x.shape[0] * place.size,) + tuple(x.shape[1:]), x.dtype)
     return _call(_native.OP_ALLGATHER, [x], [nm], [out], process_set=place.id)[0]
+
+
+def alltoall(x: Any, name: Optional[str] = None, process_set: ProcessSet = global_process_set) -> Any:
+    """Block i of ``x``'s rows goes to the set's i-th rank; returns the blocks
+    received, in rank order. Under jit shapes are static, so the rows are
+    split evenly (they must divide by the set's size, and every rank gives
+    the same shape); uneven splits are ring_strategy.alltoall's, outside jit."""
+    import jax.numpy as jnp
+
+    x = jnp.asarray(x)
+    require_rows("alltoall", x.ndim, "array")
+    place = _check_process_set(process_set)
+    alltoall_splits(None, x.shape[0], place.size)
+    nm = _handles.auto_name("jax.alltoall", name, place.id)
+    return _call(_native.OP_ALLTOALL, [x], [nm], [_like(x)], process_set=place.id)[0]
+
+
+def reducescatter(x: Any, op: int = Average, name: Optional[str] = None,
+                  process_set: ProcessSet = global_process_set) -> Any:
+    """``x`` reduced over the set's ranks (Average or Sum), this rank's block
+    of rows returned: lower ranks get one extra row when the rows do not
+    divide by the set's size."""
+    import jax
+    import jax.numpy as jnp
+
+    x = jnp.asarray(x)
+    require_rows("reducescatter", x.ndim, "array")
+    place = _check_process_set(process_set)
+    nm = _handles.auto_name("jax.reducescatter", name, place.id)
+    rows = reducescatter_rows(x.shape[0], place.size, place.rank)
+    out = jax.ShapeDtypeStruct((rows,) + tuple(x.shape[1:]), x.dtype)
+    return _call(_native.OP_REDUCESCATTER, [x], [nm], [out], check_op(op), process_set=place.id)[0]
+
+
+def barrier(process_set: ProcessSet = global_process_set, name: Optional[str] = None) -> Any:
+    """Waits for every rank of the set. Returns a token (a uint8 array of one
+    element): inside jit, compute on it to order later work after the barrier."""
+    import jax
+    import jax.numpy as jnp
+
+    place = _check_process_set(process_set)
+    nm = _handles.auto_name("jax.barrier", name, place.id)
+    token = jnp.zeros((1,), jnp.uint8)
+    return _call(_native.OP_BARRIER, [token], [nm], [jax.ShapeDtypeStruct((1,), jnp.uint8)],
+                 process_set=place.id)[0]
+
+
+def join() -> Any:
+    """Horovod's join (:func:`ring_strategy.join`) as a JAX call: this rank
+    has no more data; returns the last rank to join, as an int32 scalar."""
+    import jax
+    import jax.numpy as jnp
+
+    token = jnp.zeros((1,), jnp.uint8)
+    return _call(_native.OP_JOIN, [token], ["join"], [jax.ShapeDtypeStruct((), jnp.int32)])[0]
 
 
 def native_group_allreduce(tensors: Sequence[Any], names: Sequence[str], op: int, prescale: float,

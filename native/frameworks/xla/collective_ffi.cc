@@ -17,9 +17,13 @@
 //
 // Attributes: op (OpType), names ('\n'-separated, one per argument),
 // reduce_op, prescale, postscale (f64), root, process_set. Arguments and
-// results pair up in order; allreduce and broadcast write their results in
-// place of the result buffers, allgather copies the engine's result in
-// (its size must match the result buffer the caller declared).
+// results pair up in order. Allreduce, broadcast and reducescatter write
+// their results in place of the result buffers (a reducescatter's holds this
+// rank's rows, ring_strategy._core.rules.reducescatter_rows). Allgather and
+// alltoall copy the engine's result in; its size must match the result
+// buffer the caller declared (shapes are static: equal rows on every rank,
+// an alltoall split evenly). Barrier and join take a token of one byte; join
+// writes the last rank to join into its int32 result.
 #include <cstring>
 #include <memory>
 #include <string>
@@ -89,29 +93,63 @@ struct Member {
   ffi::CountDownPromise left;
   void* dst;
   size_t bytes;
+  bool join;  // the result is received_splits[0], the last rank to join
 };
 
 void member_done(void* ctx, int32_t kind, const char* message, const RingResult* r) {
   std::unique_ptr<Member> m(static_cast<Member*>(ctx));
   if (kind != RING_OK) {
     m->left.CountDown(ring_error(static_cast<ErrorKind>(kind), message ? message : ""));
+  } else if (m->join) {
+    const int32_t last = r->nsplits > 0 ? static_cast<int32_t>(r->received_splits[0]) : -1;
+    if (m->bytes == sizeof last) std::memcpy(m->dst, &last, sizeof last);
+    m->left.CountDown();
   } else if (r->data && r->nbytes != m->bytes) {
     m->left.CountDown(ring_error(ErrorKind::BadArgument,
                                  "the result has " + std::to_string(r->nbytes) + " bytes; the call declared " +
-                                     std::to_string(m->bytes) + " (allgather of unequal rows?)"));
+                                     std::to_string(m->bytes) +
+                                     " (an allgather of unequal rows, or an alltoall of unequal splits?)"));
   } else {
     if (r->data && r->nbytes) std::memcpy(m->dst, r->data, m->bytes);
     m->left.CountDown();
   }
 }
 
-// The RingOpArgs of argument `in` into result `out` (shape kept in `dims`).
+// Where a member's shape and splits live until the group is queued.
+struct Layout {
+  std::vector<int64_t> dims, splits;
+};
+
+bool is(int64_t op, OpType t) { return op == static_cast<int64_t>(t); }
+
+// The rows an alltoall sends to each rank of the set: an even split, since
+// XLA's shapes are static (every rank receives what it sends).
+std::vector<int64_t> even_splits(const Call& c, const std::string& name, int64_t rows) {
+  const RingEngineApi* api = ring_xla_engine_api();
+  if (!api) throw_error(ErrorKind::Shutdown, "ring's engine is not loaded: import ring_strategy");
+  int64_t size = 0;
+  char error[512] = {0};
+  const int32_t kind = api->query(RING_QUERY_SET_SIZE, static_cast<int32_t>(c.process_set), &size, error,
+                                  sizeof error);
+  if (kind != RING_OK) throw_error(static_cast<ErrorKind>(kind), error);
+  if (size <= 0 || rows % size)
+    throw_error(ErrorKind::BadArgument, "tensor '" + name + "': an alltoall in compiled code splits its " +
+                                            std::to_string(rows) + " rows evenly over the set's " +
+                                            std::to_string(size) + " ranks, and they do not divide");
+  return std::vector<int64_t>(static_cast<size_t>(size), rows / size);
+}
+
+// The RingOpArgs of argument `in` into result `out` (shape and splits kept in `lay`).
 RingOpArgs member(const Call& c, const std::string& name, const ffi::AnyBuffer& in, ffi::AnyBuffer& out,
-                  std::vector<int64_t>* dims) {
+                  Layout* lay) {
   DataType dtype;
   if (!ring_dtype(in.element_type(), &dtype))
     throw_error(ErrorKind::BadArgument, "tensor '" + name + "': ring does not support this dtype");
-  for (int64_t d : in.dimensions()) dims->push_back(d);
+  for (int64_t d : in.dimensions()) lay->dims.push_back(d);
+  if (is(c.op, OpType::Alltoall)) {
+    if (lay->dims.empty()) throw_error(ErrorKind::BadArgument, "tensor '" + name + "': alltoall needs rows");
+    lay->splits = even_splits(c, name, lay->dims[0]);
+  }
   RingOpArgs a{};
   a.name = name.c_str();
   a.op = static_cast<int32_t>(c.op);
@@ -120,20 +158,25 @@ RingOpArgs member(const Call& c, const std::string& name, const ffi::AnyBuffer& 
   a.root = static_cast<int32_t>(c.root);
   a.prescale = c.prescale;
   a.postscale = c.postscale;
-  a.shape = dims->data();
-  a.ndim = static_cast<int32_t>(dims->size());
+  a.shape = lay->dims.data();
+  a.ndim = static_cast<int32_t>(lay->dims.size());
+  a.splits = lay->splits.data();
+  a.nsplits = static_cast<int32_t>(lay->splits.size());
   a.process_set = static_cast<int32_t>(c.process_set);
   a.input = in.untyped_data();
   a.input_bytes = in.size_bytes();
-  if (c.op == static_cast<int64_t>(OpType::Allreduce) || c.op == static_cast<int64_t>(OpType::Broadcast)) {
+  if (is(c.op, OpType::Allreduce) || is(c.op, OpType::Broadcast) || is(c.op, OpType::Reducescatter)) {
     a.output = out.untyped_data();
     a.output_bytes = out.size_bytes();
+  } else if (is(c.op, OpType::Barrier)) {
+    std::memset(out.untyped_data(), 0, out.size_bytes());  // the token: the engine gives no data
   }
   return a;
 }
 
 // Queues the group; the members' callbacks count `left` down.
-ffi::Future submit(const std::vector<RingOpArgs>& group, const std::vector<std::pair<void*, size_t>>& outs) {
+ffi::Future submit(const std::vector<RingOpArgs>& group, const std::vector<std::pair<void*, size_t>>& outs,
+                   bool join) {
   const RingEngineApi* api = ring_xla_engine_api();
   if (!api) return failed(ring_error(ErrorKind::Shutdown, "ring's engine is not loaded: import ring_strategy"));
   ffi::Promise promise;
@@ -142,7 +185,7 @@ ffi::Future submit(const std::vector<RingOpArgs>& group, const std::vector<std::
   std::vector<std::unique_ptr<Member>> members;
   std::vector<void*> ctxs;
   for (const auto& o : outs) {
-    members.push_back(std::unique_ptr<Member>(new Member{left, o.first, o.second}));
+    members.push_back(std::unique_ptr<Member>(new Member{left, o.first, o.second, join}));
     ctxs.push_back(members.back().get());
   }
   char error[512] = {0};
@@ -161,11 +204,9 @@ ffi::Future collective(ffi::RemainingArgs args, ffi::RemainingRets rets, int64_t
   const size_t n = each.size();
   if (args.size() < n || rets.size() != n)
     return failed(ring_error(ErrorKind::BadArgument, "ring's FFI call needs one result and one name per argument"));
-  if (op != static_cast<int64_t>(OpType::Allreduce) && op != static_cast<int64_t>(OpType::Broadcast) &&
-      op != static_cast<int64_t>(OpType::Allgather))
-    return failed(ring_error(ErrorKind::BadArgument, "ring's FFI handler runs allreduce, broadcast and allgather"));
+  if (op < 0 || op >= kNumOpTypes) return failed(ring_error(ErrorKind::BadArgument, "unknown operation"));
   std::vector<RingOpArgs> group;
-  std::vector<std::vector<int64_t>> dims(n);
+  std::vector<Layout> lays(n);
   std::vector<std::pair<void*, size_t>> outs;  // where an engine-allocated result is copied
   try {
     for (size_t i = 0; i < n; ++i) {
@@ -173,13 +214,13 @@ ffi::Future collective(ffi::RemainingArgs args, ffi::RemainingRets rets, int64_t
       auto out = rets.get<ffi::AnyBuffer>(i);
       if (!in.has_value() || !out.has_value())
         throw_error(ErrorKind::BadArgument, "ring's FFI call takes and gives arrays");
-      group.push_back(member(c, each[i], *in, **out, &dims[i]));
+      group.push_back(member(c, each[i], *in, **out, &lays[i]));
       outs.emplace_back((*out)->untyped_data(), (*out)->size_bytes());
     }
   } catch (const RingError& e) {
     return failed(ring_error(e.kind(), e.what()));
   }
-  return submit(group, outs);
+  return submit(group, outs, is(op, OpType::Join));
 }
 
 }  // namespace
