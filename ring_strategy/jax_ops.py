@@ -9,11 +9,11 @@ the engine pairs them across ranks by name. Names are generated when a
 function is traced (counted per label, in call order, the same on every
 rank) and reused at every run of the compiled function.
 
-CPU arrays only for now. Every collective of the core API is here; under jit,
-shapes are static (see :func:`allgather` and :func:`alltoall`). Keras' ``DistributedOptimizer`` on the JAX backend
-reduces its gradients here (:func:`native_group_allreduce`); where the
-handlers are missing (:mod:`ring_strategy._native_ops`) it falls back to
-host calls.
+CPU arrays only for now. Every collective of the core API is here; under
+jit, shapes are static (see :func:`allgather` and :func:`alltoall`). Keras'
+``DistributedOptimizer`` on the JAX backend reduces its gradients here
+(:func:`native_group_allreduce`); where the handlers are missing
+(:mod:`ring_strategy._native_ops`) it falls back to host calls.
 
 Example::
 
