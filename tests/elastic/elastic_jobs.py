@@ -117,10 +117,12 @@ class ElasticJob:
         worker: The worker script (``elastic_train.py`` by default); another
             one takes the same ``TRAIN_PROGRESS`` and TAG arguments.
         prefix: What ringrun's command line starts with (e.g. ``ip netns exec HOST``).
+        worker_prefix: What each worker's command line starts with (e.g. ``env -u VAR``).
     """
 
     def __init__(self, directory: Path, hosts: Optional[Sequence[str]], args: Sequence[object],
-                 env: Optional[Dict[str, str]] = None, worker: Path = WORKER, prefix: Sequence[str] = ()) -> None:
+                 env: Optional[Dict[str, str]] = None, worker: Path = WORKER, prefix: Sequence[str] = (),
+                 worker_prefix: Sequence[str] = ()) -> None:
         self.hosts_file = directory / "hosts"
         self.progress_file = directory / "progress"
         self.tag = f"elastic-{uuid.uuid4().hex[:12]}"
@@ -128,7 +130,8 @@ class ElasticJob:
         if hosts is not None:
             self.set_hosts(hosts)
             discovery = ["--host-discovery-script", f"cat {shlex.quote(str(self.hosts_file))}"]
-        cmd = [*prefix, *ringrun_command(None, ["-v", *discovery, *args, sys.executable, worker, self.tag])]
+        cmd = [*prefix, *ringrun_command(None, ["-v", *discovery, *args, *worker_prefix, sys.executable, worker,
+                                                             self.tag])]
         variables = {"TRAIN_PROGRESS": str(self.progress_file), **(env or {})}
         self.started_at = time.monotonic()
         self.proc = start_job(cmd, env=job_environment(variables), merge_output=True)
