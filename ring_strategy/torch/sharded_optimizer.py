@@ -26,6 +26,7 @@ takes that form, or this rank's ``local_state_dict()``.
 
 from __future__ import annotations
 
+import copy
 import itertools
 from collections import defaultdict
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
@@ -33,10 +34,10 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 import torch
 
 from ring_strategy.process_sets import averages_here
-from ring_strategy.torch._async_ops import grouped_allgather_async, grouped_reducescatter_async
+from ring_strategy.torch._async_ops import grouped_allgather_async, grouped_allreduce_, grouped_reducescatter_async
 from ring_strategy.torch.compression import Compression
 from ring_strategy.torch.grad_sync import check_passes
-from ring_strategy.torch.mpi_ops import Average, global_process_set, synchronize
+from ring_strategy.torch.mpi_ops import Average, Sum, allreduce, global_process_set, synchronize
 
 __all__ = ["ShardedOptimizer", "shard_optimizer"]
 
@@ -101,24 +102,33 @@ class ShardedOptimizer(torch.optim.Optimizer):
         """Reduce-scatters the accumulated gradients into this rank's blocks.
 
         A parameter whose ``.grad`` is None takes part with zeros (as with the
-        unsharded optimizer). The parameters' ``.grad`` are set to None.
+        unsharded optimizer; alone, its block's gradient stays None). The
+        parameters' ``.grad`` are set to None.
         """
-        params = self._ring_params
-        grads = []
-        for p in params:
-            if p.grad is not None and p.grad.is_sparse:
-                raise NotImplementedError("shard_optimizer_state=True does not take sparse gradients")
-            grads.append(torch.zeros(p.numel(), dtype=p.dtype, device=p.device) if p.grad is None
-                         else p.grad.detach().reshape(-1))
+        grads = self._ring_full_grads()
         outs = grads
         if self._ring_size > 1:
             outs = synchronize(grouped_reducescatter_async(grads, name=f"{self._ring_name}.grads", op=Average,
                                                            process_set=self._ring_process_set))
         for shard, out in zip(self._ring_shards(), outs):
-            shard.grad = out.reshape(-1)
-        for p in params:
+            shard.grad = None if out is None else out.reshape(-1)
+        for p in self._ring_params:
             p.grad = None
         self._ring_synchronized = True
+
+    def _ring_full_grads(self) -> List[Optional[torch.Tensor]]:
+        """Every parameter's accumulated gradient, flat: zeros where ``.grad``
+        is None when ranks reduce together, None when this rank steps alone."""
+        self._ring_refresh_copies()
+        grads: List[Optional[torch.Tensor]] = []
+        for p in self._ring_params:
+            if p.grad is not None and p.grad.is_sparse:
+                raise NotImplementedError("shard_optimizer_state=True does not take sparse gradients")
+            if p.grad is None:
+                grads.append(torch.zeros(p.numel(), dtype=p.dtype, device=p.device) if self._ring_size > 1 else None)
+            else:
+                grads.append(p.grad.detach().reshape(-1))
+        return grads
 
     def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
         """Runs ``closure`` (if given), reduces the gradients, steps this rank's
@@ -136,6 +146,17 @@ class ShardedOptimizer(torch.optim.Optimizer):
 
     def _ring_shards(self) -> List[torch.Tensor]:
         return [p for group in self.param_groups for p in group["params"]]
+
+    def _ring_refresh_copies(self) -> None:
+        """Copies the parameters into the blocks that are copies, not views (a
+        non-contiguous parameter's): a checkpoint or an elastic restore may
+        have loaded the parameters since the last step."""
+        shards = self._ring_shards()
+        with torch.no_grad():
+            for i, p in enumerate(self._ring_params):
+                start, count = self._ring_blocks[i]
+                if not p.is_contiguous():
+                    shards[i].copy_(p.reshape(-1)[start:start + count])
 
     def _ring_gather_parameters(self) -> None:
         """Allgathers the updated blocks into the parameters, a bucket of at
@@ -168,29 +189,54 @@ class ShardedOptimizer(torch.optim.Optimizer):
         self._ring_synchronized = False
 
     def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
-        """Clips the averaged gradients by their global norm, computed across the shards.
+        """Clips the averaged gradients by their global norm, as
+        ``torch.nn.utils.clip_grad_norm_`` on the unsharded gradients does.
 
-        Call it after :meth:`synchronize` and before :meth:`step`. Equal to
-        ``torch.nn.utils.clip_grad_norm_`` on the unsharded gradients up to
-        rounding (the norm is summed in another order).
+        Two ways, by when it is called:
+
+        - After :meth:`synchronize` (the gradients are this rank's averaged
+          blocks): the global norm is computed across the shards, one scalar
+          allreduce. Equal to torch's up to the rounding of the norm (summed
+          in another order): bitwise the unsharded result when the norm is
+          below ``max_norm`` (nothing is clipped), within that rounding else.
+        - Before it (after the backward passes): the whole gradients are
+          averaged with one grouped allreduce instead of the reducescatter,
+          clipped by ``torch.nn.utils.clip_grad_norm_`` and cut into this
+          rank's blocks. Bitwise the unsharded optimizer's result, for twice
+          the gradient traffic of the reducescatter (Lightning's
+          ``gradient_clip_val`` takes this way).
 
         Returns:
-            The total norm of the gradients before clipping.
+            The total norm of the averaged gradients before clipping.
         """
         if not self._ring_synchronized:
-            raise RuntimeError("clip_grad_norm_: call optimizer.synchronize() first (after the backward passes)")
+            return self._ring_clip_whole(max_norm, norm_type)
         grads = [s.grad for s in self._ring_shards() if s.grad is not None]
         local = torch.stack([g.detach().double().norm(norm_type) ** norm_type for g in grads]).sum() if grads \
             else torch.zeros((), dtype=torch.float64)
         if self._ring_size > 1:
-            from ring_strategy.torch.mpi_ops import Sum, allreduce
-
             local = allreduce(local, op=Sum, name=f"{self._ring_name}.norm", process_set=self._ring_process_set)
         total = local ** (1.0 / norm_type)
         coef = (max_norm / (total + 1e-6)).clamp(max=1.0)
         for g in grads:
             g.mul_(coef.to(g.dtype))
         return total.float()
+
+    def _ring_clip_whole(self, max_norm: float, norm_type: float) -> torch.Tensor:
+        """:meth:`clip_grad_norm_` before :meth:`synchronize`: allreduce, clip, keep the blocks."""
+        params = self._ring_params
+        grads = self._ring_full_grads()
+        for p, grad in zip(params, grads):
+            p.grad = None if grad is None else grad.view_as(p)
+        if self._ring_size > 1:
+            grouped_allreduce_([p.grad for p in params], name=f"{self._ring_name}.whole", op=Average,
+                               process_set=self._ring_process_set)
+        total = torch.nn.utils.clip_grad_norm_(params, max_norm, norm_type)
+        for shard, p, (start, count) in zip(self._ring_shards(), params, self._ring_blocks):
+            shard.grad = None if p.grad is None else p.grad.detach().reshape(-1)[start:start + count].clone()
+            p.grad = None
+        self._ring_synchronized = True
+        return total
 
     # ------------------------------------------------------------ state
     def local_state_dict(self) -> Dict[str, Any]:
@@ -223,22 +269,61 @@ class ShardedOptimizer(torch.optim.Optimizer):
         return local
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
-        """Loads the full form (``state_dict()``, or an unsharded optimizer's) or this rank's ``local_state_dict()``."""
+        """Loads the full form (``state_dict()``, or an unsharded optimizer's) or this rank's ``local_state_dict()``.
+
+        The state takes copies: ``state_dict`` is never changed by later steps
+        (torch's own optimizers keep the tensors given, steps counters included).
+        """
         state_dict = dict(state_dict)
         marker = state_dict.pop(_LOCAL, None)
         if marker is not None:
             if tuple(marker) != (self._ring_rank, self._ring_size):
                 raise ValueError(f"load_state_dict: a local state of rank {marker[0]} of {marker[1]} cannot be "
                                  f"loaded by rank {self._ring_rank} of {self._ring_size}; load the full state_dict()")
-            super().load_state_dict(state_dict)
+            super().load_state_dict(copy.deepcopy(state_dict))
             return
         sliced = {}
         for index, per_param in state_dict["state"].items():
             p = self._ring_params[int(index)]
             start, count = self._ring_blocks[int(index)]
             sliced[index] = {key: value.reshape(-1)[start:start + count].clone() if _per_element(key, value, p)
-                             else value for key, value in per_param.items()}
+                             else copy.deepcopy(value) for key, value in per_param.items()}
         super().load_state_dict({**state_dict, "state": sliced})
+
+    def reshard(self, state_dict: Dict[str, Any], process_set: Any = None) -> None:
+        """Cuts the parameters into blocks again for ``process_set``'s ranks as
+        they are now, and loads ``state_dict`` into them. Local: no communication.
+
+        What an elastic reset calls (the world's size and this rank's place in
+        it may have changed), or a move to another process set.
+
+        Args:
+            state_dict: the full state (:meth:`state_dict`, taken in any
+                layout, or an unsharded optimizer's); this rank's blocks of
+                it become the state.
+            process_set: the ranks that share the state from now on; None:
+                the same set as before (its rank and size read again).
+        """
+        if state_dict.get(_LOCAL) is not None:
+            raise ValueError("reshard: takes the full state_dict(), not a local_state_dict()")
+        self._ring_lay_out(self._ring_process_set if process_set is None else process_set)
+        self.load_state_dict(state_dict)
+
+    def _ring_lay_out(self, process_set: Any) -> None:
+        """Makes this rank's blocks of the parameters, for ``process_set``, the
+        params of the param groups (the group dicts themselves are kept: a
+        learning-rate scheduler holds them), with an empty state."""
+        # A rank outside the set, or a set of one, steps alone (as the unsharded optimizer does).
+        size, rank = (process_set.size(), process_set.rank()) if averages_here(process_set) else (1, 0)
+        params = self._ring_params
+        blocks = [_block(p.numel(), rank, size) for p in params]
+        shards = iter(_block_of(p, start, count) for p, (start, count) in zip(params, blocks))
+        for group in self.param_groups:
+            group["params"] = [next(shards) for _ in group["params"]]
+        self.state = defaultdict(dict)
+        self._ring_blocks = blocks
+        self._ring_rank, self._ring_size, self._ring_process_set = rank, size, process_set
+        self._ring_synchronized = False
 
     def add_param_group(self, param_group: Dict[str, Any]) -> None:
         if getattr(self, "_ring_params", None) is not None:
@@ -286,21 +371,9 @@ def shard_optimizer(
     for key, value in vars(optimizer).items():
         if not (callable(value) and hasattr(base, key)):
             setattr(sharded, key, value)
-    # A rank outside the set, or a set of one, steps alone (as the unsharded optimizer does).
-    size, rank = (process_set.size(), process_set.rank()) if averages_here(process_set) else (1, 0)
-    params = [p for group in optimizer.param_groups for p in group["params"]]
-    blocks = [_block(p.numel(), rank, size) for p in params]
-    shards = iter(_block_of(p, start, count) for p, (start, count) in zip(params, blocks))
-    # The group dicts themselves are kept (a learning-rate scheduler built on
-    # the original optimizer changes the lr the sharded one reads); their
-    # parameters become this rank's blocks.
-    for group in optimizer.param_groups:
-        group["params"] = [next(shards) for _ in group["params"]]
+    sharded._ring_params = [p for group in optimizer.param_groups for p in group["params"]]
     sharded.param_groups = optimizer.param_groups
-    sharded.state = defaultdict(dict)
-    sharded._ring_params, sharded._ring_blocks = params, blocks
-    sharded._ring_rank, sharded._ring_size, sharded._ring_process_set = rank, size, process_set
-    sharded._ring_synchronized = False
+    sharded._ring_lay_out(process_set)
     sharded._ring_name = f"ShardedOptimizer.{next(_numbers)}"
     return sharded
 

@@ -38,6 +38,9 @@ def test_sharded_equals_unsharded_bitwise(np):
         plain, sharded = r["adam"]["state_bytes"]
         assert abs(sharded - plain / np) <= 4 * 2 * 8, (plain, sharded)
         assert r["clip_difference"] < 1e-6, r["clip_difference"]
+        for check in ("clip_bitwise", "elastic_commit_restore", "process_set_bitwise", "resharded_bitwise",
+                      "resharded_size"):
+            assert r[check], (r["rank"], check)
     total = sum(r["adam"]["state_bytes"][1] for r in reports)
     assert total == reports[0]["adam"]["state_bytes"][0]
 

@@ -9,6 +9,9 @@ Each value of a kind torch owns gets a handler that knows how to copy it
   ``broadcast_parameters``.
 - ``torch.optim.Optimizer`` (a ``DistributedOptimizer`` too): a copy of
   ``state_dict()``; synced with ``broadcast_optimizer_state``.
+- A sharded optimizer (``shard_optimizer_state=True``): a copy of its full
+  ``state_dict()`` (gathered at each commit); a reset re-shards the commit
+  for the new world, whatever its size; synced by broadcasting rank 0's.
 - ``ElasticSampler``: its ``state_dict()`` (epoch, processed indices); a sync,
   and a change of hosts before the world ends, gathers every rank's
   processed indices; a reset splits the rest of the epoch over the new world.
@@ -28,6 +31,7 @@ from ring_strategy.basics import rank
 from ring_strategy.elastic.state import ObjectState
 from ring_strategy.exceptions import RingError
 from ring_strategy.torch.elastic.sampler import ElasticSampler
+from ring_strategy.torch.sharded_optimizer import ShardedOptimizer
 from ring_strategy.torch.functions import (
     allgather_object,
     broadcast_object,
@@ -71,15 +75,59 @@ class _ModuleHandler(_Handler):
 
 class _OptimizerHandler(_Handler):
     def restore(self) -> None:
+        # A copy: torch's load_state_dict keeps the tensors it is given, which
+        # the next steps change in place; the commit must stay as it was.
         try:
-            self.value.load_state_dict(self._saved)
+            self.value.load_state_dict(copy.deepcopy(self._saved))
         except RingError:
             # A DistributedOptimizer first finishes the lost world's reductions
             # still in flight: they fail, and are gone; now it loads.
-            self.value.load_state_dict(self._saved)
+            self.value.load_state_dict(copy.deepcopy(self._saved))
 
     def sync(self) -> None:
         broadcast_optimizer_state(self.value, root_rank=0)
+
+
+class _ShardedOptimizerHandler(_Handler):
+    """A sharded optimizer (``shard_optimizer_state=True``): each rank holds
+    only its blocks of the state, so the commit is the full state, gathered
+    (``save`` is a collective, as ``commit`` is). A restore is then possible
+    onto any world: ``reset`` cuts the commit into the new world's blocks.
+
+    No commit is taken when the handler is made (a worker that joins a
+    running job makes its state while the others are not gathering); the
+    run loop's first sync takes it.
+    """
+
+    def __init__(self, name: str, value: Any) -> None:  # noqa: D107 - no save here (see the class)
+        self.name = name
+        self.value = value
+        self._saved: Optional[Dict[str, Any]] = None
+        self._resets = 0
+
+    def save(self) -> None:
+        full = self.value.state_dict()
+        # The gathered per-element tensors are fresh copies already; the rest is copied.
+        fresh = {id(v): v for entries in full["state"].values() for v in entries.values()
+                 if torch.is_tensor(v) and v.numel() > 1}
+        self._saved = copy.deepcopy(full, fresh)
+
+    def restore(self) -> None:
+        if self._saved is not None:
+            self.value.load_state_dict(self._saved)
+
+    def reset(self) -> None:
+        """Lays the state out for the new world, from the last commit."""
+        self._resets += 1
+        if self._saved is not None:
+            self.value.reshard(self._saved)
+
+    def sync(self) -> None:
+        """Every rank takes rank 0's state: its commit after a reset (a worker
+        that joined holds no part of the state), else the live state, gathered."""
+        after_reset = broadcast_object(self._resets > 0, 0, f"elastic.{self.name}.after_reset")
+        full = self._saved if after_reset else self.value.state_dict()
+        self.value.load_state_dict(broadcast_object(full if rank() == 0 else None, 0, f"elastic.{self.name}"))
 
 
 class _SamplerHandler(_Handler):
@@ -109,6 +157,7 @@ def _scheduler_types() -> Tuple[type, ...]:
 
 _HANDLERS: List[Tuple[Tuple[type, ...], Type[_Handler]]] = [
     ((torch.nn.Module,), _ModuleHandler),
+    ((ShardedOptimizer,), _ShardedOptimizerHandler),  # before any optimizer: it is one
     ((torch.optim.Optimizer,), _OptimizerHandler),
     ((ElasticSampler,), _SamplerHandler),
     (_scheduler_types(), _Handler),
