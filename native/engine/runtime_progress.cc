@@ -36,6 +36,15 @@ int64_t ns_of(std::chrono::steady_clock::time_point t) {
 
 int64_t now_ns() { return ns_of(std::chrono::steady_clock::now()); }
 
+// `why`, a failure rank `me` (its peer name) saw itself, as the other ranks
+// read it: "rank 0 (host, pid 7) lost rank 1 (...): ...", or "on rank 0
+// (host, pid 7): ..." for other causes; unchanged when it names `me` first.
+std::string seen_on(const std::string& me, const std::string& why) {
+  if (why.rfind(me, 0) == 0) return why;
+  if (why.rfind("lost ", 0) == 0) return me + " " + why;
+  return "on " + me + ": " + why;
+}
+
 }  // namespace
 
 void Runtime::loop() {
@@ -205,7 +214,10 @@ void Runtime::end(ErrorKind kind, const std::string& reason, bool from_peer, boo
       return;
     }
     why += unfinished_names();  // what this rank loses, whoever saw the cause
-    if (!from_peer) tell_peers(kind, why);
+    // A peer's note names its sender already; this rank's own cause is
+    // passed on naming this rank (to rank 1, "lost rank 1" alone would name
+    // the wrong end of the link).
+    if (!from_peer) tell_peers(kind, noted ? why : seen_on(control_->peer_name(opts_.rank), why));
   }
   stop(kind, why, quiet);
   queue_.notify();  // the background thread closes the meshes

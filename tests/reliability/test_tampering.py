@@ -13,7 +13,10 @@ The rank that receives the altered frame fails its link to the sender,
 and the job stops: every rank raises ``PeerFailureError`` naming the
 sender's link ("lost rank S (...): an encrypted frame from a peer failed
 authentication ...") within the deadline of the fault, and nothing is left
-behind. A faithful proxy shows the link itself is transparent: every
+behind. Each rank's message names the other end of the link and its host:
+the rank that saw the failure says "lost rank S (host, pid ...)", the
+others read its cause under its name ("rank R (host, pid ...) lost rank S
+...", or "on rank R (...): ..."), never "lost rank S" on rank S. A faithful proxy shows the link itself is transparent: every
 result bitwise right.
 
 The same proxy also impairs the link, where the kernel has no netem:
@@ -68,6 +71,13 @@ SENDER = {TO_DIALER: 0, TO_ACCEPTOR: 1}  # the rank an altered frame claims to c
 _runs: Dict[Optional[str], Tuple[JobResult, Proxy, float]] = {}
 
 
+def _names_the_other_end(rank: int, message: str) -> bool:
+    """``message``, raised on ``rank``, names the link's other end with its
+    host, and names ``rank`` as lost only as another rank saw it."""
+    other = f"rank {1 - rank} ({socket.gethostname()}, pid "
+    return other in message and not message.startswith(f"lost rank {rank} ")
+
+
 def _upstream(gate: Path) -> Upstream:
     """The proxy's way to rank 0's real listeners, from the endpoints rank 1 wrote."""
     def where(mesh: str) -> Tuple[str, int]:
@@ -120,6 +130,7 @@ def test_altered_frame_ends_the_job_on_every_rank(fault: str) -> None:
         assert err.cls == "PeerFailureError", job.tail()
         assert f"lost rank {SENDER[f.direction]} (" in err.message, job.tail()
         assert "failed authentication" in err.message, job.tail()
+        assert _names_the_other_end(rank, err.message), job.tail()
         assert took < DEADLINE_SECONDS, job.tail()
 
 
@@ -147,7 +158,7 @@ def test_stalled_or_reset_link_ends_the_job_on_every_rank(fault: str) -> None:
         print(f"{fault}: rank {rank} raised {err.cls} {took:.3f} s after the fault: {err.message}")
         cls, text = BROKEN_ERROR[fault]
         assert err.cls == cls and text in err.message, job.tail()
-        assert f"({socket.gethostname()}, pid " in err.message, job.tail()  # the peer's host
+        assert _names_the_other_end(rank, err.message), job.tail()  # the peer and its host
         assert took < DEADLINE_SECONDS, job.tail()
 
 
