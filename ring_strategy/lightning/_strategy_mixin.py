@@ -114,7 +114,9 @@ class RingStrategyMixin(RingParallelMixin, _StrategyBase):
         shard_optimizer_state: Each rank keeps the optimizer state of 1/size
             of every parameter (ZeRO stages 1 and 2; see the PyTorch page):
             the optimizers' steps reduce-scatter the gradients, checkpoints
-            hold the full state. Not with ``elastic`` or ``gradient_clip_val``.
+            hold the full state, which an elastic fit's commit holds too (a
+            new world re-shards it). ``gradient_clip_val`` clips by the
+            global norm (or value) of the averaged gradients.
 
     Example:
         >>> import ring_strategy  # registers "ring"  # doctest: +SKIP
@@ -162,9 +164,9 @@ class RingStrategyMixin(RingParallelMixin, _StrategyBase):
         self._num_nodes = 1
         self._grad_sync: Optional[GradientSync] = None
         self.elastic = elastic
-        if not isinstance(shard_optimizer_state, bool) or (shard_optimizer_state and elastic):
-            raise ValueError("RingStrategy: shard_optimizer_state should be True or False, and not True with "
-                             f"elastic=True. Got: shard_optimizer_state={shard_optimizer_state!r}, elastic={elastic!r}")
+        if not isinstance(shard_optimizer_state, bool):
+            raise ValueError("RingStrategy: shard_optimizer_state should be True or False. "
+                             f"Got: shard_optimizer_state={shard_optimizer_state!r}")
         self.shard_optimizer_state = shard_optimizer_state
         self.commit_every_n_steps = check_commit_every(commit_every_n_steps)
         self._elastic: Optional[LightningState] = None
@@ -210,17 +212,15 @@ class RingStrategyMixin(RingParallelMixin, _StrategyBase):
         """Wraps every optimizer in the sharded optimizer (ZeRO stages 1 and 2,
         ring_strategy/torch/sharded_optimizer.py), which reduce-scatters the
         gradients in its step; no gradient is averaged during backward."""
+        from ring_strategy.lightning._sharded_clip import clip_through_shards
         from ring_strategy.torch.sharded_optimizer import ShardedOptimizer, shard_optimizer
 
-        if trainer.gradient_clip_val:
-            raise ValueError(
-                "RingStrategy(shard_optimizer_state=True): Trainer(gradient_clip_val=...) would clip each rank's "
-                "own gradients before the sharded step averages them; clip in manual optimization with "
-                "optimizer.synchronize() and optimizer.clip_grad_norm_(max_norm) instead"
-            )
+        clip_through_shards(self.precision_plugin)
         wrapped = []
-        for optimizer in self.optimizers:
-            sharded = optimizer if isinstance(optimizer, ShardedOptimizer) else shard_optimizer(optimizer)
+        for number, optimizer in enumerate(self.optimizers):
+            # Named by position: an elastic fit makes them again in every world, a joined worker once.
+            sharded = optimizer if isinstance(optimizer, ShardedOptimizer) else \
+                shard_optimizer(optimizer, name=f"ring.lightning.{number}")
             for config in self.lr_scheduler_configs:
                 if getattr(config.scheduler, "optimizer", None) is optimizer:
                     config.scheduler.optimizer = sharded

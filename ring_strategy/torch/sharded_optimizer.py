@@ -222,6 +222,16 @@ class ShardedOptimizer(torch.optim.Optimizer):
             g.mul_(coef.to(g.dtype))
         return total.float()
 
+    def clip_grad_value_(self, clip_value: float) -> None:
+        """Clamps the averaged gradients to ``[-clip_value, clip_value]``
+        (reduce-scattering them first, if :meth:`synchronize` was not called):
+        bitwise ``torch.nn.utils.clip_grad_value_`` on the unsharded gradients."""
+        if not self._ring_synchronized:
+            self.synchronize()
+        for shard in self._ring_shards():
+            if shard.grad is not None:
+                shard.grad.clamp_(min=-clip_value, max=clip_value)
+
     def _ring_clip_whole(self, max_norm: float, norm_type: float) -> torch.Tensor:
         """:meth:`clip_grad_norm_` before :meth:`synchronize`: allreduce, clip, keep the blocks."""
         params = self._ring_params
@@ -338,6 +348,7 @@ def shard_optimizer(
     compression: Any = Compression.none,
     op: int = Average,
     process_set: Any = global_process_set,
+    name: Optional[str] = None,
     **unsupported: Any,
 ) -> torch.optim.Optimizer:
     """Wraps ``optimizer`` so that each rank keeps and steps only its block of every parameter.
@@ -355,6 +366,9 @@ def shard_optimizer(
         compression: only ``Compression.none``.
         op: only ``Average``.
         process_set: the ranks that share the state.
+        name: names this optimizer's reductions; every rank must give the
+            same. None: numbered in creation order (every rank must then make
+            the same sharded optimizers in the same order).
         unsupported: other DistributedOptimizer arguments, which must keep
             their defaults (``backward_passes_per_step`` is free: passes
             accumulate until ``step()``).
@@ -374,7 +388,7 @@ def shard_optimizer(
     sharded._ring_params = [p for group in optimizer.param_groups for p in group["params"]]
     sharded.param_groups = optimizer.param_groups
     sharded._ring_lay_out(process_set)
-    sharded._ring_name = f"ShardedOptimizer.{next(_numbers)}"
+    sharded._ring_name = f"ShardedOptimizer.{next(_numbers)}" if name is None else f"ShardedOptimizer.{name}"
     return sharded
 
 

@@ -81,7 +81,8 @@ def main() -> None:
     dataset = data()
     model = make_model(1 + int(trace.worker))  # replicas start apart: the first sync makes them rank 0's
     optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM),
-                                         named_parameters=model.named_parameters())
+                                         named_parameters=model.named_parameters(),
+                                         shard_optimizer_state=os.environ.get("TRAIN_SHARDED") == "1")
     sampler = hvd.elastic.ElasticSampler(dataset, shuffle=True, seed=SEED)
 
     class TracedState(hvd.elastic.TorchState):

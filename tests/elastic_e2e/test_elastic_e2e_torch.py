@@ -86,6 +86,27 @@ def test_host_added_sampler_mid_epoch_trains_every_sample_once(added):
     every_sample_once(run, script.SAMPLES, 4, script.STEPS_PER_EPOCH)
 
 
+@pytest.mark.slow  # two more jobs; make test re-shards from 4 ranks onto 2 in tests/torch/test_sharded_optimizer.py
+def test_sharded_optimizer_state_reshards_3_to_2_and_2_to_3(tmp_path):
+    """DistributedOptimizer(shard_optimizer_state=True) in TorchState: a lost
+    worker's world (3 to 2) and a joined one (2 to 3) go on from the commit,
+    re-sharded for the new size (the joined worker takes rank 0's), to the
+    same parameters as one process."""
+    env = {**ENV, "TRAIN_SHARDED": "1"}
+    (tmp_path / "killed").mkdir()
+    (tmp_path / "added").mkdir()
+    job = ElasticJob(tmp_path / "killed", HOSTS, ["-np", 3, "--min-np", 2],
+                     env={**env, "TRAIN_FAIL": f"1:{FAIL_STEP}:sigkill"}, worker=WORKER)
+    killed = job.finish()
+    check_lost_one_of_three(killed, FAIL_STEP, COMMIT_EVERY, STEPS, "torch sharded: SIGKILL of 1 of 3")
+    finished_equal(killed, STEPS, script.reference(EPOCHS).numpy())
+    run, added_at = added_host(tmp_path / "added", WORKER, {**env, "TRAIN_EPOCHS": "4", "TRAIN_SLEEP": "0.05"},
+                               at_step=4)
+    check_added(run, added_at, "torch sharded")
+    finished_equal(run, 4 * script.STEPS_PER_EPOCH, script.reference(4).numpy())
+    clean(run)
+
+
 @pytest.mark.slow  # 8 s of make test's budget; make test removes hosts in tests/elastic
 def test_host_removed_with_rank_local_sampler_records(tmp_path):
     """A host no longer listed (3 ranks to 2, only removed: the loop may skip

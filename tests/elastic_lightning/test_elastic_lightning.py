@@ -58,10 +58,13 @@ def _finished_equal(run: Finished, workers: List[int], batches: List[List[int]],
                                rtol=0, atol=1e-5)
 
 
-def test_worker_killed_mid_epoch_3_to_2(tmp_path: Path) -> None:
+# sharded: RingStrategy(shard_optimizer_state=True), whose commit is re-sharded from 3 ranks onto 2.
+@pytest.mark.parametrize("sharded", [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_worker_killed_mid_epoch_3_to_2(tmp_path: Path, sharded: bool) -> None:
     """Worker 1 is SIGKILLed in the middle of epoch 1: the others roll back to
     the last commit, re-form, and fit completes on them."""
-    job = ElasticJob(tmp_path, HOSTS, ["-np", 3, "--min-np", 2], env={"TRAIN_FAIL": "1:9"}, worker=WORKER)
+    job = ElasticJob(tmp_path, HOSTS, ["-np", 3, "--min-np", 2],
+                     env={"TRAIN_FAIL": "1:9", "TRAIN_SHARDED": str(int(sharded))}, worker=WORKER)
     run = job.finish(timeout=120)
     assert run.returncode == 0, run.tail()
     assert run.worlds() == {1: list(zip([0, 1, 2], HOSTS)), 2: [(0, HOSTS[0]), (2, HOSTS[2])]}, run.tail()

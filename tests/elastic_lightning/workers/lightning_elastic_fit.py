@@ -178,7 +178,8 @@ def main() -> None:
         trainer.fit(net)
         return trainer, net
 
-    trainer, net = fitted(RingStrategy(elastic=True, commit_every_n_steps=COMMIT_EVERY))
+    sharded = os.environ.get("TRAIN_SHARDED") == "1"
+    trainer, net = fitted(RingStrategy(elastic=True, commit_every_n_steps=COMMIT_EVERY, shard_optimizer_state=sharded))
     print(f"done {describe(trainer, net.net)} params {flat(net.net).numpy().tobytes().hex()}", flush=True)
     if os.environ.get("TRAIN_PLAIN") == "1":
         _, plain = fitted(RingStrategy())

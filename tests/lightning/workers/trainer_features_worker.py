@@ -136,6 +136,23 @@ def sharded(out: Path) -> Dict[str, Any]:
     }
 
 
+def clipped() -> Dict[str, bool]:
+    """Fits clipped by norm (active: a small limit) and by value, with two
+    accumulated batches a step: sharded bitwise equal to unsharded."""
+    from ring_strategy.lightning import RingStrategy
+
+    same = {}
+    for algorithm, limit in (("norm", 0.05), ("value", 0.01)):
+        params = []
+        for shard in (False, True):
+            model = AdamNet()
+            _trainer(RingStrategy(shard_optimizer_state=shard), 1, gradient_clip_val=limit,
+                     gradient_clip_algorithm=algorithm, accumulate_grad_batches=2).fit(model)
+            params.append([p.detach().clone() for p in model.parameters()])
+        same[algorithm] = all(torch.equal(a, b) for a, b in zip(*params))
+    return same
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
@@ -151,6 +168,7 @@ def main() -> None:
         "ring": figures(model.net),
     }
     result["sharded"] = sharded(args.out)
+    result["clipped"] = clipped()
     if trainer.global_rank == 0:
         result["global_batch"] = plain_torch(slice(None))
         result["half_batch"] = plain_torch(slice(0, None, 2))
