@@ -291,6 +291,26 @@ def test_train_compare_ddp_prints_samples_per_second_and_efficiency(run_output, 
     assert not re.search(r"^\[1\] ", output, re.M)
 
 
+@pytest.mark.slow  # 3 s; the sharded optimizer's own tests check its state split in make test
+def test_train_optimizer_state_case_prints_state_memory_and_step_time(run_output, tmp_path):
+    """--case optimizer-state: Adam's state per rank halves with sharding at np=2; peak RSS and step time shown."""
+    args = [sys.executable, "-m", "ring_strategy.bench.train", "--case", "optimizer-state", "--hidden", "64",
+            "--layers", "1", "--steps", "1", "--warmup", "1", "--rounds", "1", "--json", str(tmp_path / "s.json")]
+    output = run_output(2, args, timeout=120)
+    assert output.startswith("[ringrun exit code 0]"), output[-4000:]
+    lines = rank0_lines(output)
+    assert any("--case optimizer-state: MLP 784-64-10" in line for line in lines), lines
+    results = {r["framework"]: r for r in json.loads((tmp_path / "s.json").read_text())}
+    assert list(results) == ["ring", "ring sharded", "torch ZeRO (gloo)"]
+    whole, sharded = results["ring"]["state_bytes"], results["ring sharded"]["state_bytes"]
+    assert len(whole) == 2 and whole[0] == whole[1] and abs(sharded[0] - whole[0] / 2) <= 64, (whole, sharded)
+    assert sum(results["torch ZeRO (gloo)"]["state_bytes"]) > 0
+    for r in results.values():
+        assert r["step_s"] > 0 and all(b > 0 for b in r["peak_rss_bytes"]), r
+    for name in results:
+        assert any(line.strip().startswith(name) for line in lines), (name, lines)
+
+
 def test_train_bad_option_exits_2(capsys):
     from ring_strategy.bench.train import main
 

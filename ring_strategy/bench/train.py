@@ -31,6 +31,9 @@ so that every rank has a core of its own. Printed, on rank 0:
 Each figure is the median over ``--rounds`` rounds of ``--steps`` steps,
 after ``--warmup`` untimed steps; every round measures each setup in turn.
 
+``--case optimizer-state`` measures Adam's state memory and step time with
+the sharded optimizer instead (:mod:`ring_strategy.bench.train_sharded`).
+
 Example::
 
     ringrun -np 2 python -m ring_strategy.bench.train --compare ddp
@@ -56,6 +59,8 @@ from ring_strategy.bench.options import _non_negative, _positive  # the CLI's ar
 __all__ = ["build_parser", "build_model", "main"]
 
 Step = Callable[[], None]
+# What a run measures (--case).
+CASES = ("throughput", "optimizer-state")
 # Every rank runs the plain step at once: the ceiling of the efficiency.
 NO_COMMUNICATION = "no communication"
 
@@ -68,6 +73,10 @@ def build_parser() -> argparse.ArgumentParser:
         "ring's DistributedOptimizer against DDP (gloo) in the same run. Only rank 0 prints.",
         epilog="Example: ringrun -np 2 python -m ring_strategy.bench.train --compare ddp",
     )
+    parser.add_argument("--case", choices=CASES, default="throughput",
+                        help="throughput: samples/s and efficiency (default); optimizer-state: Adam's state memory "
+                        "and step time, sharded against unsharded and torch's ZeroRedundancyOptimizer "
+                        "(ring_strategy/bench/train_sharded.py)")
     parser.add_argument("--compare", choices=["ddp"], default=None, help="also measure DDP over gloo")
     parser.add_argument("--input", type=_positive, default=784, help="input features (default: 784)")
     parser.add_argument("--hidden", type=_positive, default=2048, help="width of the hidden layers (default: 2048)")
@@ -258,6 +267,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     params = sum(p.numel() for p in template.parameters())
     data = torch.randn(args.batch_size, args.input)
     target = torch.randint(0, args.classes, (args.batch_size,))
+    if args.case != "throughput":
+        return _other_case(args, params, template, data, target)
     steps = _ring_steps(template, data, target)
     if args.compare == "ddp":
         steps["ddp"] = _ddp_step(template, data, target)
@@ -272,6 +283,24 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.compare == "ddp":
         _end_without_destroying_gloo()
     hvd.barrier()
+    return 0
+
+
+def _other_case(args: argparse.Namespace, params: int, template: Any, data: Any, target: Any) -> int:
+    """Runs ``--case`` other than throughput; ends the process (gloo stays, see
+    :func:`_end_without_destroying_gloo`)."""
+    import ring_strategy as rs
+    from ring_strategy.bench import train_sharded
+
+    if rs.rank() == 0:
+        widths = "-".join(str(w) for w in [args.input] + [args.hidden] * args.layers + [args.classes])
+        print(f"# ring_strategy.bench.train --case {args.case}: MLP {widths} ({params / 1e6:.2f} M parameters)")
+    results = train_sharded.run(args, template, data, target)
+    for result in results:
+        result["parameters"] = params
+    if rs.rank() == 0 and args.json is not None:
+        args.json.write_text(json.dumps(results, indent=1) + "\n")
+    _end_without_destroying_gloo()
     return 0
 
 
