@@ -58,4 +58,5 @@ from ring_strategy.torch.mpi_ops import (
     synchronize,
 )
 from ring_strategy.torch.optimizer import DistributedOptimizer
+from ring_strategy.torch.powersgd import PowerSGD
 from ring_strategy.torch.sync_batch_norm import SyncBatchNorm

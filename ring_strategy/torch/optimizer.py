@@ -104,8 +104,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         )
 
     def _ring_reducer(self, compression: Any, process_set: Any) -> Any:
-        """What the gradient hooks submit: None for the gradient averaging."""
-        return None
+        """What the gradient hooks submit: None for the gradient averaging, or
+        a compression's own reducer (``PowerSGD``'s low-rank rounds,
+        ring_strategy/torch/powersgd.py)."""
+        make = getattr(compression, "make_reducer", None)
+        return None if make is None else make(process_set)
 
     def _all_parameters(self) -> Iterator[torch.Tensor]:
         for group in self.param_groups:
@@ -359,7 +362,9 @@ def DistributedOptimizer(
             and must be unique, and every parameter of the optimizer must be
             named. Without it, names are generated from the parameters' order.
         compression: ``Compression.none`` (default), ``.fp16`` or ``.bf16``:
-            the dtype gradients travel in.
+            the dtype gradients travel in; or ``PowerSGD(rank=...)``:
+            low-rank compression with error feedback
+            (ring_strategy/torch/powersgd.py), with ``op=Average``.
         backward_passes_per_step: backward passes accumulated locally before
             the allreduce (gradient accumulation); the gradients are summed
             over the passes and averaged over ranks, so scale the loss by
@@ -412,6 +417,9 @@ def DistributedOptimizer(
         raise ValueError(f"gradient_predivide_factor should be a positive number. Got: {gradient_predivide_factor!r}")
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
+    if hasattr(compression, "make_reducer") and (op != Average or gradient_predivide_factor != 1.0):
+        raise ValueError(f"compression={compression!r} averages: leave op and gradient_predivide_factor at their "
+                         f"defaults. Got: op={op!r}, gradient_predivide_factor={gradient_predivide_factor!r}")
 
     base = type(optimizer)
     wrapper = _DistributedAdasumOptimizer if op == Adasum and averages_here(process_set) else _DistributedOptimizer
