@@ -117,6 +117,9 @@ class RingStrategyMixin(RingParallelMixin, _StrategyBase):
             hold the full state, which an elastic fit's commit holds too (a
             new world re-shards it). ``gradient_clip_val`` clips by the
             global norm (or value) of the averaged gradients.
+        compression: How gradients travel: ``Compression.fp16`` or ``.bf16``
+            (the dtype), or ``PowerSGD(rank=...)`` (low-rank with error
+            feedback; see the PyTorch page). None: uncompressed.
 
     Example:
         >>> import ring_strategy  # registers "ring"  # doctest: +SKIP
@@ -151,6 +154,7 @@ class RingStrategyMixin(RingParallelMixin, _StrategyBase):
         elastic: bool = False,
         commit_every_n_steps: int = 1,
         shard_optimizer_state: bool = False,
+        compression: Any = None,
     ) -> None:
         if not isinstance(elastic, bool):
             raise ValueError(f"RingStrategy: elastic should be True or False. Got: {elastic!r}")
@@ -168,6 +172,10 @@ class RingStrategyMixin(RingParallelMixin, _StrategyBase):
             raise ValueError("RingStrategy: shard_optimizer_state should be True or False. "
                              f"Got: shard_optimizer_state={shard_optimizer_state!r}")
         self.shard_optimizer_state = shard_optimizer_state
+        if compression is not None and shard_optimizer_state:
+            raise ValueError("RingStrategy: compression averages whole gradients; not with shard_optimizer_state=True. "
+                             f"Got: compression={compression!r}")
+        self.compression = _rt.Compression.none if compression is None else compression
         self.commit_every_n_steps = check_commit_every(commit_every_n_steps)
         self._elastic: Optional[LightningState] = None
         self._layers_synced = False
@@ -203,9 +211,11 @@ class RingStrategyMixin(RingParallelMixin, _StrategyBase):
                 self._shard_optimizers(trainer)
             elif self.world_size > 1 and self._grad_sync is None:
                 model = self.model
+                make_reducer = getattr(self.compression, "make_reducer", None)  # PowerSGD's low-rank rounds
                 self._grad_sync = GradientSync(
                     lambda: ((f"ring.lightning.grad.{n}", p) for n, p in model.named_parameters()),
-                    too_many_passes=_TOO_MANY_PASSES,
+                    too_many_passes=_TOO_MANY_PASSES, compression=self.compression,
+                    reducer=None if make_reducer is None else make_reducer(),
                 )
 
     def _shard_optimizers(self, trainer: "pl.Trainer") -> None:

@@ -73,7 +73,22 @@ def test_sharded_optimizer_state_clips_bitwise(ranks):
         assert result["clipped"] == {"norm": True, "value": True}, (r, result["clipped"])
 
 
+def test_powersgd_compression_keeps_ranks_identical(ranks):
+    """RingStrategy(compression=PowerSGD(rank=1, warmup_steps=1)): 8 steps, the
+    ranks end bitwise identical, the 9 x 50 weight went as P and Q after the
+    warm-up step, biases and the 1 x 9 weight whole."""
+    for r, result in enumerate(ranks):
+        c = result["compressed"]
+        assert c["identical"] and c["moved"] and c["steps"] == 8, (r, c)
+        assert c["compressed"] == [True, False, False, False], (r, c)  # 9 x 50 weight, bias, 1 x 9 weight, bias
+        assert c["sent_bytes"] < c["dense_bytes"] / 3, (r, c)
+
+
 def test_sharded_optimizer_state_refuses_what_it_cannot_do():
+    with pytest.raises(ValueError, match="not with shard_optimizer_state=True. Got: compression=PowerSGD"):
+        from ring_strategy.torch import PowerSGD
+
+        RingStrategy(shard_optimizer_state=True, compression=PowerSGD())
     with pytest.raises(ValueError, match="Got: shard_optimizer_state='yes'"):
         RingStrategy(shard_optimizer_state="yes")
 
