@@ -311,6 +311,26 @@ def test_train_optimizer_state_case_prints_state_memory_and_step_time(run_output
         assert any(line.strip().startswith(name) for line in lines), (name, lines)
 
 
+@pytest.mark.slow  # 3 s; tests/torch/test_powersgd.py checks PowerSGD itself in make test
+def test_train_compression_case_prints_bytes_per_step_and_loss_curves(run_output, tmp_path):
+    """--case compression at np=2: fp16 sends half the bytes, PowerSGD far fewer, and every loss falls."""
+    args = [sys.executable, "-m", "ring_strategy.bench.train", "--case", "compression", "--hidden", "64",
+            "--layers", "1", "--loss-steps", "12", "--powersgd-rank", "2", "--powersgd-warmup", "2",
+            "--json", str(tmp_path / "c.json")]
+    output = run_output(2, args, timeout=120)
+    assert output.startswith("[ringrun exit code 0]"), output[-4000:]
+    results = {r["framework"]: r for r in json.loads((tmp_path / "c.json").read_text())}
+    assert list(results) == ["none", "fp16", "powersgd rank 2"]
+    dense = results["none"]["dense_bytes_per_step"]
+    assert results["none"]["sent_bytes_per_step"] == dense
+    assert results["fp16"]["sent_bytes_per_step"] == dense // 2
+    assert 0 < results["powersgd rank 2"]["sent_bytes_per_step"] < dense // 10
+    for r in results.values():
+        assert len(r["losses"]) == 12 and r["losses"][-1] < r["losses"][0], r["losses"]
+    lines = rank0_lines(output)
+    assert any(line.startswith("# loss of the global batch at step:") for line in lines), lines
+
+
 def test_train_bad_option_exits_2(capsys):
     from ring_strategy.bench.train import main
 

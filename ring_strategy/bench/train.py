@@ -32,7 +32,9 @@ Each figure is the median over ``--rounds`` rounds of ``--steps`` steps,
 after ``--warmup`` untimed steps; every round measures each setup in turn.
 
 ``--case optimizer-state`` measures Adam's state memory and step time with
-the sharded optimizer instead (:mod:`ring_strategy.bench.train_sharded`).
+the sharded optimizer instead (:mod:`ring_strategy.bench.train_sharded`);
+``--case compression`` the bytes sent per step and the loss curve with
+PowerSGD and fp16 against none (:mod:`ring_strategy.bench.train_compression`).
 
 Example::
 
@@ -60,7 +62,7 @@ __all__ = ["build_parser", "build_model", "main"]
 
 Step = Callable[[], None]
 # What a run measures (--case).
-CASES = ("throughput", "optimizer-state")
+CASES = ("throughput", "optimizer-state", "compression")
 # Every rank runs the plain step at once: the ceiling of the efficiency.
 NO_COMMUNICATION = "no communication"
 
@@ -76,7 +78,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--case", choices=CASES, default="throughput",
                         help="throughput: samples/s and efficiency (default); optimizer-state: Adam's state memory "
                         "and step time, sharded against unsharded and torch's ZeroRedundancyOptimizer "
-                        "(ring_strategy/bench/train_sharded.py)")
+                        "(ring_strategy/bench/train_sharded.py); compression: bytes sent per step and the loss "
+                        "curve, PowerSGD and fp16 against none (ring_strategy/bench/train_compression.py)")
+    parser.add_argument("--loss-steps", type=_positive, default=100,
+                        help="--case compression: training steps per setup (default: 100)")
+    parser.add_argument("--powersgd-rank", type=_positive, default=4,
+                        help="--case compression: PowerSGD's rank (default: 4)")
+    parser.add_argument("--powersgd-warmup", type=_non_negative, default=10,
+                        help="--case compression: PowerSGD's uncompressed warm-up steps (default: 10)")
     parser.add_argument("--compare", choices=["ddp"], default=None, help="also measure DDP over gloo")
     parser.add_argument("--input", type=_positive, default=784, help="input features (default: 784)")
     parser.add_argument("--hidden", type=_positive, default=2048, help="width of the hidden layers (default: 2048)")
@@ -295,7 +304,12 @@ def _other_case(args: argparse.Namespace, params: int, template: Any, data: Any,
     if rs.rank() == 0:
         widths = "-".join(str(w) for w in [args.input] + [args.hidden] * args.layers + [args.classes])
         print(f"# ring_strategy.bench.train --case {args.case}: MLP {widths} ({params / 1e6:.2f} M parameters)")
-    results = train_sharded.run(args, template, data, target)
+    if args.case == "compression":
+        from ring_strategy.bench import train_compression
+
+        results = train_compression.run(args, template)
+    else:
+        results = train_sharded.run(args, template, data, target)
     for result in results:
         result["parameters"] = params
     if rs.rank() == 0 and args.json is not None:
