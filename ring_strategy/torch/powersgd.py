@@ -36,6 +36,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from ring_strategy.torch.functions import broadcast_object
 from ring_strategy.torch.mpi_ops import Average, global_process_set, grouped_allreduce_async_, synchronize
 
 __all__ = ["PowerSGD", "PowerSGDReducer"]
@@ -121,6 +122,18 @@ class PowerSGDReducer:
         self._errors: Dict[str, torch.Tensor] = {}
         self._qs: Dict[str, torch.Tensor] = {}
 
+    def sync(self, root_rank: int = 0, name: str = "powersgd.sync") -> None:
+        """Gives every rank ``root_rank``'s step count and Qs (a collective).
+
+        What a worker that joins a running elastic job needs: counting its
+        steps from 0 it would still be warming up (averaging whole gradients)
+        while the others send P and Q. Each rank keeps its own error (a
+        joined worker starts with none).
+        """
+        steps, qs = broadcast_object((self.steps, {k: q.cpu() for k, q in self._qs.items()}), root_rank, name,
+                                     process_set=self.process_set)
+        self.steps, self._qs = steps, qs  # moved to each gradient's device when next used
+
     # ------------------------------------------------------------ what is compressed
     def compresses(self, p: torch.Tensor) -> bool:
         """Whether ``p``'s gradient goes as P and Q this step (see the module docstring)."""
@@ -176,8 +189,7 @@ class PowerSGDReducer:
         if error is not None:
             m.add_(error)
         q = self._qs.get(name)
-        if q is None:
-            q = self._first_q(p, name, m.shape[1])
+        q = self._first_q(p, name, m.shape[1]) if q is None else q.to(device=m.device, dtype=m.dtype)
         return _Matrix(p, name, m, q)
 
     # ------------------------------------------------------------ finishing

@@ -36,6 +36,13 @@ def data() -> torch.utils.data.TensorDataset:
     return torch.utils.data.TensorDataset(torch.arange(SAMPLES), x, y)
 
 
+def powersgd(hvd) -> dict:
+    """``TRAIN_POWERSGD=1``: the optimizer's compression is PowerSGD (rank 1, 4 warm-up steps, every matrix)."""
+    if os.environ.get("TRAIN_POWERSGD") != "1":
+        return {}
+    return {"compression": hvd.PowerSGD(rank=1, warmup_steps=4, min_size=0)}
+
+
 def make_model(seed: int) -> torch.nn.Module:
     torch.manual_seed(seed)
     return torch.nn.Sequential(torch.nn.Linear(DIM, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
@@ -82,7 +89,8 @@ def main() -> None:
     model = make_model(1 + int(trace.worker))  # replicas start apart: the first sync makes them rank 0's
     optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM),
                                          named_parameters=model.named_parameters(),
-                                         shard_optimizer_state=os.environ.get("TRAIN_SHARDED") == "1")
+                                         shard_optimizer_state=os.environ.get("TRAIN_SHARDED") == "1",
+                                         **powersgd(hvd))
     sampler = hvd.elastic.ElasticSampler(dataset, shuffle=True, seed=SEED)
 
     class TracedState(hvd.elastic.TorchState):

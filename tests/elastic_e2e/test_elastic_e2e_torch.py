@@ -107,6 +107,20 @@ def test_sharded_optimizer_state_reshards_3_to_2_and_2_to_3(tmp_path):
     clean(run)
 
 
+@pytest.mark.slow  # one more job; make test checks PowerSGD in tests/torch/test_powersgd.py
+def test_powersgd_added_worker_takes_rank_0s_compression_state(tmp_path):
+    """DistributedOptimizer(compression=PowerSGD(...)): a worker that joins after
+    the warm-up takes rank 0's step count and Qs with the sync, so every rank
+    compresses the same tensors from the next step and all end identical."""
+    run, added_at = added_host(tmp_path, WORKER, {**ENV, "TRAIN_EPOCHS": "2", "TRAIN_SLEEP": "0.05",
+                                                  "TRAIN_POWERSGD": "1"}, at_step=6)
+    check_added(run, added_at, "torch powersgd")
+    done = run.done()
+    assert done and {s for _, s, _ in done.values()} == {2 * script.STEPS_PER_EPOCH}, run.tail()
+    assert len({hex_ for _, _, hex_ in done.values()}) == 1, f"ranks disagree: {done}\n{run.tail()}"
+    clean(run)
+
+
 @pytest.mark.slow  # 8 s of make test's budget; make test removes hosts in tests/elastic
 def test_host_removed_with_rank_local_sampler_records(tmp_path):
     """A host no longer listed (3 ranks to 2, only removed: the loop may skip

@@ -8,7 +8,8 @@ Each value of a kind torch owns gets a handler that knows how to copy it
 - ``torch.nn.Module``: a copy of ``state_dict()``; synced with
   ``broadcast_parameters``.
 - ``torch.optim.Optimizer`` (a ``DistributedOptimizer`` too): a copy of
-  ``state_dict()``; synced with ``broadcast_optimizer_state``.
+  ``state_dict()``; synced with ``broadcast_optimizer_state`` (and, with
+  ``compression=PowerSGD(...)``, rank 0's step count and Qs).
 - A sharded optimizer (``shard_optimizer_state=True``): a copy of its full
   ``state_dict()`` (gathered at each commit); a reset re-shards the commit
   for the new world, whatever its size; synced by broadcasting rank 0's.
@@ -86,6 +87,10 @@ class _OptimizerHandler(_Handler):
 
     def sync(self) -> None:
         broadcast_optimizer_state(self.value, root_rank=0)
+        # A compression with state of its own (PowerSGD's step count and Qs) takes rank 0's too.
+        reducer = getattr(getattr(self.value, "_sync", None), "_reducer", None)
+        if hasattr(reducer, "sync"):
+            reducer.sync(0, f"elastic.{self.name}.compression")
 
 
 class _ShardedOptimizerHandler(_Handler):
