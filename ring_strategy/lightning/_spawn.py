@@ -6,7 +6,9 @@ environment that ``ringrun`` would have given it. The first process becomes
 rank 0: it hosts the rendezvous store on loopback for the job's lifetime, with
 a fresh secret and job id, and puts its own ``RING_*`` variables into
 ``os.environ`` so that ``ring_strategy.init()`` (and any later ``Trainer`` in
-the same script) sees a job that is already running.
+the same script) sees a job that is already running. Every rank, rank 0
+included, computes with its share of the host's CPUs, as under ringrun
+(:mod:`ring_strategy.runner.threads`); rank 0 says once what it chose.
 
 At exit rank 0 ends the engine (so that no child can wait for it forever),
 waits for its children, stops the store and removes any shared-memory segment
@@ -26,6 +28,7 @@ import threading
 from typing import List, Optional, Sequence
 
 from ring_strategy import _contracts as names
+from ring_strategy.runner import threads
 from ring_strategy.runner.store import StoreServer
 from ring_strategy.runner.worker_env import worker_environment
 
@@ -138,6 +141,7 @@ def start_workers(size: int, command: Optional[Sequence[str]] = None, start_time
             # buffering keeps each line whole, unbuffered writes would not.
             if "PYTHONUNBUFFERED" not in os.environ:
                 env.pop("PYTHONUNBUFFERED", None)
+            env.update(threads.thread_variables(env, size))
             return env
 
         procs: List[subprocess.Popen] = []
@@ -152,6 +156,8 @@ def start_workers(size: int, command: Optional[Sequence[str]] = None, start_time
             raise
         own = env_of(0)
         os.environ.update({k: own[k] for k in names.WORKER_VARIABLES_AND_ALIASES})
+        print(f"ring_strategy.lightning: {threads.describe(dict(os.environ), size)}", file=sys.stderr, flush=True)
+        threads.apply_here(size)
         _job = _Job(server, job_id, procs)
         atexit.register(_job.finish)
 

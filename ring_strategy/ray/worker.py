@@ -7,9 +7,12 @@ here imports Ray or the native engine at import time.
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
+from ring_strategy import _contracts as names
 from ring_strategy._contracts import remove_job_shm
+from ring_strategy.runner import threads
 
 __all__ = ["RingWorker"]
 
@@ -33,8 +36,15 @@ class RingWorker:
         return ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address()
 
     def set_env(self, env: Mapping[str, str]) -> None:
-        """Sets variables in this process's environment (before ``init()`` reads them)."""
+        """Sets variables in this process's environment (before ``init()``
+        reads them), with this rank's share of its node's CPUs
+        (:mod:`ring_strategy.runner.threads`: Ray's ``OMP_NUM_THREADS``, the
+        actor's CPUs, counts as set); rank 0 (worker 0) says what it chose."""
         os.environ.update(env)
+        local_size = int(env.get(names.LOCAL_SIZE, "1"))
+        if "0" in (env.get(names.RANK), env.get(names.ELASTIC_WORKER)):
+            print(f"ring_strategy.ray: {threads.describe(dict(os.environ), local_size)}", file=sys.stderr, flush=True)
+        threads.apply_here(local_size)
 
     def start_executable(self, cls: Optional[type], args: Sequence[Any], kwargs: Dict[str, Any]) -> None:
         """Makes the object :meth:`execute` passes to functions (None without a class)."""

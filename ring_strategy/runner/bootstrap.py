@@ -11,8 +11,11 @@ ringrun -> host (stdin)
     interface whose IPv4 address the workers advertise, or null) and
     ``advertise_variable`` (the variable that tells them that address),
     ``env`` (variables for every worker), ``workers`` (a list of ``{"rank": R,
-    "env": {...}}``) and ``shm_paths`` (the shared-memory files these ranks
-    create, removed when they have exited). It holds the job secret, which is why it travels here
+    "env": {...}}``), ``shm_paths`` (the shared-memory files these ranks
+    create, removed when they have exited) and ``threads`` (``{"source": the
+    source of ring_strategy/runner/threads.py, "local_size": the ranks this
+    host runs}``: the rule that gives each worker its share of this host's
+    CPUs, run here, or null). It holds the job secret, which is why it travels here
     and never on a command line. Then any number of control lines: ``TERM``
     (SIGTERM to every worker's process group, SIGKILL after the grace period)
     or ``KILL`` (SIGKILL now), or ``SHM ["PATH", ...]`` (more files to remove
@@ -24,8 +27,9 @@ host -> ringrun (stdout), one line per message, ``KIND RANK PAYLOAD``
     ``s R PID`` rank R started; ``o R LINE`` / ``e R LINE`` a line of its
     stdout / stderr; ``f R TEXT`` it could not be started; ``x R CODE`` it
     exited with CODE (``Popen.returncode``: negative for a signal), sent after
-    its last line; ``w - TEXT`` a warning about the host. The program exits
-    when every worker has exited.
+    its last line; ``w - TEXT`` a warning about the host; ``t - TEXT`` the
+    threads each worker computes with here. The program exits when every
+    worker has exited.
 
 Each worker runs in its own session, with the remote login environment
 updated by ``env`` and its own ``env``, its stdin on /dev/null.
@@ -113,6 +117,17 @@ def _read_control(stdin, events):
         events.put(("control", line.strip().decode("ascii", "replace")))
 
 
+def thread_rule(spec):
+    """ringrun's thread rule from the spec, as a namespace with its
+    ``thread_variables`` and ``describe`` (ring_strategy/runner/threads.py), or None."""
+    rule = spec.get("threads")
+    if not rule:
+        return None
+    space = {"__name__": "ringrun_threads"}
+    exec(compile(rule["source"], "ring_strategy/runner/threads.py", "exec"), space)
+    return space
+
+
 class Host:
     """Starts and supervises the workers of this host."""
 
@@ -123,6 +138,12 @@ class Host:
         self.procs = {}
         self.pumps = {}
         self.stopping = False
+        self.threads = thread_rule(spec)
+
+    def note_threads(self, common):
+        """Tells ringrun the threads each worker of this host computes with."""
+        if self.threads is not None:
+            self.channel.send("t", "-", self.threads["describe"](common, self.spec["threads"]["local_size"]))
 
     def environment(self):
         """The variables every worker shares: the login environment and the spec's."""
@@ -138,6 +159,8 @@ class Host:
             rank = worker["rank"]
             env = dict(common)
             env.update(worker["env"])
+            if self.threads is not None:  # its share of this host's CPUs
+                env.update(self.threads["thread_variables"](env, self.spec["threads"]["local_size"]))
             try:
                 proc = subprocess.Popen(
                     self.spec["command"], env=env, stdin=subprocess.DEVNULL,
@@ -235,6 +258,7 @@ def main():
             channel.send("x", worker["rank"], "1")
         return
     threading.Thread(target=_read_control, args=(stdin, host.events), daemon=True).start()
+    host.note_threads(common)
     host.start(common)
     try:
         host.supervise()

@@ -310,12 +310,12 @@ class ElasticJob(Job):
             start_timeout=max(self.plan.start_timeout, self.settings.elastic_timeout),
             elastic_timeout=self.settings.elastic_timeout + _WORKER_WAIT_MARGIN_SECONDS, hostname=host,
         )
-        if here:  # its share of this host's CPUs among the host's slots
-            slots = max((h.slots for h in self.hosts if h.hostname.lower() == host.lower()), default=1)
+        slots = max((h.slots for h in self.hosts if h.hostname.lower() == host.lower()), default=1)
+        if here:  # its share of this host's CPUs among the host's slots (another host's bootstrap gives it there)
             env.update(threads.thread_variables(env, slots))
             note_threads(dict(os.environ), slots, self.plan.verbose)
         assert self.output is not None
-        group, code = start_worker(self.plan, host, here, number, env, self.job_id, self.output, self.events)
+        group, code = start_worker(self.plan, host, here, number, env, self.job_id, self.output, self.events, slots)
         self.groups.append(group)
         if code is not None:
             return code

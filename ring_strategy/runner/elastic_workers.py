@@ -75,7 +75,7 @@ def store_address(plan: JobPlan, port: int, host: Optional[str] = None) -> str:
 
 
 def start_worker(plan: JobPlan, host: str, here: bool, number: int, env: Dict[str, str], job_id: str, output: Output,
-                 events: "object") -> Tuple[Group, Optional[int]]:
+                 events: "object", slots: int = 1) -> Tuple[Group, Optional[int]]:
     """Starts worker ``number`` on ``host`` with the job variables ``env``.
 
     Args:
@@ -88,6 +88,8 @@ def start_worker(plan: JobPlan, host: str, here: bool, number: int, env: Dict[st
         job_id: The job id.
         output: Where its lines go.
         events: Receives ``("exit", number, returncode)``.
+        slots: The workers ``host`` may run (another host's bootstrap gives
+            this one its share of that host's CPUs; here ``env`` has it).
 
     Returns:
         The worker's group, and None when it started, else ringrun's exit
@@ -101,7 +103,7 @@ def start_worker(plan: JobPlan, host: str, here: bool, number: int, env: Dict[st
     else:
         spec = bootstrap_spec(
             command=plan.command, cwd=os.getcwd(), job_id=job_id, grace=plan.grace, interface=plan.interface,
-            env=forwarded_environment(os.environ), workers={number: env},
+            env=forwarded_environment(os.environ), workers={number: env}, local_size=slots,
         )
         spec["shm_paths"] = []  # a worker's segments are named by world: added as it joins worlds
         group = RemoteWorkers(host, spec, plan.ssh, sys.executable, output, events,  # type: ignore[arg-type]

@@ -29,6 +29,8 @@ from ring_strategy.runner.output import MAX_LINE_BYTES, Output, log as _log
 __all__ = ["REMOTE_LOADER", "RemoteWorkers", "SshSettings", "ssh_command"]
 
 _BOOTSTRAP_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap.py")
+# The thread rule, whose source the bootstrap runs on its host.
+_THREADS_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "threads.py")
 #: The remote Python's program: read N, then N bytes of source, and run them.
 REMOTE_LOADER = "import sys;exec(sys.stdin.buffer.read(int(sys.stdin.buffer.readline())))"
 # Seconds ringrun waits for an ssh session to end after closing its stdin.
@@ -277,6 +279,9 @@ class RemoteWorkers:
         elif kind == b"x" and rank in self.ranks and payload.lstrip(b"-").isdigit():
             self._reported.add(rank)
             self.events.put(("exit", rank, int(payload)))
+        elif kind == b"t":
+            if self.verbose:
+                _log(f"host {self.host}: {payload.decode('utf-8', 'replace')}")
         elif kind in (b"f", b"w"):
             where = f"rank {rank}: " if kind == b"f" else ""
             _log(f"host {self.host}: {where}{payload.decode('utf-8', 'replace')}")
@@ -323,6 +328,7 @@ def bootstrap_spec(
     interface: Optional[str],
     env: Mapping[str, str],
     workers: Mapping[int, Mapping[str, str]],
+    local_size: Optional[int] = None,
 ) -> Dict:
     """Builds the bootstrap's job spec.
 
@@ -334,6 +340,8 @@ def bootstrap_spec(
         interface: The network interface whose address the workers advertise, or None.
         env: Variables for every worker of the host.
         workers: Each rank's own variables.
+        local_size: The ranks the host runs (for each one's share of its
+            CPUs); the number of ``workers`` by default.
 
     Returns:
         A JSON-serializable mapping.
@@ -343,4 +351,10 @@ def bootstrap_spec(
         "interface": interface, "advertise_variable": names.ADVERTISE_HOST, "env": dict(env),
         "workers": [{"rank": r, "env": dict(e)} for r, e in sorted(workers.items())],
         "shm_paths": names.shm_segment_paths(job_id, sorted(workers)),
+        "threads": {"source": _read(_THREADS_PATH), "local_size": local_size or len(workers)},
     }
+
+
+def _read(path: str) -> str:
+    with open(path, encoding="utf-8") as f:
+        return f.read()

@@ -16,16 +16,26 @@ host); an ``OMP_NUM_THREADS`` the user set is the share for the others too:
   either already.
 
 torchrun makes the same choice (``OMP_NUM_THREADS=1`` for every
-multi-process job). ringrun applies :func:`thread_variables` to the workers
-it starts here, and its bootstrap on another host does on that host.
+multi-process job). Every launcher calls this one rule where its workers
+run, for the CPUs there:
+
+- ringrun, for the workers it starts here; its bootstrap on another host
+  runs this module's source, sent in the job spec, on that host;
+- the Lightning self-launcher, for its children and itself (rank 0);
+- a Ray actor and a Spark task, for the worker they run.
+
+A worker that already runs (rank 0 of a self-launched job, a Ray actor)
+takes the rule with :func:`apply_here`. Each launcher says once, for rank
+0's host, what it chose (:func:`describe`; ringrun only with ``-v``).
 """
 
 from __future__ import annotations
 
 import os
-from typing import Dict, Mapping, Optional
+import sys
+from typing import Dict, Mapping, MutableMapping, Optional
 
-__all__ = ["VARIABLES", "host_cpus", "thread_variables", "describe"]
+__all__ = ["VARIABLES", "host_cpus", "thread_variables", "apply_here", "describe"]
 
 VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")
 _XLA_SETTINGS = ("xla_cpu_multi_thread_eigen", "intra_op_parallelism_threads")
@@ -65,8 +75,35 @@ def thread_variables(env: Mapping[str, str], local_size: int, cpus: Optional[int
     return out
 
 
+def apply_here(local_size: int, env: Optional[MutableMapping[str, str]] = None) -> Dict[str, str]:
+    """Gives this running process its share: adds :func:`thread_variables`
+    to ``env`` (``os.environ`` by default) and, as frameworks imported
+    already read their variables when they loaded, sets torch's and
+    TensorFlow's own thread counts where the rule chose them.
+
+    Returns:
+        The variables added.
+    """
+    env = os.environ if env is None else env
+    added = thread_variables(env, local_size)
+    env.update(added)
+    torch = sys.modules.get("torch")
+    if torch is not None and "OMP_NUM_THREADS" in added:
+        torch.set_num_threads(int(added["OMP_NUM_THREADS"]))
+    tf = sys.modules.get("tensorflow")
+    for name, setter in (("TF_NUM_INTRAOP_THREADS", "set_intra_op_parallelism_threads"),
+                         ("TF_NUM_INTEROP_THREADS", "set_inter_op_parallelism_threads")):
+        if tf is not None and name in added:
+            try:
+                getattr(tf.config.threading, setter)(int(added[name]))
+            except (RuntimeError, AttributeError):  # its runtime started already: it keeps its threads
+                pass
+    return added
+
+
 def describe(env: Mapping[str, str], local_size: int, cpus: Optional[int] = None) -> str:
-    """ringrun's one line about the choice, for the ranks of this host."""
+    """The one line about the choice for ``local_size`` ranks on this host,
+    whose environment (before the rule) is ``env``."""
     cpus = host_cpus() if cpus is None else cpus
     n = share(env, local_size, cpus)
     why = "OMP_NUM_THREADS as set" if _user_share(env) else f"{cpus} CPUs / {local_size} ranks on this host"

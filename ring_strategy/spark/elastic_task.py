@@ -64,7 +64,8 @@ class ElasticTask:
             client.set(spec.key("host", worker), host.encode())
             try:
                 stop = [spec.key("abort"), spec.key("stop", worker)]
-                returncode, data = WorkerProcess(spec, worker, env, stop).run(client)
+                # One worker a task: its share is the CPUs Spark gives the task (spark.task.cpus).
+                returncode, data = WorkerProcess(spec, worker, env, stop, cpus=_task_cpus()).run(client)
                 client.set(spec.key("exit", worker), self._report(worker, returncode, data, client).encode())
             finally:
                 if client.try_get(spec.key("abort")) is not None or client.try_get(spec.key("done")) is not None:
@@ -89,3 +90,13 @@ class ElasticTask:
             return "error"
         print(f"ring_strategy.spark: elastic worker {worker} {describe(returncode)}", flush=True)
         return "lost"
+
+
+def _task_cpus() -> Optional[int]:
+    """The CPUs Spark gives this task, or None outside a Spark task."""
+    try:
+        from pyspark import TaskContext
+    except ImportError:
+        return None
+    context = TaskContext.get()
+    return context.cpus() if context is not None else None

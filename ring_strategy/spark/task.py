@@ -6,8 +6,9 @@ ringrun would (:func:`ring_strategy.runner.placement.place`: the first
 task's host first, so task 0 is rank 0), and runs its rank as ringrun runs a
 local worker: a child process (``python -m ring_strategy.runner.run_fn``,
 which runs the pickled function and writes its outcome) in its own process
-group, with the ``RING_*`` variables of its place, that stops itself if the
-task's Python worker dies (Spark killed it). The task watches the job's
+group, with the ``RING_*`` variables of its place and its share of the
+host's CPUs (:mod:`ring_strategy.runner.threads`; rank 0 says once what it
+chose), that stops itself if the task's Python worker dies (Spark killed it). The task watches the job's
 ``abort`` key meanwhile (:mod:`ring_strategy.spark.spec`): when another rank
 failed, it stops its own (SIGTERM, then SIGKILL after the grace period).
 
@@ -34,6 +35,7 @@ from ring_strategy import _contracts as names
 from ring_strategy.runner.bootstrap import interface_address
 from ring_strategy.runner.job import LocalWorkers, describe
 from ring_strategy.runner.output import Output
+from ring_strategy.runner import threads
 from ring_strategy.runner.placement import Placement, place, placement_environment
 from ring_strategy.runner.run_fn import result_path, task_path
 from ring_strategy.runner.store import StoreClient
@@ -75,14 +77,19 @@ class WorkerProcess:
             names its outcome file and prefixes its output lines.
         env: The worker's ``RING_*`` variables.
         stop_keys: Store keys that, once set, make the task stop the worker.
+        local_size: The workers on this host, and ``cpus`` the CPUs they
+            share (None: this task's): the worker computes with its share.
     """
 
-    def __init__(self, spec: JobSpec, number: int, env: Dict[str, str], stop_keys: Sequence[str]) -> None:
+    def __init__(self, spec: JobSpec, number: int, env: Dict[str, str], stop_keys: Sequence[str],
+                 local_size: int = 1, cpus: Optional[int] = None) -> None:
         self.spec, self.number, self.stop_keys = spec, number, list(stop_keys)
         self.env = {**os.environ, **spec.env, **env}
         address = _nic_address(spec.nics)
         if address is not None:
             self.env[names.ADVERTISE_HOST] = address
+        self.threads_note = threads.describe(self.env, local_size, cpus)
+        self.env.update(threads.thread_variables(self.env, local_size, cpus))
 
     def run(self, client: StoreClient) -> Tuple[Optional[int], Optional[bytes]]:
         """Runs the worker to its end.
@@ -98,6 +105,8 @@ class WorkerProcess:
                 f.write(spec.payload)
             output = (StoreOutput(client, spec.job_id, self.number, spec.size, spec.capture) if spec.capture
                       else Output(spec.size))
+            if self.number == 0:  # said once, as a line of rank 0
+                output.write(0, "stderr", f"ring_strategy.spark: {self.threads_note}".encode())
             events: "queue.SimpleQueue[Tuple[str, int, int]]" = queue.SimpleQueue()
             command = [spec.executable or sys.executable, "-m", "ring_strategy.runner.run_fn", directory,
                        str(self.number)]
@@ -164,7 +173,8 @@ class RankTask:
             client.set(spec.key("started", self.rank), b"1")
             try:
                 try:
-                    returncode, data = WorkerProcess(spec, self.rank, env, [spec.key("abort")]).run(client)
+                    worker = WorkerProcess(spec, self.rank, env, [spec.key("abort")], self.placement.local_size)
+                    returncode, data = worker.run(client)
                 except Exception as e:  # the worker could not run here (no such interface, say)
                     client.set(spec.key("error", self.rank), pickle.dumps(("error", e, traceback.format_exc())))
                     client.set(spec.key("abort"), b"1")

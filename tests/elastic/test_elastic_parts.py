@@ -227,9 +227,9 @@ def test_remote_host_removes_the_segments_of_the_worlds_its_worker_joined(tmp_pa
                                 stdout=subprocess.PIPE)
         proc.stdin.write(stdin)
         proc.stdin.flush()  # kept open: end of file would stop the worker
-        lines = [proc.stdout.readline(), proc.stdout.readline()]
+        lines = [proc.stdout.readline() for _ in range(3)]  # its threads, the worker's start, its exit
         proc.stdin.close()
-        assert proc.wait(30) == 0 and lines[1] == b"x 4 0\n", lines
+        assert proc.wait(30) == 0 and lines[0].startswith(b"t - ") and lines[2] == b"x 4 0\n", lines
         assert [p for p in mine if os.path.exists(p)] == [] and all(os.path.exists(p) for p in other)
     finally:
         for path in mine + other:
