@@ -1,9 +1,12 @@
 """The argument rules under their former module name; they live in
-:mod:`ring_strategy._core.rules` (importers keep working)."""
+:mod:`ring_strategy._core.rules` (importers keep working), except
+``group_names``, which names operations and lives with the automatic names
+in :mod:`ring_strategy._core.handles`."""
 
+from ring_strategy._core.handles import group_names  # noqa: F401  (re-exported)
 from ring_strategy._core.rules import (  # noqa: F401  (re-exported)
-    _ENGINE_OPS,
     ADASUM_SPARSE_ERROR,
+    ENGINE_OPS,
     Adasum,
     Average,
     Max,
@@ -14,7 +17,6 @@ from ring_strategy._core.rules import (  # noqa: F401  (re-exported)
     check_op,
     check_root,
     check_sparse_op,
-    group_names,
     handle_average_backwards_compatibility,
     predivide_scales,
     reducescatter_rows,

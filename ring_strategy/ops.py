@@ -32,7 +32,6 @@ from ring_strategy._core.rules import (  # noqa: F401  (the reduction ops are pa
     Product,
     Sum,
     alltoall_splits,
-    group_names,
     reducescatter_rows,
     require_rows,
 )
@@ -358,8 +357,8 @@ def _grouped(tensors: Sequence[Any], op: int, name: Optional[str], prescale: flo
              process_set: ProcessSet, out: Optional[Sequence[Any]] = None) -> Handle:
     if not isinstance(tensors, (list, tuple)):
         raise BadArgumentError(f"tensors should be a list of arrays. Got: {type(tensors).__name__}")
-    base = _handles.auto_name("grouped_allreduce", name, place_of(process_set).id)
-    return _allreduce_group(tensors, group_names(base, len(tensors), True), op, prescale, postscale, asynchronous,
+    names = _handles.auto_names("grouped_allreduce", name, place_of(process_set).id, len(tensors), True)
+    return _allreduce_group(tensors, names, op, prescale, postscale, asynchronous,
                             process_set, out)
 
 

@@ -17,6 +17,11 @@ Contracts:
   memory. The caller keeps them alive until the handles are released.
 - Engine handle ids are valid in the world that issued them only; the
   handle layer (:mod:`ring_strategy._core.handles`) keeps them in it.
+- :func:`submit` checks the reduction op, once per submission, for every
+  front end: an engine code (``rules.ENGINE_OPS``, what front ends pass)
+  goes through as it is; anything else is converted or refused by
+  ``rules.check_op`` before anything is queued. The ``enqueue*`` functions
+  below it take an engine code.
 - :func:`wait_all` is the one verb for waiting. Python's signal handlers run
   while it waits; when one raises, its exception comes out and no handle is
   released. An interrupted synchronous :func:`submit` hands its handles to
@@ -32,7 +37,7 @@ import numpy as np
 
 from ring_strategy import _native
 from ring_strategy._core import world
-from ring_strategy._core.rules import check_op, check_root
+from ring_strategy._core.rules import ENGINE_OPS, check_op, check_root
 from ring_strategy.exceptions import RingError, ShutdownError
 
 if TYPE_CHECKING:
@@ -118,6 +123,8 @@ def submit(kind: int, name: Any, input: Any, output: Any, dtype: Any, *, op: Any
     """
     if world.now.dropped:  # operations dropped earlier are released as new ones start
         sweep()
+    if op.__class__ is not int or op not in ENGINE_OPS:  # the op's one check (module contracts)
+        op = check_op(op)
     wake = not sync
     if name.__class__ is not str:
         ids = enqueue_group(kind, name, input, output, dtype, op=op, root=root, prescale=prescale,
@@ -150,7 +157,7 @@ def enqueue(kind: int, name: str, input: Any, output: Any, dtype_code: int, shap
     caller waits for it at once (the waiting thread makes the progress)."""
     root = check_root(root) if kind == BROADCAST else 0  # only a broadcast has a root
     return _rt().enqueue(
-        kind, name, input, output, dtype_code, check_op(op), root, float(prescale), float(postscale),
+        kind, name, input, output, dtype_code, op, root, float(prescale), float(postscale),
         shape if shape.__class__ is tuple else [int(d) for d in shape],
         splits if splits == () else [int(s) for s in splits], wake, "", process_set, stream,
     )
@@ -160,8 +167,8 @@ def enqueue_reduce(kind: int, name: str, input: Any, output: Any, dtype_code: in
                    postscale: Any, process_set: int = 0, wake: bool = False) -> int:
     """:func:`enqueue` of a reduction of host memory shaped as ``input``,
     with no splits: one engine call with few arguments."""
-    return _rt().enqueue_reduce(kind, name, input, output, dtype_code, check_op(op), float(prescale),
-                                          float(postscale), process_set, wake)
+    return _rt().enqueue_reduce(kind, name, input, output, dtype_code, op, float(prescale), float(postscale),
+                                process_set, wake)
 
 
 def enqueue_group(kind: int, names: Sequence[str], inputs: List[Any], outputs: Optional[List[Any]],
@@ -170,8 +177,9 @@ def enqueue_group(kind: int, names: Sequence[str], inputs: List[Any], outputs: O
                   streams: Sequence[int] = ()) -> List[int]:
     """Queues one operation per name in one engine call (every member
     checked before any is queued); returns their handle ids, in order."""
+    root = check_root(root) if kind == BROADCAST else 0  # only a broadcast has a root
     return _rt().enqueue_group(
-        kind, names, inputs, outputs, dtype_codes, None, check_op(op), check_root(root), float(prescale),
+        kind, names, inputs, outputs, dtype_codes, None, op, root, float(prescale),
         float(postscale), wake, process_set, streams,
     )
 

@@ -23,9 +23,10 @@ Contracts:
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ring_strategy._core import engine, world
 from ring_strategy.exceptions import BadArgumentError, RingError, ShutdownError
@@ -77,6 +78,21 @@ def auto_name(label: str, name: Optional[str], process_set: int = 0) -> str:
     if counter is None:
         counter = names.setdefault(key, itertools.count())
     return f"{label}.noname.{next(counter)}"
+
+
+@functools.lru_cache(maxsize=256)
+def group_names(base: str, count: int, grouped: bool) -> Tuple[str, ...]:
+    """Engine names of a group's tensors: ``"<base>.<i>"``; a single
+    operation's tensor is ``base`` itself. Cached: a training loop's groups
+    (fixed names) get theirs without formatting them again."""
+    return tuple(f"{base}.{i}" for i in range(count)) if grouped else (base,)
+
+
+def auto_names(label: str, name: Optional[str], process_set: int, count: int, grouped: bool) -> Tuple[str, ...]:
+    """The engine names of an operation on ``count`` tensors:
+    :func:`group_names` of :func:`auto_name`'s name (one call for a front
+    end's whole naming step)."""
+    return group_names(auto_name(label, name, process_set), count, grouped)
 
 
 # ---------------------------------------------------------------- worlds

@@ -6,12 +6,12 @@ convert their tensors to the plain Python values these functions take
 
 Imports nothing of ring_strategy but the extension's constants and the
 exceptions: no state, no engine calls. Process sets are checked by
-:func:`ring_strategy._core.registry.place_of`.
+:func:`ring_strategy._core.registry.place_of`, and operations named by
+:func:`ring_strategy._core.handles.auto_names`.
 """
 
 from __future__ import annotations
 
-import functools
 import numbers
 import warnings
 from typing import Any, List, Optional, Tuple
@@ -30,7 +30,8 @@ Product: int = _native.REDUCE_OPS["Product"]
 # on a power-of-two number of ranks; the engine checks both at enqueue.
 Adasum: int = _native.REDUCE_OPS["Adasum"]
 
-_ENGINE_OPS = frozenset(_native.REDUCE_OPS.values())
+# The engine's reduction codes: what check_op() returns.
+ENGINE_OPS = frozenset(_native.REDUCE_OPS.values())
 ADASUM_SPARSE_ERROR = (
     "The Adasum reduction does not support sparse tensors. As a workaround please pass "
     "sparse_as_dense=True to DistributedOptimizer"
@@ -44,10 +45,10 @@ def check_op(op: Any) -> int:
         BadArgumentError: for anything that is not Sum, Average, Min, Max,
             Product or Adasum.
     """
-    if op.__class__ is int and op in _ENGINE_OPS:  # the common case, first
+    if op.__class__ is int and op in ENGINE_OPS:  # the common case, first
         return op
     try:
-        known = not isinstance(op, bool) and bool(op in _ENGINE_OPS)
+        known = not isinstance(op, bool) and bool(op in ENGINE_OPS)
     except (TypeError, ValueError):  # unhashable, or no truth value (an array)
         known = False
     if not known:
@@ -147,11 +148,3 @@ def reducescatter_rows(rows: int, size: int, rank: int) -> int:
     The engine's own rule (native/collectives/slices.h), so front ends size
     their outputs exactly as the engine fills them."""
     return _native.reducescatter_rows(rows, size, rank)
-
-
-@functools.lru_cache(maxsize=256)
-def group_names(base: str, count: int, grouped: bool) -> Tuple[str, ...]:
-    """Engine names of a group's tensors: ``"<base>.<i>"``; a single
-    operation's tensor is ``base`` itself. Cached: a training loop's groups
-    (fixed names) get theirs without formatting them again."""
-    return tuple(f"{base}.{i}" for i in range(count)) if grouped else (base,)

@@ -35,7 +35,6 @@ from ring_strategy._rules import (
     check_op,
     check_sparse_op,
     check_root,
-    group_names,
     handle_average_backwards_compatibility,
     reducescatter_rows,
     require_rows,
@@ -169,10 +168,9 @@ def _allreduce_group(tensors: Sequence[Any], label: str, name: Optional[str], op
                      process_set: ProcessSet, inplace: bool, grouped: bool, wake: bool = True) -> Any:
     """Queues the group; returns its integer handle, or with ``wake=False``
     (a synchronous call) waits for it here and returns its result."""
-    op = check_op(op)
-    ps = place_of(process_set).id
+    ps = place_of(process_set).id  # the op is checked by the engine's door (_core.engine)
     bufs = [_contiguous(_checked(t)) for t in tensors]
-    names = group_names(_handles.auto_name(label, name, ps), len(bufs), grouped)
+    names = _handles.auto_names(label, name, ps, len(bufs), grouped)
     outs = bufs if inplace else [torch.empty_like(b) for b in bufs]
     copies = [(t, b) for t, b in zip(tensors, bufs) if not _same_memory(t, b)] if inplace else ()
 
@@ -305,7 +303,7 @@ def _allgather_group(tensors: Sequence[Any], label: str, name: Optional[str], pr
     for t in tensors:
         b = _contiguous(_checked(t))
         bufs.append(b.reshape(1) if b.dim() == 0 else b)
-    names = group_names(_handles.auto_name(label, name, ps), len(bufs), grouped)
+    names = _handles.auto_names(label, name, ps, len(bufs), grouped)
     ids = _enqueue_group(_engine.ALLGATHER, names, bufs, None, process_set=ps)
     def finish(results: list) -> Any:
         outs = [_from_engine(r, b) for r, b in zip(results, bufs)]
@@ -399,12 +397,11 @@ def alltoall_async(tensor: torch.Tensor, splits: Any = None, name: Optional[str]
 def _reducescatter_group(tensors: Sequence[Any], label: str, name: Optional[str], op: int,
                          process_set: ProcessSet, prescale_factor: float, postscale_factor: float,
                          grouped: bool) -> int:
-    op = check_op(op)
-    place = place_of(process_set)
+    place = place_of(process_set)  # the op is checked by the engine's door (_core.engine)
     bufs = [_contiguous(_checked(t)) for t in tensors]
     for b in bufs:
         require_rows("reducescatter", b.dim())
-    names = group_names(_handles.auto_name(label, name, place.id), len(bufs), grouped)
+    names = _handles.auto_names(label, name, place.id, len(bufs), grouped)
     outs = [torch.empty((reducescatter_rows(b.shape[0], place.size, place.rank),) + tuple(b.shape[1:]), dtype=b.dtype,
                         device=b.device)
             for b in bufs]
