@@ -36,6 +36,9 @@ const std::vector<ConfigEntry> kTable = {
      "1: the two-rank allreduce over shared memory writes the peer's half of the result with streaming "
      "(non-temporal) stores, which bypass the cache: faster where memory bandwidth limits it, slower where "
      "the cache is large (docs/performance.md)"},
+    {"RING_FAST_PATH", "", "0",
+     "1: a small allreduce the ranks already agreed on (a response-cache hit) skips rank 0: the ranks exchange "
+     "it directly, one trip instead of three (docs/performance.md); the same on every rank"},
     {"RING_AUTOTUNE", "HOROVOD_AUTOTUNE", "0", "1: tune the fusion threshold and cycle time online, then settle"},
     {"RING_AUTOTUNE_LOG", "HOROVOD_AUTOTUNE_LOG", "", "path: rank 0 writes every autotune trial there (CSV)"},
     {"RING_AUTOTUNE_SAMPLE_SECONDS", "", "0.5", "seconds of work each autotune sample measures"},
@@ -188,6 +191,7 @@ Config Config::from(const Getter& get) {
   c.dynamic_process_sets = r.flag("RING_DYNAMIC_PROCESS_SETS", c.dynamic_process_sets);
   c.encrypt = r.flag("RING_ENCRYPT", c.encrypt);
   c.streaming_stores = r.flag("RING_STREAMING_STORES", c.streaming_stores);
+  c.fast_path = r.flag("RING_FAST_PATH", c.fast_path);
   if (const Setting s = r.find("RING_TRANSPORT")) {
     const auto t = parse_word(s.value, {"shm", "auto", "tcp"});
     if (!t) bad(s, "'shm' or 'tcp'");

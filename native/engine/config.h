@@ -41,6 +41,7 @@ struct Config {
   bool timeline_mark_cycles = false;
   bool dynamic_process_sets = false;  // read by the front end's process-set registry
   bool streaming_stores = false;  // RING_STREAMING_STORES (reduce/copy.h)
+  bool fast_path = false;  // RING_FAST_PATH (engine/fast_path.h)
   bool encrypt = false;  // RING_ENCRYPT: TCP links are encrypted (transport/aead_channel.h)
   // RING_GPU_OPERATIONS=host: GPU tensors always take the host-staged path
   // (backends/gpu/host_staged.h), never NCCL (backends/gpu/nccl_backend.h).

@@ -47,6 +47,11 @@ bool Runtime::gather_requests(Coordinator& coord) {
     s.heartbeats->heard(w);
     std::vector<uint8_t> msg = control_->recv_msg(w, kMaxControlMessage);
     if (msg.empty()) continue;  // a heartbeat
+    if (FastMessage::is_fast(msg)) {
+      fast_->receive(w, std::move(msg));
+      progress = true;
+      continue;
+    }
     RequestList requests = RequestList::decode(msg);
     if (requests.abort) {  // a worker failed: its cause ends the job everywhere
       end(requests.abort_kind, requests.abort_reason);
@@ -109,8 +114,11 @@ bool Runtime::coordinator_step() {
   if (!s.coord) start_coordinator();
   Coordinator& coord = *s.coord;
   s.heartbeats->send_due();
+  // Before this step takes rank 0's entries: none recorded goes fast.
+  fast_->set_recording(timeline_.active());
   bool progress = gather_requests(coord);
   if (s.finished) return true;  // a worker's failure ended the job
+  progress |= fast_step([&](const Request& q) { coord.add_local(0, q, timeline_.now()); });
   s.stalls->inspect(coord, s.now);
   progress |= emit_responses(coord);
   if (s.finished) return true;  // the list ended the job

@@ -117,6 +117,10 @@ void Runtime::start() {
   set_streaming_stores(config_.streaming_stores);
   queue_.set_doorbell(control_->doorbell());
   executor_ = std::make_unique<Executor>(&handles_);
+  FastPathOptions fast;
+  fast.enabled = config_.fast_path;
+  fast.answer_timeout_s = config_.timeout_seconds;
+  fast_ = std::make_unique<FastPath>(control_.get(), &cache_, &handles_, &pending_, fast);
   if (opts_.rank == 0 && !config_.timeline_path.empty())
     timeline_.start(config_.timeline_path, config_.timeline_mark_cycles);
   const BackendLayout layout{opts_.rank,       opts_.size,       opts_.local_rank,

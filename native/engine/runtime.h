@@ -35,6 +35,7 @@
 #include "engine/config.h"
 #include "engine/coordinator.h"
 #include "engine/executor.h"
+#include "engine/fast_path.h"
 #include "engine/handle_table.h"
 #include "engine/heartbeats.h"
 #include "engine/process_sets.h"
@@ -230,9 +231,12 @@ class Runtime {
   // every rank; to ranks other than the one that left, a lost peer).
   void end_by_list(const ResponseList& list);
   std::string cached_name(const ResponseList& list, uint32_t id) const;
-  // Moves fresh queue entries into pending_, in order, after handing each
-  // one's request to `each`.
+  // Moves fresh queue entries into pending_, in order, after handing the
+  // request of each one the fast path does not take to `each`.
   void take_fresh(const std::function<void(const Request&)>& each);
+  // The fast path's step (engine/fast_path.h): the requests it gives back
+  // go to `to_negotiation`, in order. True when something moved.
+  bool fast_step(const std::function<void(const Request&)>& to_negotiation);
   RequestList request_list(std::vector<Request>& unsent);
   void execute(const ResponseList& list);
   // Fails every unfinished operation; logs an error unless `quiet` (or a
@@ -264,6 +268,9 @@ class Runtime {
   bool drive_claimed() const;
   LoopState loop_;
   std::unordered_map<std::string, Entry> pending_;  // guarded by progress_mu_
+  // Agreed cached allreduces skip rank 0 (engine/fast_path.h); driven
+  // under progress_mu_ like pending_, whose entries it holds.
+  std::unique_ptr<FastPath> fast_;
 
   std::thread thread_;
   std::atomic<bool> shutdown_requested_{false};

@@ -159,7 +159,7 @@ void Runtime::idle_wait(Backoff& backoff) {
     if (!lock.owns_lock() || loop_.finished) return true;
     try {
       if (queue_.has_news()) return true;
-      if (opts_.rank != 0) return control_->readable(0);
+      if (opts_.rank != 0) return control_->readable(0) || fast_->readable();
       for (int peer = 1; peer < opts_.size; ++peer)
         if (control_->readable(peer)) return true;
       return false;
@@ -230,7 +230,7 @@ bool Runtime::peer_note(ErrorKind* kind, std::string* reason, std::optional<Resp
     try {
       while (control_->readable(peer)) {
         std::vector<uint8_t> msg = control_->recv_msg(peer, kMaxControlMessage);
-        if (msg.empty()) continue;  // a heartbeat
+        if (msg.empty() || FastMessage::is_fast(msg)) continue;  // a heartbeat, a fast-path round
         if (opts_.rank == 0) {
           RequestList note = RequestList::decode(msg);
           if (!note.abort) continue;
@@ -308,8 +308,9 @@ void Runtime::end_by_list(const ResponseList& list) {
 
 void Runtime::take_fresh(const std::function<void(const Request&)>& each) {
   std::vector<Entry> fresh = queue_.take_all();
+  fast_->begin_batch(fresh);
   for (auto& e : fresh) {
-    each(e.req);
+    if (!fast_->admit(e.req, loop_.now)) each(e.req);
     if (e.req.op == OpType::Join) executor_->set_joined(true);
     auto node = executor_->spare_nodes().take();
     if (node.empty()) {
@@ -337,8 +338,16 @@ void Runtime::execute(const ResponseList& list) {
       log_line(LogLevel::Trace, std::string(r.kind == ResponseKind::Error ? "error for " : "") + op_type_name(r.op) +
                                     " of " + std::to_string(r.names.size()) + " tensor(s), first '" +
                                     (r.names.empty() ? "" : r.names[0]) + "'");
+    fast_->note_response(r);
     executor_->run(r, pending_);
   }
+}
+
+bool Runtime::fast_step(const std::function<void(const Request&)>& to_negotiation) {
+  std::vector<Request> back;
+  const bool progress = fast_->step(loop_.now, back);
+  for (const Request& q : back) to_negotiation(q);
+  return progress;
 }
 
 std::string Runtime::cached_name(const ResponseList& list, uint32_t id) const {

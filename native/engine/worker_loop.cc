@@ -45,6 +45,11 @@ bool Runtime::worker_step() {
     s.heartbeats->heard(0);
     std::vector<uint8_t> msg = control_->recv_msg(0, kMaxControlMessage);
     if (msg.empty()) continue;  // a heartbeat
+    if (FastMessage::is_fast(msg)) {
+      fast_->receive(0, std::move(msg));
+      progress = true;
+      continue;
+    }
     ResponseList list = ResponseList::decode(msg, name_of);
     s.acked = list.acked;
     execute(list);
@@ -54,9 +59,10 @@ bool Runtime::worker_step() {
       return true;
     }
   }
-  if (queue_.has_new()) {
-    take_fresh([&](const Request& q) { s.unsent.push_back(q); });
-  }
+  fast_->poll();
+  auto to_rank0 = [&](const Request& q) { s.unsent.push_back(q); };
+  if (queue_.has_new()) take_fresh(to_rank0);
+  progress |= fast_step(to_rank0);
   bool want_shutdown = shutdown_requested_.load() && !s.shutdown_sent && s.unsent.empty();
   if (s.sent == s.acked && (!s.unsent.empty() || want_shutdown)) {
     RequestList list = request_list(s.unsent);

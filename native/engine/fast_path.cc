@@ -1,0 +1,296 @@
+#include "engine/fast_path.h"
+
+#include <cstring>
+
+#include "common/error.h"
+#include "reduce/reduce.h"
+
+namespace ring {
+namespace {
+
+// The longest round message accepted: round_bytes of data and its items.
+constexpr size_t kMaxFastMessage = 16u << 20;
+
+size_t bytes_of(const Request& q) { return static_cast<size_t>(q.num_elements()) * dtype_size(q.dtype); }
+
+}  // namespace
+
+FastPath::FastPath(Mesh* control, const ResponseCache* cache, HandleTable* handles, PendingMap* pending,
+                   FastPathOptions opts)
+    : control_(control),
+      cache_(cache),
+      handles_(handles),
+      pending_(pending),
+      opts_(opts),
+      rank_(control->rank()),
+      size_(control->size()),
+      on_(opts.enabled && size_ >= 2 && size_ <= opts.max_ranks),
+      inbox_(size_) {}
+
+bool FastPath::eligible(const Request& q) const {
+  return q.op == OpType::Allreduce && q.process_set == 0 && q.device.type == DeviceType::CPU &&
+         q.reduce_op != ReduceOp::Adasum && bytes_of(q) <= opts_.tensor_bytes;
+}
+
+void FastPath::begin_batch(const std::vector<Entry>& fresh) {
+  if (!on_) return;
+  size_t bytes = 0;
+  for (const auto& [id, h] : held_) bytes += h.bytes;
+  for (const Entry& e : fresh)
+    if (eligible(e.req)) bytes += bytes_of(e.req);
+  // A batch too large for one message is better fused by the negotiation.
+  batch_fits_ = bytes <= opts_.round_bytes;
+}
+
+bool FastPath::admit(const Request& q, Clock::time_point now) {
+  if (q.op == OpType::Join) {
+    dirty_ |= !joined_;
+    joined_ = true;
+    return false;
+  }
+  if (!on_) return false;
+  const int64_t id = cache_->id_of(q.name);
+  if (id < 0) return false;
+  const auto u = static_cast<uint32_t>(id);
+  const bool agreed = u < agreed_.size() && agreed_[u] && *agreed_[u] == q;
+  if (!agreed || !batch_fits_ || no_fast() || peer_no_fast_ || !eligible(q)) {
+    note_slow(u, q.name);
+    return false;
+  }
+  held_[u] = Held{q.name, now, static_cast<uint32_t>(bytes_of(q))};
+  slow_.erase(u);  // an earlier submission's, done by now (one name is pending once)
+  dirty_ = true;
+  return true;
+}
+
+void FastPath::note_slow(uint32_t id, const std::string& name) {
+  slow_[id] = name;
+  // A peer that held it in the last round may wait for it: tell it.
+  if (id < peer_waits_.size() && peer_waits_[id]) dirty_ = true;
+}
+
+std::map<uint32_t, FastPath::Held>::iterator FastPath::give_back(std::map<uint32_t, Held>::iterator it,
+                                                                 std::vector<Request>& back) {
+  back.push_back(entry_of(it->second.name).req);
+  note_slow(it->first, it->second.name);
+  return held_.erase(it);
+}
+
+Entry& FastPath::entry_of(const std::string& name) {
+  auto it = pending_->find(name);
+  if (it == pending_->end())
+    throw_error(ErrorKind::Internal, "fast path holds '" + name + "', which this rank has no longer pending");
+  return it->second;
+}
+
+void FastPath::receive(int peer, std::vector<uint8_t> msg) {
+  if (!on_)
+    throw_error(ErrorKind::BadArgument, control_->peer_name(peer) +
+                                            " takes the fast path and this rank does not: set RING_FAST_PATH "
+                                            "alike on every rank");
+  FastMessage m = FastMessage::decode(std::move(msg));
+  const uint64_t expected = round_ + inbox_[peer].size();
+  if (m.round != expected || inbox_[peer].size() >= 2)
+    throw_error(ErrorKind::Internal, "fast path out of step: " + control_->peer_name(peer) + " sent round " +
+                                         std::to_string(m.round) + ", expected " + std::to_string(expected));
+  inbox_[peer].push_back(std::move(m));
+}
+
+void FastPath::poll() {
+  if (!on_ || rank_ == 0) return;
+  for (int p = 1; p < size_; ++p) {
+    if (p == rank_) continue;
+    while (control_->readable(p)) {
+      std::vector<uint8_t> msg = control_->recv_msg(p, kMaxFastMessage);
+      if (msg.empty()) continue;  // a heartbeat
+      if (!FastMessage::is_fast(msg))
+        throw_error(ErrorKind::Internal, "unexpected control message from " + control_->peer_name(p));
+      receive(p, std::move(msg));
+    }
+  }
+}
+
+bool FastPath::readable() {
+  if (!on_ || rank_ == 0) return false;
+  for (int p = 1; p < size_; ++p)
+    if (p != rank_ && control_->readable(p)) return true;
+  return false;
+}
+
+void FastPath::send_round() {
+  FastWriter w(round_, no_fast());
+  size_t bytes = 0;
+  auto h = held_.begin();
+  auto s = slow_.begin();
+  while (h != held_.end() || s != slow_.end()) {
+    if (s != slow_.end() && (h == held_.end() || s->first < h->first)) {
+      // Reported while it is pending in the negotiation on this rank.
+      if (pending_->count(s->second)) w.slow((s++)->first);
+      else s = slow_.erase(s);
+      continue;
+    }
+    const Held& held = h->second;
+    if (!no_fast() && bytes + held.bytes <= opts_.round_bytes) {
+      const Entry& e = entry_of(held.name);
+      uint8_t* dst = w.hit(h->first, held.bytes);
+      if (held.bytes) std::memcpy(dst, e.input, held.bytes);
+      if (e.req.prescale != 1.0)
+        scale_buffer(dst, static_cast<size_t>(e.req.num_elements()), e.req.dtype, e.req.prescale);
+      bytes += held.bytes;
+    }
+    ++h;
+  }
+  std::vector<uint8_t> msg = w.finish();
+  for (int p = 0; p < size_; ++p)
+    if (p != rank_) control_->send_msg(p, msg);
+  own_ = FastMessage::decode(std::move(msg));
+  sent_ = true;
+  sent_at_ = Clock::now();
+  dirty_ = false;
+}
+
+bool FastPath::round_complete() const {
+  for (int p = 0; p < size_; ++p)
+    if (p != rank_ && inbox_[p].empty()) return false;
+  return true;
+}
+
+bool FastPath::step(Clock::time_point now, std::vector<Request>& back) {
+  if (!on_) return false;
+  bool progress = false;
+  while (true) {
+    bool asked = false;  // a peer's message of this round is here
+    for (int p = 0; p < size_ && !asked; ++p) asked = p != rank_ && !inbox_[p].empty();
+    if (!sent_ && (dirty_ || asked)) {
+      send_round();
+      progress = true;
+    }
+    if (!sent_) break;
+    if (!round_complete()) {
+      check_answered(now);
+      break;
+    }
+    finish_round(back);
+    progress = true;
+  }
+  if (!sent_) progress |= expire(now, back);
+  return progress;
+}
+
+void FastPath::check_answered(Clock::time_point now) const {
+  if (now - sent_at_ < std::chrono::duration<double>(opts_.answer_timeout_s)) return;
+  std::string who;
+  for (int p = 0; p < size_; ++p)
+    if (p != rank_ && inbox_[p].empty()) who += (who.empty() ? "" : ", ") + control_->peer_name(p);
+  throw_error(ErrorKind::Timeout, "fast path: no answer to round " + std::to_string(round_) + " from " + who +
+                                      " within " + std::to_string(opts_.answer_timeout_s) +
+                                      " s (is RING_FAST_PATH set alike on every rank?)");
+}
+
+void FastPath::finish_round(std::vector<Request>& back) {
+  std::vector<const FastMessage*> msgs(size_);
+  for (int p = 0; p < size_; ++p) msgs[p] = p == rank_ ? &own_ : &inbox_[p].front();
+  const FastDecision d = decide(msgs);
+  peer_no_fast_ = false;
+  for (int p = 0; p < size_; ++p) peer_no_fast_ |= p != rank_ && msgs[p]->no_fast;
+  std::fill(peer_waits_.begin(), peer_waits_.end(), 0);
+  std::vector<uint32_t> runs;
+  for (const auto& [id, verdict] : d.verdicts) {
+    auto it = held_.find(id);
+    if (verdict == FastVerdict::Run) runs.push_back(id);
+    else if (verdict == FastVerdict::Back && it != held_.end()) give_back(it, back);
+    else if (verdict == FastVerdict::Wait && it == held_.end()) {
+      if (peer_waits_.size() <= id) peer_waits_.resize(id + 1, 0);
+      peer_waits_[id] = 1;
+    }
+  }
+  run(runs, msgs);
+  if (d.no_fast)
+    for (auto it = held_.begin(); it != held_.end();) it = give_back(it, back);
+  for (int p = 0; p < size_; ++p)
+    if (p != rank_) inbox_[p].pop_front();
+  ++round_;
+  sent_ = false;
+}
+
+void FastPath::run(const std::vector<uint32_t>& ids, const std::vector<const FastMessage*>& msgs) {
+  if (ids.empty()) return;
+  std::vector<size_t> at(size_, 0);  // each message's next item (ids ascend)
+  std::vector<int64_t> handles;
+  std::vector<OpResult> results;
+  for (uint32_t id : ids) {
+    auto h = held_.find(id);
+    if (h == held_.end()) throw_error(ErrorKind::Internal, "fast path runs a tensor this rank does not hold");
+    auto node = pending_->extract(h->second.name);
+    const Entry& e = node.mapped();
+    const Request& q = e.req;
+    const size_t count = static_cast<size_t>(q.num_elements()), bytes = h->second.bytes;
+    std::vector<const uint8_t*> parts(size_);
+    for (int r = 0; r < size_; ++r) {
+      const auto& items = msgs[r]->items;
+      while (at[r] < items.size() && items[at[r]].id < id) ++at[r];
+      if (at[r] == items.size() || !items[at[r]].hit || items[at[r]].bytes != bytes)
+        throw_error(ErrorKind::Internal, "fast path: " + control_->peer_name(r) + " sent '" + q.name +
+                                             "' in another size than this rank");
+      parts[r] = items[at[r]].data;
+    }
+    OpResult res;
+    uint8_t* out = static_cast<uint8_t*>(e.output);
+    if (!out) {
+      res.data = std::make_shared<std::vector<uint8_t>>(bytes);
+      out = res.data->data();
+    }
+    // Rank order on every rank: the same result everywhere.
+    if (bytes) std::memcpy(out, parts[0], bytes);
+    for (int r = 1; r < size_; ++r) reduce_into(out, parts[r], count, q.dtype, q.reduce_op);
+    const double post = q.postscale * (q.reduce_op == ReduceOp::Average ? 1.0 / size_ : 1.0);
+    if (post != 1.0) scale_buffer(out, count, q.dtype, post);
+    res.shape = q.shape;
+    handles.push_back(e.handle);
+    results.push_back(std::move(res));
+    held_.erase(h);
+  }
+  handles_->complete_all(handles, results);
+}
+
+bool FastPath::expire(Clock::time_point now, std::vector<Request>& back) {
+  const auto patience = std::chrono::duration<double>(opts_.patience_s);
+  bool any = false;
+  for (auto it = held_.begin(); it != held_.end();) {
+    if (now - it->second.since < patience) {
+      ++it;
+      continue;
+    }
+    it = give_back(it, back);
+    any = true;
+  }
+  return any;
+}
+
+void FastPath::note_response(const Response& r) {
+  if (r.kind != ResponseKind::Execute) return;
+  if (r.op == OpType::Join) {
+    // Allreduces during the join left the joined rank out: agree anew.
+    agreed_.clear();
+    dirty_ |= joined_;
+    joined_ = false;
+    return;
+  }
+  if (!on_ || r.op != OpType::Allreduce || r.process_set != 0) return;
+  for (const std::string& name : r.names) {
+    const int64_t id = cache_->id_of(name);
+    if (id < 0) continue;
+    auto it = pending_->find(name);
+    if (it == pending_->end() || !eligible(it->second.req)) continue;
+    const auto u = static_cast<uint32_t>(id);
+    if (agreed_.size() <= u) agreed_.resize(u + 1);
+    if (!agreed_[u] || *agreed_[u] != it->second.req) agreed_[u] = std::make_unique<Request>(it->second.req);
+  }
+}
+
+void FastPath::set_recording(bool recording) {
+  dirty_ |= recording != recording_;
+  recording_ = recording;
+}
+
+}  // namespace ring
