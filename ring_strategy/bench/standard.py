@@ -36,6 +36,9 @@ SIZES = "4,4K,64K,1M,16M,64M"
 SCALING_CONFIGS = list(CONFIGS)  # every allreduce configuration, side by side
 JOB_TIMEOUT_S = 600
 REPO_ROOT = Path(__file__).resolve().parents[2]
+# MPICH, the second MPI anchor: PyPI's `mpich` wheel (its own mpiexec), which
+# `make bench` installs here; mpi4py loads its library (MPI4PY_LIBMPI).
+MPICH_PREFIX = REPO_ROOT / "build" / "mpich"
 
 
 @dataclass(frozen=True)
@@ -44,8 +47,8 @@ class Job:
 
     Attributes:
         region: The doc region its table goes into.
-        launcher: ``mpirun N``, ``ringrun N`` or ``netns N`` (namespace hosts of ``per_host``
-            ranks each).
+        launcher: ``mpirun N`` (Open MPI), ``mpich N`` (MPICH's mpiexec),
+            ``ringrun N`` or ``netns N`` (namespace hosts of ``per_host`` ranks each).
         ranks: The world size.
         module: ``ring_strategy.bench`` or ``ring_strategy.bench.train``.
         args: The module's options, without ``--json``.
@@ -80,6 +83,8 @@ def standard_jobs() -> List[Job]:
     sizes = ["--ops", "allreduce", "--sizes", SIZES]
     return [
         Job("allreduce-2", "mpirun", 2, bench, [*sizes, "--compare", "mpi", "--membw", "--check"], sizes_table),
+        Job("allreduce-2-mpich", "mpich", 2, bench, ["--ops", "allreduce", "--sizes", "4,4K,64K,1M", "--compare",
+                                                     "mpi", "--check"], sizes_table),
         Job("small-tensors-2", "mpirun", 2, bench, ["--case", "small-tensors", "--compare", "mpi", "--check"],
             case_table),
         Job("train-2", "ringrun", 2, train, ["--compare", "ddp"], train_table),
@@ -96,6 +101,8 @@ def _launch_words(launcher: str, ranks: int, shown: bool, per_host: int = 1) -> 
     if launcher == "mpirun":
         root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
         return ["mpirun", *root, "--oversubscribe", "-np", str(ranks)]
+    if launcher == "mpich":  # no binding, as Open MPI's --oversubscribe does
+        return ["mpiexec" if shown else str(MPICH_PREFIX / "bin" / "mpiexec"), "-bind-to", "none", "-n", str(ranks)]
     if launcher == "ringrun":
         return ["ringrun" if shown else f"{sys.executable} -m ring_strategy.runner.launch", "-np", str(ranks)]
     hosts = ",".join(f"10.99.0.{10 + i}:{per_host}" for i in range(ranks // per_host))
@@ -148,6 +155,14 @@ class _Skipped(Exception):
     """A job that cannot run on this machine; the message says why."""
 
 
+def _mpich_library() -> Path:
+    """MPICH's libmpi under MPICH_PREFIX, which mpi4py then loads instead of Open MPI's."""
+    library = MPICH_PREFIX / "lib" / "libmpi.so.12"
+    if not (MPICH_PREFIX / "bin" / "mpiexec").exists() or not library.exists():
+        raise _Skipped(f"MPICH is not installed in {MPICH_PREFIX} (`make bench` installs PyPI's mpich there)")
+    return library
+
+
 def run_job(job: Job, workdir: Path) -> List[Dict[str, Any]]:
     """Runs ``job`` and returns its JSON objects; prints its output.
 
@@ -162,7 +177,12 @@ def run_job(job: Job, workdir: Path) -> List[Dict[str, Any]]:
     else:
         if job.launcher == "mpirun" and shutil.which("mpirun") is None:
             raise _Skipped("mpirun is missing (`make sysdeps` installs Open MPI)")
-        result = subprocess.run(_local_command(job, json_path), env=_environment(), cwd=REPO_ROOT,
+        env = _environment()
+        if job.launcher == "mpich":
+            env["MPI4PY_LIBMPI"] = str(_mpich_library())
+        # No stdin: MPICH's mpiexec forwards its stdin to rank 0, and the
+        # forwarding took the cores' time (a 4 B allreduce: 60 us instead of 4.4).
+        result = subprocess.run(_local_command(job, json_path), env=env, cwd=REPO_ROOT, stdin=subprocess.DEVNULL,
                                 capture_output=True, text=True, timeout=JOB_TIMEOUT_S)
     print(result.stdout, end="", flush=True)
     if result.returncode != 0 or not json_path.exists():
