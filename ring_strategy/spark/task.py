@@ -7,8 +7,8 @@ task's host first, so task 0 is rank 0), and runs its rank as ringrun runs a
 local worker: a child process (``python -m ring_strategy.runner.run_fn``,
 which runs the pickled function and writes its outcome) in its own process
 group, with the ``RING_*`` variables of its place and its share of the
-host's CPUs (:mod:`ring_strategy.runner.threads`; rank 0 says once what it
-chose), that stops itself if the task's Python worker dies (Spark killed it). The task watches the job's
+host's CPUs (:mod:`ring_strategy.runner.threads`; rank 0's task says once,
+in its executor's log, what it chose), that stops itself if the task's Python worker dies (Spark killed it). The task watches the job's
 ``abort`` key meanwhile (:mod:`ring_strategy.spark.spec`): when another rank
 failed, it stops its own (SIGTERM, then SIGKILL after the grace period).
 
@@ -105,8 +105,8 @@ class WorkerProcess:
                 f.write(spec.payload)
             output = (StoreOutput(client, spec.job_id, self.number, spec.size, spec.capture) if spec.capture
                       else Output(spec.size))
-            if self.number == 0:  # said once, as a line of rank 0
-                output.write(0, "stderr", f"ring_strategy.spark: {self.threads_note}".encode())
+            if self.number == 0:  # said once, in the executor's log: the ranks' forwarded output stays theirs
+                print(f"ring_strategy.spark: {self.threads_note}", file=sys.stderr, flush=True)
             events: "queue.SimpleQueue[Tuple[str, int, int]]" = queue.SimpleQueue()
             command = [spec.executable or sys.executable, "-m", "ring_strategy.runner.run_fn", directory,
                        str(self.number)]
