@@ -303,7 +303,8 @@ def alltoall(tensor: Any, splits: Any = None, name: Optional[str] = None, ignore
     require_rows("alltoall", x.shape.rank)
     name = _op_name("alltoall", name, place.id)
     if _ops.library() is not None:
-        return _ops.alltoall(x, None if splits is None else tf.convert_to_tensor(splits), name, place.id)
+        return _ops.alltoall(x, None if splits is None else tf.convert_to_tensor(splits), name, place.id,
+                           place.size)
     n = place.size
     out_shape = tf.TensorShape([None]).concatenate(x.shape[1:])
     inputs = [x]

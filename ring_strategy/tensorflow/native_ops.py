@@ -56,7 +56,7 @@ def op_name(label: str, name: Optional[str], process_set: int = 0) -> str:
 
 
 # The collectives RingXlaCollective runs inside XLA-compiled code.
-_LOWERED = ("allreduce", "allgather", "broadcast")
+_LOWERED = ("allreduce", "allgather", "broadcast", "alltoall", "reducescatter")
 
 
 def _compiled() -> bool:
@@ -72,8 +72,8 @@ def _ring_errors(fn: Callable) -> Callable:
     def call(*args, **kwargs):
         if fn.__name__ not in _LOWERED and _compiled():
             raise RuntimeError(f"ring's {fn.__name__} has no XLA lowering (inside jit_compile=True, ring runs "
-                               f"allreduce, grouped_allreduce, allgather and broadcast): call it outside the "
-                               f"compiled function, or use jit_compile=False")
+                               f"allreduce, grouped_allreduce, allgather, broadcast, alltoall and reducescatter): "
+                               f"call it outside the compiled function, or use jit_compile=False")
         try:
             return fn(*args, **kwargs)
         except tf.errors.OpError as e:
@@ -166,8 +166,16 @@ def broadcast(x: tf.Tensor, root: int, name: str, process_set: int) -> tf.Tensor
 
 
 @_ring_errors
-def alltoall(x: tf.Tensor, splits: Optional[tf.Tensor], name: str, process_set: int) -> Tuple[tf.Tensor, tf.Tensor]:
-    """``splits`` None: even blocks (the kernel divides the rows by the set's size)."""
+def alltoall(x: tf.Tensor, splits: Optional[tf.Tensor], name: str, process_set: int,
+             set_size: int) -> Tuple[tf.Tensor, tf.Tensor]:
+    """``splits`` None: even blocks (the kernel divides the rows by the set's
+    ``set_size`` ranks). Compiled by XLA, shapes are static: even blocks only."""
+    if _compiled():
+        if splits is not None:
+            raise RuntimeError("inside jit_compile=True ring's alltoall sends even blocks (shapes are static): "
+                               "call it without splits, or outside the compiled function")
+        out = _xla(_native.OP_ALLTOALL, [x], [name], process_set_id=process_set)[0]
+        return out, tf.fill([set_size], tf.cast(tf.shape(x)[0] // set_size, tf.int32))
     s = tf.zeros([0], tf.int64) if splits is None else tf.cast(tf.reshape(splits, [-1]), tf.int64)
     out = library().ring_alltoall(x, s, name, process_set_id=process_set)
     return out.received, out.received_splits
@@ -175,6 +183,8 @@ def alltoall(x: tf.Tensor, splits: Optional[tf.Tensor], name: str, process_set: 
 
 @_ring_errors
 def reducescatter(x: tf.Tensor, op: int, name: str, process_set: int) -> tf.Tensor:
+    if _compiled():
+        return _xla(_native.OP_REDUCESCATTER, [x], [name], reduce_op=op, process_set_id=process_set)[0]
     return library().ring_reducescatter(x, name, reduce_op=op, process_set_id=process_set)
 
 
@@ -246,7 +256,8 @@ def _broadcast_grad(op: Any, grad: Any) -> List[Any]:
 def _alltoall_grad(op: Any, grad: Any, _received_grad: Any) -> List[Any]:
     """The reverse alltoall: the received rows go back to where they came from."""
     ps = _set(op)
-    back, _ = alltoall(tf.convert_to_tensor(grad), op.outputs[1], op_name("alltoall", None, ps), ps)
+    back, _ = alltoall(tf.convert_to_tensor(grad), op.outputs[1], op_name("alltoall", None, ps), ps,
+                       op.outputs[1].shape[0] or 0)
     return [back, None, None]
 
 
@@ -262,14 +273,25 @@ def _reducescatter_grad(op: Any, grad: Any) -> List[Any]:
 
 @tf.RegisterGradient("RingXlaCollective")
 def _xla_collective_grad(op: Any, *grads: Any) -> List[Any]:
-    """Allreduce's gradient, as for RingGroupedAllreduce (the ordering
-    inputs have none). Broadcast and allgather are not differentiable inside
-    compiled code: their gradients need this rank's index as a tensor."""
-    if op.get_attr("collective") != _native.OP_ALLREDUCE:
+    """Inside compiled code: allreduce's gradient, as for
+    RingGroupedAllreduce; a reducescatter's, the allgather of the incoming
+    gradient (its rows must then divide evenly); an alltoall's, the reverse
+    alltoall. The ordering inputs have none. Broadcast and allgather are not
+    differentiable there: their gradients need this rank's index as a tensor."""
+    collective, after = op.get_attr("collective"), len(op.inputs) - len(op.outputs)
+    if collective == _native.OP_ALLREDUCE:
+        return _reduce_grads(op, grads, "grouped_allreduce")[:-1] + [None] * after
+    if collective not in (_native.OP_REDUCESCATTER, _native.OP_ALLTOALL):
         raise NotImplementedError("the gradients of ring's broadcast and allgather inside jit_compile=True are not "
                                   "available: differentiate them outside the compiled function")
-    after = len(op.inputs) - len(op.outputs)
-    return _reduce_grads(op, grads, "grouped_allreduce")[:-1] + [None] * after
+    ps, dy = _set(op), tf.convert_to_tensor(grads[0])
+    if collective == _native.OP_ALLTOALL:
+        return [_xla(_native.OP_ALLTOALL, [dy], [op_name("alltoall", None, ps)], process_set_id=ps)[0]] + \
+            [None] * after
+    gathered = _xla(_native.OP_ALLGATHER, [dy], [op_name("allgather", None, ps)], process_set_id=ps)[0]
+    if op.get_attr("reduce_op") == Average:
+        gathered = gathered / tf.cast(tf.shape(gathered)[0] // tf.shape(dy)[0], gathered.dtype)
+    return [gathered] + [None] * after
 
 
 tf.no_gradient("RingJoin")

@@ -93,5 +93,5 @@ def test_collectives_compiled_by_xla(run_output):
     env = {k: v for k, v in os.environ.items() if not k.startswith("RING_")}
     env.update(TF_CPP_MIN_LOG_LEVEL="2", OMP_NUM_THREADS="1")
     out = run_output(2, [sys.executable, str(XLA_WORKER)], env=env, timeout=180)
-    for check in ("many", "gradient", "unequal_rows"):
+    for check in ("many", "gradient", "unequal_rows", "scatter"):
         assert set(passed_ranks(out, check)) == {"0", "1"}, f"{check}:\n{out[-6000:]}"

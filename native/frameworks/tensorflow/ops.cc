@@ -161,9 +161,11 @@ REGISTER_OP("RingXlaCollective")
       TF_RETURN_IF_ERROR(c->GetAttr("collective", &collective));
       for (int i = 0; i < c->num_outputs(); ++i) {
         ShapeHandle out = c->input(i);
-        if (collective == 1) TF_RETURN_IF_ERROR(unknown_rows(c, i, &out));  // OpType::Allgather
+        // OpType::Allgather (1) and Reducescatter (4): rows known once the set is
+        if (collective == 1 || collective == 4) TF_RETURN_IF_ERROR(unknown_rows(c, i, &out));
         c->set_output(i, out);
       }
       return absl::OkStatus();
     })
-    .Doc("ring's allreduce, allgather or broadcast of every tensor, compiled by XLA.");
+    .Doc("ring's allreduce, allgather, broadcast, alltoall (even blocks) or reducescatter of every tensor, "
+         "compiled by XLA.");

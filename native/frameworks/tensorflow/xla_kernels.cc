@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/slices.h"
 #include "common/types.h"
 #include "frameworks/xla/collective_ffi.h"
 #include "tensorflow/compiler/tf2xla/xla_op_kernel.h"
@@ -73,19 +74,12 @@ class XlaCollective : public tensorflow::XlaOpKernel {
     OP_REQUIRES_OK(ctx, ctx->InputList("after", &after, &after_shapes));
     OP_REQUIRES(ctx, names_.size() == ins.size(),
                 absl::InvalidArgumentError("RingXlaCollective needs one name per tensor"));
-    int64_t rows = 1;  // allgather: each rank's rows, equal on every rank under XLA
-    if (collective_ == static_cast<int64_t>(ring::OpType::Allgather)) OP_REQUIRES_OK(ctx, set_size(&rows));
     std::vector<xla::Shape> outs;
     for (size_t i = 0; i < ins.size(); ++i) {
       absl::StatusOr<xla::Shape> s = ctx->builder()->GetShape(ins[i]);
       OP_REQUIRES_OK(ctx, s.status());
-      xla::Shape out = *s;
-      if (rows != 1) {
-        OP_REQUIRES(ctx, out.dimensions().size() >= 1,
-                    absl::InvalidArgumentError("BadArgumentError: allgather of '" + names_[i] + "': a scalar"));
-        out.set_dimensions(0, out.dimensions(0) * rows);
-      }
-      outs.push_back(out);
+      outs.push_back(*s);
+      OP_REQUIRES_OK(ctx, result_shape(names_[i], &outs.back()));
     }
     std::vector<xla::XlaOp> operands = ins;
     operands.insert(operands.end(), after.begin(), after.end());
@@ -107,11 +101,36 @@ class XlaCollective : public tensorflow::XlaOpKernel {
            ", process_set = " + mlir_i64(process_set_) + "}";
   }
 
-  absl::Status set_size(int64_t* n) const {
+  // Turns the shape of an input into its result's: an allgather's rows times
+  // the set's size (equal rows on every rank under XLA), a reducescatter's
+  // this rank's share (slices.h, the engine's rule); others keep the shape
+  // (an alltoall's even blocks: the handler checks that the rows divide).
+  absl::Status result_shape(const std::string& name, xla::Shape* out) const {
+    const bool gather = collective_ == static_cast<int64_t>(ring::OpType::Allgather);
+    const bool scatter = collective_ == static_cast<int64_t>(ring::OpType::Reducescatter);
+    const bool blocks = scatter || collective_ == static_cast<int64_t>(ring::OpType::Alltoall);
+    if (!gather && !blocks) return absl::OkStatus();
+    if (out->dimensions().empty())
+      return absl::InvalidArgumentError("BadArgumentError: '" + name + "' needs at least one dimension (rows)");
+    int64_t size = 0, rank = 0;
+    TF_RETURN_IF_ERROR(query(RING_QUERY_SET_SIZE, &size));
+    if (gather) out->set_dimensions(0, out->dimensions(0) * size);
+    if (scatter) {
+      TF_RETURN_IF_ERROR(query(RING_QUERY_SET_RANK, &rank));
+      if (rank < 0)
+        return absl::InvalidArgumentError("BadArgumentError: '" + name + "': this rank is not in the process set");
+      out->set_dimensions(0, static_cast<int64_t>(ring::slice_count(static_cast<size_t>(out->dimensions(0)),
+                                                                    static_cast<int>(size),
+                                                                    static_cast<int>(rank))));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status query(int32_t what, int64_t* n) const {
     const RingEngineApi* api = ring::ring_xla_engine_api();
     if (!api) return absl::FailedPreconditionError("ShutdownError: ring's engine is not loaded");
     char error[512] = {0};
-    if (api->query(RING_QUERY_SET_SIZE, static_cast<int32_t>(process_set_), n, error, sizeof error) != RING_OK)
+    if (api->query(what, static_cast<int32_t>(process_set_), n, error, sizeof error) != RING_OK)
       return absl::InvalidArgumentError(std::string("BadArgumentError: ") + error);
     return absl::OkStatus();
   }

@@ -145,8 +145,10 @@ def scenario_errors():
         raises(Exception, lambda: compiled(tf.ones(2)), "jit_compile=False")
     else:
         assert np.array_equal(compiled(tf.ones(2)).numpy(), [hvd.size()] * 2)
-        raises(Exception, lambda: tf.function(lambda t: hvd.alltoall(t), jit_compile=True)(tf.ones(hvd.size())),
-               "alltoall has no XLA lowering", "jit_compile=False")
+        raises(Exception, lambda: tf.function(lambda t: hvd.join(), jit_compile=True)(tf.ones(1)),
+               "join has no XLA lowering", "jit_compile=False")
+        uneven = tf.function(lambda t: hvd.alltoall(t, splits=[1] * hvd.size()), jit_compile=True)
+        raises(Exception, lambda: uneven(tf.ones(hvd.size())), "even blocks", "without splits")
 
 
 def _model_and_data():

@@ -3,7 +3,9 @@ through the op library's RingXlaCollective lowering: one compiled function
 with 20 allreduces of five dtypes, a grouped allreduce, an allgather and a
 broadcast (chained in traced order, so the ranks submit them alike); the
 gradient of an allreduce; an allgather of unequal rows ends with a clear
-error on every rank. Prints "<rank>: <check> ok" for each check.
+error on every rank; a reducescatter of rows that do not divide evenly, an
+alltoall of even blocks, and both their gradients. Prints "<rank>: <check>
+ok" for each check.
 """
 
 import numpy as np
@@ -56,4 +58,31 @@ print(f"{me}: gradient ok", flush=True)
 unequal = tf.function(lambda: hvd.allgather(tf.ones([me + 1])), jit_compile=True)
 raises(Exception, unequal, "allgather of unequal rows")
 print(f"{me}: unequal_rows ok", flush=True)
+odd = tf.reshape(tf.range(2.0 * (2 * n + 1)), [2 * n + 1, 2])
+v = tf.Variable(tf.reshape(tf.range(4.0 * n), [2 * n, 2]))
+
+
+@tf.function(jit_compile=True)
+def scatter():
+    with tf.GradientTape() as tape:
+        rs = hvd.reducescatter(odd + me, op=hvd.Sum)
+        a2a, received = hvd.alltoall(v * (me + 1.0))
+        halves = hvd.reducescatter(v, op=hvd.Average)
+        loss = tf.reduce_sum(a2a) + tf.reduce_sum(halves * (me + 1.0))
+    return rs, a2a, received, tape.gradient(loss, v)
+
+
+rs, a2a, received, dv = scatter()
+lo = sum(2 * n // n + (k < 1) for k in range(me))
+rows = (2 * n + 1) // n + (me < 1)
+np.testing.assert_array_equal(rs.numpy(), n * odd.numpy()[lo:lo + rows] + n * (n - 1) / 2)
+vs = v.numpy()
+np.testing.assert_array_equal(a2a.numpy(), np.concatenate([vs[2 * me:2 * me + 2] * (k + 1) for k in range(n)]))
+np.testing.assert_array_equal(received.numpy(), [2] * n)
+# d(sum of the alltoall)/dv = me + 1; d(sum(halves * (me + 1)))/dv = (k + 1) / n on rank k's rows of every rank.
+want = np.full_like(vs, me + 1.0)
+for k in range(n):
+    want[2 * k:2 * k + 2] += (k + 1.0) / n
+np.testing.assert_allclose(dv.numpy(), want)
+print(f"{me}: scatter ok", flush=True)
 hvd.shutdown()
