@@ -57,6 +57,20 @@ def engine_api_address() -> int:
     """The address of the engine's C interface (native/frameworks/engine_api.h),
     handed to framework operation libraries built outside this module."""
 def engine_api_version() -> int: ...
+
+HAS_XLA_FFI: bool
+def xla_ffi_handlers(platform: str = "cpu") -> Dict[str, Any]:
+    """XLA FFI handlers (target name -> PyCapsule) for
+    jax.ffi.register_ffi_target on ``platform``: 'cpu' or 'CUDA'. Only when
+    HAS_XLA_FFI (built against jaxlib's headers)."""
+def xla_stream_call(op: int, names: str, args: Sequence[Tuple[int, int, int, Sequence[int]]],
+                    rets: Sequence[Tuple[int, int, int, Sequence[int]]], reduce_op: int = 0, prescale: float = 1.0,
+                    postscale: float = 1.0, root: int = 0, process_set: int = 0, device: int = 0,
+                    stream: int = 0) -> str:
+    """What the CUDA XLA FFI handler does (native/frameworks/xla/collective_call.h),
+    on GPU memory given as (address, bytes, dtype code, dims); blocks as the
+    handler does and returns '' or '<ErrorClass>: message'. For tests on the
+    CUDA stand-ins and device checks."""
 def shm_segment_names(job_id: str, rank: int) -> list[str]:
     """Every POSIX shared-memory name (as given to shm_open, with its leading
     '/') that rank ``rank`` of job ``job_id`` may create, data mesh first

@@ -7,8 +7,8 @@ a warning that names the reason.
   install time or built on first use (:mod:`ring_strategy._op_build`),
   loaded with ``tf.load_op_library`` and handed the engine's C interface.
 - JAX: the XLA FFI handlers compiled into ``_native`` when jaxlib's headers
-  were found at build time, registered with JAX here and called by
-  :mod:`ring_strategy.jax_ops`.
+  were found at build time (host memory, and GPU memory on XLA's stream),
+  registered with JAX here and called by :mod:`ring_strategy.jax_ops`.
 
 ``RING_NATIVE_OPS=0`` forces the fallback for both (``ringrun
 --check-build`` shows what is used). Nothing here imports a framework
@@ -22,7 +22,7 @@ import os
 import threading
 import warnings
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, FrozenSet, Optional, Set, Tuple
 
 from ring_strategy import _config_values as values
 
@@ -56,7 +56,10 @@ def _load_tensorflow() -> Tuple[Any, str]:
         return None, f"{path} was built for another version of ring's engine interface"
     # The XLA lowering (jit_compile=True) is built where TensorFlow's XLA headers compile.
     lib.ring_has_xla = hasattr(cdll, "ring_tf_has_xla") and cdll.ring_tf_has_xla() == 1
-    return lib, f"op library {path.name}, {'with' if lib.ring_has_xla else 'without'} its XLA lowering"
+    lib.ring_has_xla_gpu = hasattr(cdll, "ring_tf_has_xla_gpu") and cdll.ring_tf_has_xla_gpu() == 1
+    xla = "with its XLA lowering" + (" (host and GPU)" if lib.ring_has_xla_gpu else "") if lib.ring_has_xla else (
+        "without its XLA lowering")
+    return lib, f"op library {path.name}, {xla}"
 
 
 def _load_jax() -> Tuple[Any, str]:
@@ -67,10 +70,39 @@ def _load_jax() -> Tuple[Any, str]:
     import jax
 
     # Registered here, once per process (native() caches the outcome), so
-    # jax_ops, which asks this module, need not be imported by it.
-    for name, capsule in _native.xla_ffi_handlers().items():
+    # jax_ops, which asks this module, need not be imported by it: the host
+    # handler always, the CUDA one (XLA's stream to the engine) where JAX
+    # has a GPU backend.
+    for name, capsule in _native.xla_ffi_handlers("cpu").items():
         jax.ffi.register_ffi_target(name, capsule, platform="cpu")
-    return _native, "XLA FFI handlers"
+    _jax_platforms.add("cpu")
+    if _jax_has_cuda(jax):
+        from ring_strategy.build_queries import gpu_info
+
+        gpu_info()  # finds NCCL (an nvidia-nccl wheel's too) before the handler's first GPU operation
+        for name, capsule in _native.xla_ffi_handlers("CUDA").items():
+            jax.ffi.register_ffi_target(name, capsule, platform="CUDA")
+        _jax_platforms.add("gpu")
+    return _native, "XLA FFI handlers" + (", host and CUDA" if "gpu" in _jax_platforms else "")
+
+
+# The jax.default_backend() names ring's FFI target is registered for.
+_jax_platforms: Set[str] = set()
+
+
+def _jax_has_cuda(jax: Any) -> bool:
+    """True when JAX has a CUDA GPU backend (not ROCm: no handler for it)."""
+    try:
+        return bool(jax.devices("cuda"))
+    except RuntimeError:  # no CUDA backend
+        return False
+
+
+def jax_platforms() -> FrozenSet[str]:
+    """The JAX platforms (``jax.default_backend()`` names) ring's FFI
+    collectives run on: empty without the handlers, ``cpu``, and ``gpu``
+    where JAX has a CUDA backend."""
+    return frozenset(_jax_platforms) if native("jax") is not None else frozenset()
 
 
 _LOADERS = {"tensorflow": _load_tensorflow, "jax": _load_jax}
@@ -105,3 +137,4 @@ def forget() -> None:
     """Forgets what was loaded or refused, so the next use looks again (tests)."""
     with _lock:
         _found.clear()
+        _jax_platforms.clear()

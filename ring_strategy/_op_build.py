@@ -43,9 +43,11 @@ from typing import Iterator, List, Optional
 # The sources, relative to the engine's source root (native/ in a checkout,
 # ring_strategy/_native_src in an installed wheel).
 TF_SOURCES = ("frameworks/tensorflow/ops.cc", "frameworks/tensorflow/kernels.cc")
-XLA_SOURCES = ("frameworks/tensorflow/xla_kernels.cc", "frameworks/xla/collective_ffi.cc")
+XLA_SOURCES = ("frameworks/tensorflow/xla_kernels.cc", "frameworks/xla/collective_ffi.cc",
+               "frameworks/xla/collective_call.cc")
 _MISSING = "frameworks/tensorflow/missing_headers"  # see its README.md
 TF_HEADERS = ("frameworks/engine_api.h", "common/types.h", "common/error.h", "frameworks/xla/collective_ffi.h",
+              "frameworks/xla/collective_call.h",
               f"{_MISSING}/farmhash.h", f"{_MISSING}/highwayhash/arch_specific.h",
               f"{_MISSING}/highwayhash/hh_types.h", f"{_MISSING}/highwayhash/highwayhash.h")
 _PACKAGE = Path(__file__).resolve().parent

@@ -9,8 +9,11 @@ the engine pairs them across ranks by name. Names are generated when a
 function is traced (counted per label, in call order, the same on every
 rank) and reused at every run of the compiled function.
 
-CPU arrays only for now. Every collective of the core API is here; under
-jit, shapes are static (see :func:`allgather` and :func:`alltoall`). Keras'
+CPU arrays, and CUDA arrays where JAX has a CUDA backend: the CUDA handler
+hands the engine XLA's stream, as torch's tensors hand it theirs (not yet
+run on a GPU: tests/gpu/device_check.sh). Every collective of the core API
+is here, barrier and join on the cpu platform only; under jit, shapes are
+static (see :func:`allgather` and :func:`alltoall`). Keras'
 ``DistributedOptimizer`` on the JAX backend reduces its gradients here
 (:func:`native_group_allreduce`); where the handlers are missing
 (:mod:`ring_strategy._native_ops`) it falls back to host calls.
@@ -43,12 +46,13 @@ def available() -> bool:
     return _native_ops.native("jax") is not None
 
 
-def _on_cpu() -> bool:
-    """True when JAX computes on the host: the handler is registered for the
-    cpu platform only (no CUDA handler yet), so GPU programs keep host calls."""
+def _supported() -> bool:
+    """True when the handlers run where JAX computes: the host handler on
+    the cpu platform, the CUDA one (XLA's stream handed to the engine's
+    NCCL path) on a CUDA GPU (:func:`ring_strategy._native_ops.jax_platforms`)."""
     import jax
 
-    return jax.default_backend() == "cpu"
+    return jax.default_backend() in _native_ops.jax_platforms()
 
 
 # The last collective's output in the trace being built: (trace, output).
@@ -74,9 +78,10 @@ def _call(op: int, xs: Sequence[Any], names: Sequence[str], out_types: Sequence[
 
     if _native_ops.native("jax") is None:
         raise RuntimeError(f"ring's JAX collectives are unavailable: {_native_ops.describe('jax')}")
-    if not _on_cpu():
-        raise RuntimeError(f"ring's JAX collectives run on the cpu platform only for now (JAX computes on "
-                           f"{jax.default_backend()}); keras_callbacks' optimizer falls back to host calls there")
+    if not _supported():
+        raise RuntimeError(f"ring's JAX collectives have no handler for the platform JAX computes on "
+                           f"({jax.default_backend()}; they run on {sorted(_native_ops.jax_platforms())}); "
+                           f"keras_callbacks' optimizer falls back to host calls there")
     traced = any(isinstance(x, jax.core.Tracer) for x in xs)
     trace = _current_trace() if traced else None
     after = [_last[1]] if trace is not None and _last[0] is trace else []
@@ -216,7 +221,7 @@ def native_group_allreduce(tensors: Sequence[Any], names: Sequence[str], op: int
                            postscale: float, process_set: Any) -> Optional[List[Any]]:
     """The arrays reduced as one group under ``names``, or None without the
     handlers (:meth:`ring_strategy._fused.Flattener.native_group`)."""
-    if not available() or not _on_cpu():
+    if not available() or not _supported():
         return None
     place = _check_process_set(process_set)
     return _call(_native.OP_ALLREDUCE, list(tensors), list(names), [_like(t) for t in tensors], op, prescale,

@@ -391,12 +391,17 @@ void register_rules(nb::module_& m) {
   m.attr("HAS_XLA_FFI") = true;
   m.def(
       "xla_ffi_handlers",
-      [] {
+      [](const std::string& platform) {
+        if (platform != "cpu" && platform != "CUDA")
+          throw ring::RingError(ring::ErrorKind::BadArgument, "no XLA FFI handlers for platform '" + platform + "'");
         nb::dict d;
-        d[RING_XLA_COLLECTIVE_TARGET] = nb::capsule(reinterpret_cast<void*>(&RingCollectiveCpu));
+        d[RING_XLA_COLLECTIVE_TARGET] =
+            nb::capsule(reinterpret_cast<void*>(platform == "cpu" ? &RingCollectiveCpu : &RingCollectiveCuda));
         return d;
       },
-      "XLA FFI handlers (target name -> PyCapsule) for jax.ffi.register_ffi_target, platform cpu.");
+      "platform"_a = "cpu",
+      "XLA FFI handlers (target name -> PyCapsule) for jax.ffi.register_ffi_target on `platform`: 'cpu' (host "
+      "memory) or 'CUDA' (GPU memory, on XLA's stream).");
 #else
   m.attr("HAS_XLA_FFI") = false;
 #endif

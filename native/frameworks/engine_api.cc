@@ -12,6 +12,7 @@
 #include "engine/published.h"
 #include "engine/runtime.h"
 #include "frameworks/engine_calls.h"
+#include "gpu/cuda_driver.h"
 
 namespace ring {
 namespace {
@@ -111,7 +112,25 @@ int32_t api_query(int32_t what, int32_t process_set, int64_t* value, char* error
   return guarded([&](Runtime& rt) { *value = query(rt, what, process_set); }, error, error_len);
 }
 
-const RingEngineApi kApi = {RING_ENGINE_API_VERSION, sizeof(RingEngineApi), &api_enqueue, &api_query};
+// Needs no runtime: a RingDone may call it while the runtime finishes.
+int32_t api_copy_to_device(int32_t device, uint64_t stream, void* dst, const void* src, size_t bytes, char* error,
+                           size_t error_len) {
+  try {
+    if (bytes == 0) return RING_OK;
+    gpu::ScopedDevice current(device);  // BadArgument without the driver or that GPU
+    gpu::cuda_check(gpu::cuda_driver().cuMemcpyAsync(reinterpret_cast<gpu::CUdeviceptr>(dst),
+                                                     reinterpret_cast<gpu::CUdeviceptr>(src), bytes,
+                                                     reinterpret_cast<gpu::CUstream>(stream)),
+                    "cuMemcpyAsync (a result into the caller's memory)");
+    return RING_OK;
+  } catch (const RingError& e) {
+    copy_message(e.what(), error, error_len);
+    return static_cast<int32_t>(e.kind());
+  }
+}
+
+const RingEngineApi kApi = {RING_ENGINE_API_VERSION, sizeof(RingEngineApi), &api_enqueue, &api_query,
+                            &api_copy_to_device};
 
 }  // namespace
 

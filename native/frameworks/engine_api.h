@@ -93,6 +93,18 @@ typedef struct RingEngineApi {
   /* *value = the queried number; returns RING_OK or an error kind (message
    * as for enqueue). */
   int32_t (*query)(int32_t what, int32_t process_set, int64_t* value, char* error, size_t error_len);
+  /* Appended (a library that needs it checks that `size` covers it):
+   * queues a copy of `bytes` from `src` (GPU memory, or host memory) into
+   * `dst` (GPU memory of GPU `device`) on `stream` (a CUstream; 0: the
+   * legacy default) and returns without waiting for it, except that a copy
+   * from pageable host memory returns once `src` has been read. A RingDone
+   * calls it to move a result the engine allocated (RingResult.device_data
+   * or .data) into the caller's memory, in order on the caller's stream,
+   * before the result is released (the engine reuses device_data's memory
+   * only after the work queued on that stream by then). Returns RING_OK or
+   * an error kind (message as for enqueue). */
+  int32_t (*copy_to_device)(int32_t device, uint64_t stream, void* dst, const void* src, size_t bytes, char* error,
+                            size_t error_len);
 } RingEngineApi;
 
 #ifdef __cplusplus

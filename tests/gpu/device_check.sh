@@ -12,8 +12,11 @@
 #      correctness only; 2.30 and later: NCCL_MULTI_RANK_GPU_ENABLE=1),
 #      and np=4 as two hosts of two ranks with RING_HIERARCHICAL_ALLREDUCE=1;
 #   4. Keras 3 at np=2 on the torch backend (gradients through NCCL) and
-#      the JAX backend (through host memory): a fit on the GPU, replicas
+#      the JAX backend (jit_compile=True, gradients through the CUDA XLA FFI
+#      handler on XLA's stream into NCCL): a fit on the GPU, replicas
 #      identical; needs build/gpu-wheels (`make gpu-wheels` here, carried);
+#      JAX's own collectives in jax.jit on CUDA arrays at np=2 over NCCL
+#      (tests/gpu/workers/jax_gpu_worker.py), with and without async completion;
 #   5. issue 38's sharded optimizer and PowerSGD at np=2 (host-staged, NCCL);
 #      issue 40's checks (tests/gpu/workers/issue40_worker.py): the host-staged
 #      path from a thread with no CUDA context, fused odd-sized fp16 at full
@@ -96,8 +99,13 @@ step keras-install 60 bash -c "ls build/gpu-wheels/keras-*.whl && \
 KERAS_ENV=(PYTHONPATH="$KERAS_SITE:$PYTHONPATH" XLA_PYTHON_CLIENT_PREALLOCATE=false)
 step np2-keras-torch 150 env "${KERAS_ENV[@]}" "${SHARE[@]}" KERAS_BACKEND=torch \
   "${RUN[@]}" -np 2 "$PY" tests/gpu/workers/keras_gpu_worker.py
-step np2-keras-jax 150 env "${KERAS_ENV[@]}" KERAS_BACKEND=jax \
+# JAX on the GPU through the CUDA XLA FFI handler (issue 34, item 2): built where jaxlib's headers are.
+step jax-ffi-built 60 "$PY" -c "from ring_strategy import _native; assert _native.HAS_XLA_FFI, 'no jaxlib headers'"
+step np2-keras-jax 150 env "${KERAS_ENV[@]}" "${SHARE[@]}" KERAS_BACKEND=jax \
   "${RUN[@]}" -np 2 "$PY" tests/gpu/workers/keras_gpu_worker.py
+step np2-jax-jit 150 env "${KERAS_ENV[@]}" "${SHARE[@]}" "${RUN[@]}" -np 2 "$PY" tests/gpu/workers/jax_gpu_worker.py
+step np2-jax-jit-async 150 env "${KERAS_ENV[@]}" "${SHARE[@]}" RING_ENABLE_ASYNC_COMPLETION=1 \
+  "${RUN[@]}" -np 2 "$PY" tests/gpu/workers/jax_gpu_worker.py
 
 # Issue 38: the sharded optimizer and PowerSGD on CUDA tensors, host-staged and over NCCL.
 step np2-i38-host 150 env RING_GPU_OPERATIONS=host "${RUN[@]}" -np 2 "$PY" tests/gpu/workers/issue38_worker.py

@@ -1,7 +1,8 @@
 // The lowering of RingXlaCollective (ops.cc) for XLA-compiled TensorFlow
 // (jit_compile=True): one custom call of the "ring_collective" FFI handler
 // (frameworks/xla/collective_ffi.cc), which this library registers with
-// TensorFlow's XLA for the host platform when it is loaded. The handler
+// TensorFlow's XLA when it is loaded: for the host platform, and for CUDA
+// where TensorFlow is built with it (XLA's stream goes to the engine). The handler
 // queues into the engine kernels.cc was handed (ring_tf_set_engine_api) and
 // completes asynchronously, as the op kernels do.
 //
@@ -140,41 +141,60 @@ class XlaCollective : public tensorflow::XlaOpKernel {
   std::vector<std::string> names_;
 };
 
-// Registers the handler with TensorFlow's XLA once, at load.
+// Registers `handler` for `platform` with TensorFlow's XLA; false when refused.
+bool register_handler(const char* platform, XLA_FFI_Handler* handler) {
+  const XLA_FFI_Api* api = xla::ffi::GetXlaFfiApi();
+  XLA_FFI_Handler_Register_Args args;
+  std::memset(&args, 0, sizeof args);
+  args.struct_size = XLA_FFI_Handler_Register_Args_STRUCT_SIZE;
+  args.name = XLA_FFI_ByteSpan{RING_XLA_COLLECTIVE_TARGET, std::strlen(RING_XLA_COLLECTIVE_TARGET)};
+  args.platform = XLA_FFI_ByteSpan{platform, std::strlen(platform)};
+  args.bundle.execute = handler;
+  XLA_FFI_Error* e = api->XLA_FFI_Handler_Register(&args);
+  if (!e) return true;
+  XLA_FFI_Error_Destroy_Args d;
+  std::memset(&d, 0, sizeof d);
+  d.struct_size = XLA_FFI_Error_Destroy_Args_STRUCT_SIZE;
+  d.error = e;
+  api->XLA_FFI_Error_Destroy(&d);
+  return false;
+}
+
+// Registers the handlers with TensorFlow's XLA once, at load: the host's,
+// and, where TensorFlow is built with CUDA, the GPU's (platform "CUDA").
 struct RegisterHandler {
   RegisterHandler() {
-    const XLA_FFI_Api* api = xla::ffi::GetXlaFfiApi();
-    XLA_FFI_Handler_Register_Args args;
-    std::memset(&args, 0, sizeof args);
-    args.struct_size = XLA_FFI_Handler_Register_Args_STRUCT_SIZE;
-    args.name = XLA_FFI_ByteSpan{RING_XLA_COLLECTIVE_TARGET, std::strlen(RING_XLA_COLLECTIVE_TARGET)};
-    args.platform = XLA_FFI_ByteSpan{"Host", 4};
-    args.bundle.execute = RingCollectiveCpu;
-    if (XLA_FFI_Error* e = api->XLA_FFI_Handler_Register(&args)) {
-      XLA_FFI_Error_Destroy_Args d;
-      std::memset(&d, 0, sizeof d);
-      d.struct_size = XLA_FFI_Error_Destroy_Args_STRUCT_SIZE;
-      d.error = e;
-      api->XLA_FFI_Error_Destroy(&d);
-      registered = false;
-    }
+    registered = register_handler("Host", RingCollectiveCpu);
+#if GOOGLE_CUDA
+    registered_gpu = register_handler("CUDA", RingCollectiveCuda);
+#endif
   }
-  bool registered = true;
+  bool registered = false;
+  bool registered_gpu = false;
 };
 
 const RegisterHandler kRegistered;
 
 }  // namespace
 
-// Registered as a kernel of XLA's CPU compilation device directly: XLA
-// turns REGISTER_XLA_OP entries into such kernels only once per process,
-// when its devices first start, which is usually before ring loads this
-// library. Not for XLA_GPU_JIT: the handler serves host memory only, so a
-// GPU program is refused while TensorFlow compiles it, naming this op.
+// Registered as a kernel of XLA's compilation devices directly: XLA turns
+// REGISTER_XLA_OP entries into such kernels only once per process, when its
+// devices first start, which is usually before ring loads this library.
+// XLA_GPU_JIT only where TensorFlow is built with CUDA (the GPU handler,
+// collective_call.h's run_on_stream, is registered then); elsewhere a GPU
+// program is refused while TensorFlow compiles it, naming this op.
 namespace tensorflow {
 REGISTER_KERNEL_BUILDER(Name("RingXlaCollective").Device(DEVICE_CPU_XLA_JIT), XlaCollective);
+#if GOOGLE_CUDA
+REGISTER_KERNEL_BUILDER(Name("RingXlaCollective").Device(DEVICE_GPU_XLA_JIT), XlaCollective);
+#endif
 }  // namespace tensorflow
 
 // 1 when jit_compile programs can call ring's collectives (the lowering is
 // built and the handler registered); ring_strategy/_native_ops.py asks.
 extern "C" __attribute__((visibility("default"))) int ring_tf_has_xla() { return kRegistered.registered ? 1 : 0; }
+// 1 when GPU jit_compile programs can too (TensorFlow built with CUDA, the
+// GPU handler registered).
+extern "C" __attribute__((visibility("default"))) int ring_tf_has_xla_gpu() {
+  return kRegistered.registered_gpu ? 1 : 0;
+}

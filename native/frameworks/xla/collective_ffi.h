@@ -12,7 +12,10 @@
 // The custom-call target's name, in both registries.
 #define RING_XLA_COLLECTIVE_TARGET "ring_collective"
 
+// The handler for host memory (platform "cpu" in JAX, "Host" in XLA).
 extern "C" XLA_FFI_Error* RingCollectiveCpu(XLA_FFI_CallFrame* call_frame);
+// The handler for GPU memory (platform "CUDA"): XLA's stream and device go to the engine.
+extern "C" XLA_FFI_Error* RingCollectiveCuda(XLA_FFI_CallFrame* call_frame);
 
 namespace ring {
 // The engine the handler queues into; null when none is reachable (the
