@@ -7,7 +7,8 @@ stream and device ordinal, through _native.xla_stream_call.
 Checks allreduce (grouped, Sum and scaled Average), allgather, broadcast,
 reducescatter (uneven rows), alltoall against numpy, a call ordered after
 another by an extra argument, and the clear refusals (barrier, a result
-of the wrong size). Before each call it writes "mark <label>" into this
+of the wrong size, names that do not match the arrays, an alltoall whose
+rows do not split evenly). Before each call it writes "mark <label>" into this
 rank's stand-in log (STUB_CUDA_LOG, suffixed ".<rank>"), so the test can
 see what the driver was asked during that call. Prints "OK <rank>".
 """
@@ -90,6 +91,13 @@ def main() -> None:
     short = np.empty((3 * n - 1, 2))
     refused = call("short", _native.OP_ALLGATHER, [rows], [short])
     assert refused.startswith("BadArgumentError: tensor 'short.0': the result has"), refused
+    refused = _native.xla_stream_call(_native.OP_ALLREDUCE, "a\nb", [raw(b)], [raw(b)], device=ring.local_rank(),
+                                      stream=STREAM)
+    assert refused == "BadArgumentError: ring's FFI call needs one result and one name per argument", refused
+    if n > 1:
+        rows3 = np.zeros((n + 1, 2), np.float32)
+        refused = call("uneven", _native.OP_ALLTOALL, [rows3], [rows3.copy()])
+        assert refused.startswith("BadArgumentError: tensor 'uneven.0': an alltoall in compiled code splits"), refused
     print(f"OK {me}", flush=True)
     ring.shutdown()
 
