@@ -263,6 +263,7 @@ Entry Runtime::checked_entry(EnqueueArgs args) const {
   e.input = args.input;
   e.output = e.req.op == OpType::Allgather || e.req.op == OpType::Alltoall ? nullptr : args.output;
   e.stream = args.stream;
+  e.complete_at_enqueue = args.complete_at_enqueue;
   return e;
 }
 

@@ -70,6 +70,13 @@ struct EnqueueArgs {
   // Tensors in GPU memory: the stream (a CUstream) the caller's framework
   // produced the input on; 0: the legacy default stream.
   uint64_t stream = 0;
+  // Tensors in GPU memory run on NCCL: complete as soon as the engine has
+  // queued the work and made `stream` wait for it, as
+  // RING_ENABLE_ASYNC_COMPLETION=1 makes every such operation complete
+  // (backends/gpu/nccl_backend.h), for this operation alone. For callers
+  // whose consumers are ordered by `stream`, not by the handle (XLA's FFI
+  // handlers: frameworks/xla/collective_call.h).
+  bool complete_at_enqueue = false;
   // false: the caller waits for it right away and makes the progress
   // itself, so the background thread is not woken (saves a thread hand-off).
   bool wake = true;

@@ -26,6 +26,7 @@ struct Entry {
   // entry); the operation reads the input only after it. Null otherwise.
   std::shared_ptr<void> ready;
   uint64_t stream = 0;  // GPU tensors: the caller's CUstream (0: the legacy default stream)
+  bool complete_at_enqueue = false;  // EnqueueArgs::complete_at_enqueue
 };
 
 class TensorQueue {

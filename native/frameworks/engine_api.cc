@@ -89,13 +89,17 @@ void deliver(RingDone done, void* ctx, const OpResult& r) {
   done(ctx, RING_OK, "", &out);
 }
 
-int32_t api_enqueue(const RingOpArgs* ops, int32_t n, RingDone done, void* const* ctxs, char* error,
-                    size_t error_len) {
+// enqueue() and enqueue_stream_ordered() (`at_enqueue`: EnqueueArgs::complete_at_enqueue).
+int32_t enqueue_ops(const RingOpArgs* ops, int32_t n, RingDone done, void* const* ctxs, char* error, size_t error_len,
+                    bool at_enqueue) {
   return guarded(
       [&](Runtime& rt) {
         std::vector<EnqueueArgs> group;
         group.reserve(n > 0 ? n : 0);
-        for (int32_t i = 0; i < n; ++i) group.push_back(args_of(ops[i]));
+        for (int32_t i = 0; i < n; ++i) {
+          group.push_back(args_of(ops[i]));
+          group.back().complete_at_enqueue = at_enqueue;
+        }
         std::vector<int64_t> handles = rt.enqueue_group(std::move(group));
         for (size_t i = 0; i < handles.size(); ++i) {
           void* ctx = ctxs[i];
@@ -106,6 +110,16 @@ int32_t api_enqueue(const RingOpArgs* ops, int32_t n, RingDone done, void* const
         }
       },
       error, error_len);
+}
+
+int32_t api_enqueue(const RingOpArgs* ops, int32_t n, RingDone done, void* const* ctxs, char* error,
+                    size_t error_len) {
+  return enqueue_ops(ops, n, done, ctxs, error, error_len, false);
+}
+
+int32_t api_enqueue_stream_ordered(const RingOpArgs* ops, int32_t n, RingDone done, void* const* ctxs, char* error,
+                                   size_t error_len) {
+  return enqueue_ops(ops, n, done, ctxs, error, error_len, true);
 }
 
 int32_t api_query(int32_t what, int32_t process_set, int64_t* value, char* error, size_t error_len) {
@@ -130,7 +144,7 @@ int32_t api_copy_to_device(int32_t device, uint64_t stream, void* dst, const voi
 }
 
 const RingEngineApi kApi = {RING_ENGINE_API_VERSION, sizeof(RingEngineApi), &api_enqueue, &api_query,
-                            &api_copy_to_device};
+                            &api_copy_to_device, &api_enqueue_stream_ordered};
 
 }  // namespace
 

@@ -105,6 +105,15 @@ typedef struct RingEngineApi {
    * an error kind (message as for enqueue). */
   int32_t (*copy_to_device)(int32_t device, uint64_t stream, void* dst, const void* src, size_t bytes, char* error,
                             size_t error_len);
+  /* Appended: enqueue() for a caller whose consumers are ordered by each
+   * op's `stream`, not by done (XLA's FFI handlers): an op in GPU memory
+   * that runs on NCCL completes as soon as the engine has queued its GPU
+   * work and made `stream` wait for that work's event, as every such op
+   * does under RING_ENABLE_ASYNC_COMPLETION=1; others complete as with
+   * enqueue(). A result the engine allocated (device_data) is then being
+   * written on the engine's stream: copy it on `stream` (copy_to_device). */
+  int32_t (*enqueue_stream_ordered)(const RingOpArgs* ops, int32_t n, RingDone done, void* const* ctxs, char* error,
+                                    size_t error_len);
 } RingEngineApi;
 
 #ifdef __cplusplus

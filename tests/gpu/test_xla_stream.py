@@ -1,11 +1,12 @@
 """The CUDA XLA FFI handler's logic (native/frameworks/xla/collective_call.h,
 run_on_stream: what JAX's and TensorFlow's GPU programs call) run for real
-on the CPU over the CUDA and NCCL stand-ins, at one and two ranks, with and
-without RING_ENABLE_ASYNC_COMPLETION: results against numpy, and, from the
-stand-in driver's log, the stream contract: the engine's work waits for an
-event recorded on XLA's stream, and with async completion XLA's stream waits
-for the work's event before the copy of an engine-allocated result is
-queued on it (the strict stand-in refuses a wait on an unrecorded event).
+on the CPU over the CUDA and NCCL stand-ins, at one and two ranks, on NCCL
+with and without RING_ENABLE_ASYNC_COMPLETION and staged through host
+memory: results against numpy, and, from the stand-in driver's log, the
+stream contract: the engine's work waits for an event recorded on XLA's
+stream, and on NCCL XLA's stream waits for the work's event before the copy
+of an engine-allocated result is queued on it (the strict stand-in refuses
+a wait on an unrecorded event).
 What it cannot show (XLA itself calling the handler, real streams) is
 tests/gpu/device_check.sh's part, on a GPU.
 """
@@ -39,13 +40,17 @@ def _segments(log: Path) -> Dict[str, List[str]]:
 
 
 @pytest.mark.parametrize("np_", [1, 2])
-@pytest.mark.parametrize("async_completion", ["0", "1"])
-def test_xla_cuda_handler_runs_on_xlas_stream(stub_driver, stub_nccl, tmp_path, np_: int,
-                                              async_completion: str) -> None:
+@pytest.mark.parametrize("mode", ["nccl", "nccl-async", "host"])
+def test_xla_cuda_handler_runs_on_xlas_stream(stub_driver, stub_nccl, tmp_path, np_: int, mode: str) -> None:
+    """On NCCL the handler's operations complete at enqueue whatever RING_ENABLE_ASYNC_COMPLETION
+    says: XLA's stream waits for the work's event. Staged through host memory
+    (RING_GPU_OPERATIONS=host) they complete once the results are back, and XLA's stream is
+    never made to wait."""
     log = tmp_path / "cuda.log"
     env = {"RING_CUDA_DRIVER_LIBRARY": str(stub_driver), "RING_NCCL_LIBRARY": str(stub_nccl),
            "STUB_CUDA_DEVICES": str(np_), "STUB_CUDA_LOG": str(log), "STUB_NCCL_LOG": str(tmp_path / "nccl.log"),
-           "RING_ENABLE_ASYNC_COMPLETION": async_completion}
+           "RING_ENABLE_ASYNC_COMPLETION": "1" if mode == "nccl-async" else "0",
+           "RING_GPU_OPERATIONS": "host" if mode == "host" else "nccl"}
     result = run_ringrun(np_, [sys.executable, WORKER], env=env, timeout=180, merge_output=True)
     assert result.returncode == 0, result.stdout
     for rank in range(np_):
@@ -56,14 +61,12 @@ def test_xla_cuda_handler_runs_on_xlas_stream(stub_driver, stub_nccl, tmp_path, 
             # The engine's work waited for the producer: an event recorded on XLA's stream first.
             assert seg and seg[0] == f"record {STREAM}", (label, seg)
             waits = [i for i, c in enumerate(seg) if c == f"wait {STREAM}"]
-            if async_completion == "1":
-                assert waits, (label, seg)  # XLA's stream waits for the work's event
-            else:
-                assert not waits, (label, seg)  # the work was done when the handler returned
+            assert bool(waits) == (mode != "host"), (label, seg)
         for label in ("allgather", "alltoall"):  # engine-allocated results, copied on XLA's stream
             seg = calls[label]
             copies = [i for i, c in enumerate(seg) if c.startswith("memcpy ")]
             assert copies, (label, seg)
-            if async_completion == "1":
+            if mode != "host":
                 assert seg.index(f"wait {STREAM}") < copies[-1], (label, seg)
         assert calls["barrier"] == [], calls["barrier"]  # refused before anything was queued
+    assert (tmp_path / "nccl.log").exists() == (mode != "host")

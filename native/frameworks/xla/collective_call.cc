@@ -157,7 +157,7 @@ void stream_member_done(void* ctx, int32_t kind, const char* message, const Ring
 std::string run_on_stream(const RingEngineApi* api, const Attrs& attrs, std::string_view names,
                           const std::vector<Array>& args, const std::vector<Array>& rets, int32_t device,
                           uint64_t stream) {
-  if (api && api->size < offsetof(RingEngineApi, copy_to_device) + sizeof(api->copy_to_device))
+  if (api && api->size < offsetof(RingEngineApi, enqueue_stream_ordered) + sizeof(api->enqueue_stream_ordered))
     return error_text(ErrorKind::Internal, "ring's engine interface is older than this library: rebuild it");
   if (is(attrs.op, OpType::Barrier) || is(attrs.op, OpType::Join))
     return error_text(ErrorKind::BadArgument, "barrier and join are not compiled for the GPU: call them outside "
@@ -178,8 +178,8 @@ std::string run_on_stream(const RingEngineApi* api, const Attrs& attrs, std::str
     }
     if (g.size() == 0) return "";
     char error[512] = {0};
-    const int32_t kind = api->enqueue(g.ops().data(), static_cast<int32_t>(g.size()), stream_member_done,
-                                      ctxs.data(), error, sizeof error);
+    const int32_t kind = api->enqueue_stream_ordered(g.ops().data(), static_cast<int32_t>(g.size()),
+                                                     stream_member_done, ctxs.data(), error, sizeof error);
     if (kind != RING_OK) return error_text(static_cast<ErrorKind>(kind), error);
     return done.wait();
   } catch (const RingError& e) {

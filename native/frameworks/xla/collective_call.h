@@ -77,18 +77,20 @@ std::string result_size_error(const std::string& name, size_t got, size_t declar
 // The CUDA handler's logic: the call on arrays in the GPU memory of GPU
 // `device`, produced on `stream` (a CUstream, XLA's). Queues the group
 // with that stream, the torch front end's stream contract (engine_api.h,
-// engine/backends/gpu/nccl_backend.h): the engine's work waits for an
-// event recorded on `stream` at enqueue; once its handles complete, work
-// queued on `stream` after this returns sees the results (with
-// RING_ENABLE_ASYNC_COMPLETION=1 the handles complete as soon as the
-// engine has queued its GPU work and made `stream` wait for that work's
-// event; otherwise once the work is done). Results the engine allocates
-// are copied into rets on `stream` (RingEngineApi.copy_to_device) from
-// the completion callback. Blocks the calling thread until every
-// operation of the group has completed in that sense (negotiation with
-// the other ranks included), never until `stream` drains. Returns ""
-// or error_text() of the first failure. Barrier and join are refused
-// (their tokens live on the host).
+// engine/backends/gpu/nccl_backend.h), through enqueue_stream_ordered: the
+// engine's work waits for an event recorded on `stream` at enqueue, and
+// an operation run on NCCL completes as soon as the engine has queued its
+// work and made `stream` wait for that work's event (async completion,
+// whatever RING_ENABLE_ASYNC_COMPLETION says); one staged through host
+// memory completes once its results are back in GPU memory. Results the
+// engine allocates are copied into rets on `stream`
+// (RingEngineApi.copy_to_device) from the completion callback, before
+// the engine may reuse their memory. Work queued on `stream` after this
+// returns sees the results. Blocks the calling thread until every
+// operation of the group has completed in that sense: the negotiation
+// with the other ranks and the enqueue of the GPU work, not the work.
+// Returns "" or error_text() of the first failure. Barrier and join are
+// refused (their tokens live on the host).
 std::string run_on_stream(const RingEngineApi* api, const Attrs& attrs, std::string_view names,
                           const std::vector<Array>& args, const std::vector<Array>& rets, int32_t device,
                           uint64_t stream);

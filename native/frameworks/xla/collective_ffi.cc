@@ -13,9 +13,8 @@
 //
 // The CUDA handler (GPU memory) hands the engine XLA's stream and device
 // ordinal: xla_call::run_on_stream says what it waits for (the engine's
-// enqueue of its GPU work with RING_ENABLE_ASYNC_COMPLETION=1, XLA's stream
-// then waiting on the work's event; the work itself otherwise). Barrier and
-// join are refused there. It is not declared command-buffer compatible, so
+// enqueue of its NCCL work, XLA's stream then waiting on the work's event;
+// never the work itself). Barrier and join are refused there. It is not declared command-buffer compatible, so
 // XLA calls it at run time and never captures it into a CUDA graph (the
 // engine records and waits on events on that stream at each call).
 //

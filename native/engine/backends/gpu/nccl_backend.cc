@@ -86,20 +86,22 @@ void NcclBackend::execute(const Response& r, std::vector<Entry>& entries) {
   work.timeline = timeline_.defer(entries, nccl_phase(r.op, c.stage.has_value()));
   run(c, r, entries, work.results);
   work.done = record_event(c.device, reinterpret_cast<uint64_t>(c.lane->stream));
-  if (async_completion_) complete_now(entries, work);
+  complete_now(entries, work);
   finalizer_.add(std::move(work));
 }
 
 void NcclBackend::complete_now(const std::vector<Entry>& entries, GpuWork& w) {
   const CudaDriver& cu = cuda_driver();
+  auto now = [&](size_t i) { return w.handles[i] != 0 && (async_completion_ || entries[i].complete_at_enqueue); };
   for (size_t i = 0; i < entries.size(); ++i) {
-    if (w.handles[i] == 0) continue;
+    if (!now(i)) continue;
     cuda_check(cu.cuStreamWaitEvent(reinterpret_cast<CUstream>(entries[i].stream), static_cast<CUevent>(w.done.get()), 0),
                "cuStreamWaitEvent (the caller's stream waits for the result)");
   }
   for (size_t i = 0; i < entries.size(); ++i) {
+    if (!now(i)) continue;
     if (w.results[i].device_data) w.results[i].device_ready = w.done;  // a DLPack consumer's stream waits for it
-    if (w.handles[i] != 0) handles_->complete(w.handles[i], std::move(w.results[i]));
+    handles_->complete(w.handles[i], std::move(w.results[i]));
     w.handles[i] = 0;
   }
 }

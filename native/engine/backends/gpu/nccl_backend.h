@@ -13,7 +13,8 @@
 // RING_ENABLE_ASYNC_COMPLETION=1: the handles complete as soon as the work
 // is queued, each caller's stream (Entry::stream) made to wait for the
 // work's event first, so work the caller queues there next sees the
-// results; the finalizer still watches the work for errors. An input may
+// results; the finalizer still watches the work for errors. An entry with
+// complete_at_enqueue completes so whatever the setting. An input may
 // then be freed while the work still reads it: safe when its memory is
 // reused only for work on that stream (torch's and cupy's pools).
 //
@@ -111,8 +112,10 @@ class NcclBackend : public Backend {
   void run(const Call& c, const Response& r, std::vector<Entry>& entries, std::vector<OpResult>& results);
   // c.stage, when the response's allreduce runs hierarchically, and c.comm.
   void choose_comm(const Response& r, Mesh& mesh, int64_t group, int lane_index, Call& c);
-  // RING_ENABLE_ASYNC_COMPLETION: completes w's handles now, each caller's
-  // stream waiting for w.done first; w keeps watching for errors.
+  // Completes now the handles of w that complete at enqueue (every one
+  // under RING_ENABLE_ASYNC_COMPLETION, else those with
+  // Entry::complete_at_enqueue), each caller's stream waiting for w.done
+  // first; w keeps watching for errors and finishes the others.
   void complete_now(const std::vector<Entry>& entries, GpuWork& w);
   void allreduce(const Call& c, std::vector<Entry>& entries, std::vector<OpResult>& results);
   void allgather(const Call& c, Entry& e, const std::vector<int64_t>& first_dims, OpResult& res);
