@@ -16,7 +16,8 @@
 #      handler on XLA's stream into NCCL): a fit on the GPU, replicas
 #      identical; needs build/gpu-wheels (`make gpu-wheels` here, carried);
 #      JAX's own collectives in jax.jit on CUDA arrays at np=2 over NCCL
-#      (tests/gpu/workers/jax_gpu_worker.py), with and without async completion;
+#      (tests/gpu/workers/jax_gpu_worker.py), with and without async completion,
+#      after the handler's logic alone on cupy memory at np=1 and np=2;
 #   5. issue 38's sharded optimizer and PowerSGD at np=2 (host-staged, NCCL);
 #      issue 40's checks (tests/gpu/workers/issue40_worker.py): the host-staged
 #      path from a thread with no CUDA context, fused odd-sized fp16 at full
@@ -29,6 +30,9 @@
 # step's tail. Exit status: 0 when every step passed.
 #
 # Usage (repo root, on the GPU machine): bash tests/gpu/device_check.sh
+# ONLY="name ..." runs only the steps named (the build always runs), e.g. the
+# CUDA XLA FFI handler's: ONLY="jax-ffi-built np1-xla-stream np2-xla-stream
+# keras-install np2-keras-jax np2-jax-jit np2-jax-jit-async".
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 OUT="${OUT:-$PWD/gpu-check-out}"
@@ -42,6 +46,10 @@ LOG="$OUT/check.log"
 step() {  # step NAME TIMEOUT COMMAND...: runs it, appends its output to check.log, records the result
   local name=$1 limit=$2
   shift 2
+  if [ -n "${ONLY:-}" ] && [ "$name" != build ] && [[ " $ONLY " != *" $name "* ]]; then
+    echo "=== $name: skipped (not in ONLY)" >>"$LOG"
+    return 0
+  fi
   echo "=== $name: $*" | tee -a "$LOG"
   local start=$SECONDS part="$OUT/.step.log"
   timeout "$limit" "$@" >"$part" 2>&1
@@ -91,6 +99,11 @@ step np2-nccl 150 env "${SHARE[@]}" RING_FUSION_THRESHOLD=1048576 "${RUN[@]}" -n
 step np4-hierarchical 180 env "${SHARE[@]}" RING_HIERARCHICAL_ALLREDUCE=1 RING_FUSION_THRESHOLD=1048576 \
   "${RUN[@]}" -np 4 -H localhost:2,127.0.0.1:2 "$PY" $WORKER ops
 
+# The CUDA XLA FFI handler's logic (collective_call.h) on cupy memory and a cupy stream as XLA's,
+# over NCCL, before JAX calls it (issue 34, item 2).
+step np1-xla-stream 90 "${RUN[@]}" -np 1 "$PY" tests/gpu/workers/xla_stream_worker.py cupy
+step np2-xla-stream 120 env "${SHARE[@]}" "${RUN[@]}" -np 2 "$PY" tests/gpu/workers/xla_stream_worker.py cupy
+
 # Keras 3 on the GPU, torch and JAX backends (the image has no TensorFlow), from
 # the wheels `make gpu-wheels` put in build/gpu-wheels (the image has no Keras).
 KERAS_SITE="$PWD/build/gpu-site"
@@ -133,5 +146,6 @@ step bench-small 90 "${RUN[@]}" -np 1 "${BENCH[@]}" --case small-tensors --json 
 # bracket keeps the pattern from matching this step's own line in the log).
 step kernel-loaded 5 bash -c "! grep -n 'batched-copy kernel did not [l]oad' '$LOG'"
 
-echo "device check: $([ $failed -eq 0 ] && echo PASSED || echo FAILED) (NCCL $NCCL)" | tee "$OUT/summary.txt"
+echo "device check: $([ $failed -eq 0 ] && echo PASSED || echo FAILED) (NCCL $NCCL)${ONLY:+ (only: $ONLY)}" \
+  | tee "$OUT/summary.txt"
 exit $failed

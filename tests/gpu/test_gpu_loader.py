@@ -135,7 +135,8 @@ def test_device_check_script_is_ready_to_run() -> None:
     """tests/gpu/device_check.sh runs only on a GPU machine; here: it parses, and so does its worker."""
     here = Path(__file__).resolve().parent
     subprocess.run(["bash", "-n", str(here / "device_check.sh")], check=True)
-    for worker in ("device_worker.py", "issue40_worker.py", "jax_gpu_worker.py", "keras_gpu_worker.py"):
+    for worker in ("device_worker.py", "issue40_worker.py", "jax_gpu_worker.py", "keras_gpu_worker.py",
+                   "xla_stream_worker.py"):
         subprocess.run([sys.executable, "-m", "py_compile", str(here / "workers" / worker)], check=True)
     assert os.access(here / "device_check.sh", os.X_OK)
 

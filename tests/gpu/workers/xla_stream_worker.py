@@ -11,11 +11,18 @@ of the wrong size, names that do not match the arrays, an alltoall whose
 rows do not split evenly). Before each call it writes "mark <label>" into this
 rank's stand-in log (STUB_CUDA_LOG, suffixed ".<rank>"), so the test can
 see what the driver was asked during that call. Prints "OK <rank>".
+
+With the argument ``cupy`` (tests/gpu/device_check.sh, on a real GPU) the
+arrays are cupy mirrors of the numpy ones on this rank's GPU and XLA's
+stream is a cupy stream: inputs are uploaded on it, and each result is
+read back on it after the call (work queued on the stream after the
+handler returned must see the result).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 
 import numpy as np
 
@@ -23,11 +30,40 @@ import ring_strategy as ring
 from ring_strategy import _native
 
 STREAM = 0x5A10  # XLA's stream, as the stand-in logs it (23056)
+DEVICE = 0
 LOG = os.environ.get("STUB_CUDA_LOG", "")
+CUPY = "cupy" in sys.argv[1:]
+_mirrors: dict = {}  # cupy mode: id(numpy array) -> (the array, its cupy mirror)
+_cupy_stream = None
+
+
+def _stream():
+    global _cupy_stream
+    if _cupy_stream is None:
+        import cupy
+
+        _cupy_stream = cupy.cuda.Stream(non_blocking=True)
+    return _cupy_stream
 
 
 def raw(a: np.ndarray):
-    return (a.ctypes.data, a.nbytes, _native.DTYPES[a.dtype.name], list(a.shape))
+    """The array as the handler gets it: address, bytes, dtype code, dims."""
+    address = a.ctypes.data
+    if CUPY:
+        import cupy
+
+        if id(a) not in _mirrors:
+            with _stream():
+                _mirrors[id(a)] = (a, cupy.asarray(a))
+        address = _mirrors[id(a)][1].data.ptr
+    return (address, a.nbytes, _native.DTYPES[a.dtype.name], list(a.shape))
+
+
+def read_back(outs) -> None:
+    """cupy mode: each result copied into its numpy array on XLA's stream."""
+    if CUPY:
+        for o in outs:
+            _mirrors[id(o)][1].get(stream=_stream(), out=o)
 
 
 def call(label: str, op: int, xs, outs, names=None, after=(), **kw) -> str:
@@ -37,18 +73,26 @@ def call(label: str, op: int, xs, outs, names=None, after=(), **kw) -> str:
             f.write(f"mark {label}\n")
     names = names or [f"{label}.{i}" for i in range(len(xs))]
     return _native.xla_stream_call(op, "\n".join(names), [raw(x) for x in [*xs, *after]], [raw(o) for o in outs],
-                                   device=ring.local_rank(), stream=STREAM, **kw)
+                                   device=DEVICE, stream=STREAM, **kw)
 
 
 def ok(label: str, op: int, xs, outs, **kw) -> None:
     error = call(label, op, xs, outs, **kw)
     assert error == "", (label, error)
+    read_back(outs)
 
 
 def main() -> None:
-    global LOG
+    global LOG, STREAM, DEVICE
     ring.init()
     me, n = ring.rank(), ring.size()
+    DEVICE = ring.local_rank()
+    if CUPY:
+        import cupy
+
+        DEVICE = ring.local_rank() % cupy.cuda.runtime.getDeviceCount()
+        cupy.cuda.Device(DEVICE).use()
+        STREAM = _stream().ptr
     if LOG:
         LOG = os.environ["STUB_CUDA_LOG"] = f"{LOG}.{me}"  # the stand-in reads it at each call
     every = [np.arange(6, dtype=np.float32) * (r + 1) + r for r in range(n)]
@@ -91,7 +135,7 @@ def main() -> None:
     short = np.empty((3 * n - 1, 2))
     refused = call("short", _native.OP_ALLGATHER, [rows], [short])
     assert refused.startswith("BadArgumentError: tensor 'short.0': the result has"), refused
-    refused = _native.xla_stream_call(_native.OP_ALLREDUCE, "a\nb", [raw(b)], [raw(b)], device=ring.local_rank(),
+    refused = _native.xla_stream_call(_native.OP_ALLREDUCE, "a\nb", [raw(b)], [raw(b)], device=DEVICE,
                                       stream=STREAM)
     assert refused == "BadArgumentError: ring's FFI call needs one result and one name per argument", refused
     if n > 1:
