@@ -24,7 +24,7 @@ def test_algorithms_agree_across_fusion_ranks_and_each_other(ringrun, np_, algor
 
 
 def test_streaming_stores_change_no_bit(ringrun):
-    """RING_STREAMING_STORES=1 (off by default) takes the two-rank block
+    """RING_STREAMING_STORES=1 (auto by default: buffers of 4x the L3 cache) takes the two-rank block
     allreduce's streaming path; its results are the plain path's."""
     proc = ringrun(2, [sys.executable, str(WORKER), "--streaming-stores"], timeout=120)
     out = proc.stdout + proc.stderr

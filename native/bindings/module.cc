@@ -301,7 +301,11 @@ nb::dict config_dict(const ring::Config& c) {
   d["cache_capacity"] = c.cache_capacity;
   d["timeout_seconds"] = c.timeout_seconds;
   d["transport"] = c.force_tcp ? "tcp" : "shm";
-  d["shm_ring_bytes"] = c.shm_ring_bytes;
+  // The cache-tuned sizes: what the user set, None for auto (common/cache_tuning.h).
+  const auto& o = c.cache_overrides;
+  d["shm_ring_bytes"] = o.shm_ring_bytes ? nb::cast(*o.shm_ring_bytes) : nb::none();
+  d["pair_block_bytes"] = o.pair_block_bytes ? nb::cast(*o.pair_block_bytes) : nb::none();
+  d["streaming_stores"] = o.streaming_stores ? nb::cast(*o.streaming_stores) : nb::none();
   d["log_level"] = static_cast<int>(c.log_level);
   d["stall_check_seconds"] = c.stall_check_seconds;
   d["stall_shutdown_seconds"] = c.stall_shutdown_seconds;
@@ -309,7 +313,6 @@ nb::dict config_dict(const ring::Config& c) {
   d["timeline_mark_cycles"] = c.timeline_mark_cycles;
   d["dynamic_process_sets"] = c.dynamic_process_sets;
   d["encrypt"] = c.encrypt;
-  d["streaming_stores"] = c.streaming_stores;
   d["hierarchical_allreduce"] = c.hierarchical_allreduce;
   d["allreduce_algorithm"] = ring::kAllreduceModeNames[static_cast<int>(c.allreduce_mode)];
   d["autotune"] = c.autotune;

@@ -3,15 +3,16 @@
 // With two ranks the ring's two halves are one exchange each: rank r owns
 // half r. Done half by half, the reduced half r is long out of cache by the
 // time it is sent back, and every byte of the result is written through
-// the cache. Here both halves advance block by block (kBlockBytes):
+// the cache. Here both halves advance block by block (the block size and
+// when to stream are chosen from the machine's caches: common/cache_tuning.h):
 //
 //   for each block k:
 //     1. send block k of the peer's half of the input, receive the peer's
 //        block k of our half and reduce it: out = in (op) received, scaled
 //        (our block k of the result is now complete, and in cache);
 //     2. send that block (from cache), receive the peer's completed block k
-//        of its half into ours (with streaming stores when
-//        streaming_stores(): RING_STREAMING_STORES).
+//        of its half into ours (with streaming stores when the whole
+//        buffer is at least cache_tuning().stream_min_bytes).
 //
 // Per rank that is about two passes over memory (read the input, write the
 // output) instead of three; streaming stores also skip reading the
@@ -23,14 +24,13 @@
 #include <cstring>
 
 #include "collectives/collectives.h"
+#include "common/cache_tuning.h"
 #include "common/error.h"
 #include "reduce/copy.h"
 #include "reduce/reduce.h"
 
 namespace ring {
 namespace {
-
-constexpr size_t kBlockBytes = 256 << 10;
 
 // dst = (src (op) piece) * factor, in cache-sized steps.
 void reduce_block(uint8_t* dst, const uint8_t* src, const uint8_t* piece, size_t len, size_t esize, DataType dtype,
@@ -48,10 +48,12 @@ void pair_allreduce(Mesh& mesh, const Parts& buf, const std::vector<size_t>& chu
     throw_error(ErrorKind::BadArgument, "pair_allreduce needs exactly two ranks and two chunks");
   const int me = mesh.rank(), peer = 1 - me;
   const size_t esize = dtype_size(dtype);
-  const size_t block = kBlockBytes / esize * esize;
+  const CacheTuning tuning = cache_tuning();
+  const size_t block = std::max(tuning.pair_block_bytes / esize, size_t(1)) * esize;
   const size_t bytes[2] = {chunk_counts[0] * esize, chunk_counts[1] * esize};
   const size_t offset[2] = {0, bytes[0]};
   const size_t longest = std::max(bytes[0], bytes[1]);
+  const bool stream_buffer = bytes[0] + bytes[1] >= tuning.stream_min_bytes;
   for (size_t pos = 0; pos < longest; pos += block) {
     const size_t mine = pos < bytes[me] ? std::min(block, bytes[me] - pos) : 0;
     const size_t theirs = pos < bytes[peer] ? std::min(block, bytes[peer] - pos) : 0;
@@ -63,7 +65,7 @@ void pair_allreduce(Mesh& mesh, const Parts& buf, const std::vector<size_t>& chu
                          });
                        });
     // Decided by the block, not by its parts.
-    const bool stream = streaming_stores() && theirs >= kMinStreamBytes;
+    const bool stream = stream_buffer && theirs >= kMinStreamBytes;
     mesh.sendrecv_sink(peer, buf.pieces(own_at, mine, true), peer, theirs, 1,
                        [&](const uint8_t* piece, size_t at, size_t len) {
                          buf.visit(their_at + at, len, [&](const uint8_t*, uint8_t* out, size_t k, size_t n) {

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <optional>
 
 #include "common/error.h"
 #include "engine/config_value.h"
@@ -18,7 +19,12 @@ const std::vector<ConfigEntry> kTable = {
     {"RING_TIMEOUT_SECONDS", "HOROVOD_GLOO_TIMEOUT_SECONDS", "30",
      "seconds without progress in a transfer before it fails"},
     {"RING_TRANSPORT", "", "shm", "shm: shared memory between ranks on one host, TCP across hosts; tcp: TCP only"},
-    {"RING_SHM_RING_BYTES", "", "1048576", "bytes of each shared-memory ring between two ranks"},
+    {"RING_SHM_RING_BYTES", "", "auto",
+     "bytes of each shared-memory ring between two ranks, at least 4096; auto: from the L2 cache's size "
+     "(common/cache_tuning.h)"},
+    {"RING_PAIR_BLOCK_BYTES", "", "auto",
+     "bytes of each block of the two-rank allreduce of large buffers, at least 4096; auto: from the L2 "
+     "cache's size (common/cache_tuning.h)"},
     {"RING_LOG_LEVEL", "HOROVOD_LOG_LEVEL", "warning", "trace, debug, info, warning or error"},
     {"RING_TIMELINE", "HOROVOD_TIMELINE", "",
      "path: rank 0 writes a Chrome trace of every tensor's phases there; DYNAMIC: no file until start_timeline()"},
@@ -32,10 +38,11 @@ const std::vector<ConfigEntry> kTable = {
      "otherwise; ring: always the ring; tree: recursive doubling or halving-doubling by size; doubling or "
      "halving-doubling: that algorithm at every size (tree, doubling and halving-doubling need a "
      "power-of-two number of ranks, else the ring runs; docs/scaling.md)"},
-    {"RING_STREAMING_STORES", "", "0",
+    {"RING_STREAMING_STORES", "", "auto",
      "1: the two-rank allreduce over shared memory writes the peer's half of the result with streaming "
      "(non-temporal) stores, which bypass the cache: faster where memory bandwidth limits it, slower where "
-     "the cache is large (docs/performance.md)"},
+     "the cache is large (docs/performance.md); 0: never; auto: for buffers of at least 4 times the L3 "
+     "cache (common/cache_tuning.h)"},
     {"RING_FAST_PATH", "", "0",
      "1: a small allreduce the ranks already agreed on (a response-cache hit) skips rank 0: the ranks exchange "
      "it directly, one trip instead of three (docs/performance.md); the same on every rank"},
@@ -153,6 +160,28 @@ LogLevel read_log_level(const Reader& r, LogLevel dflt) {
   return levels[*i];
 }
 
+// An integer of bytes (at least 4096, rounded down to whole cache lines)
+// or auto (unset).
+std::optional<size_t> read_auto_bytes(const Reader& r, const char* name) {
+  const Setting s = r.find(name);
+  if (!s || parse_word(s.value, {"auto"})) return std::nullopt;
+  const auto v = parse_integer(s.value);
+  if (!v || *v < 4096) bad(s, "auto or an integer number of bytes of at least 4096");
+  return static_cast<size_t>(*v) & ~size_t(63);
+}
+
+CacheTuningOverrides read_cache_overrides(const Reader& r) {
+  CacheTuningOverrides o;
+  o.shm_ring_bytes = read_auto_bytes(r, "RING_SHM_RING_BYTES");
+  o.pair_block_bytes = read_auto_bytes(r, "RING_PAIR_BLOCK_BYTES");
+  if (const Setting s = r.find("RING_STREAMING_STORES"); s && !parse_word(s.value, {"auto"})) {
+    const auto v = parse_bool(s.value);
+    if (!v) bad(s, "0, 1 or auto", kBoolSpellings);
+    o.streaming_stores = *v;
+  }
+  return o;
+}
+
 }  // namespace
 
 const std::vector<ConfigEntry>& config_table() { return kTable; }
@@ -170,9 +199,7 @@ Config Config::from(const Getter& get) {
   c.cache_capacity =
       static_cast<size_t>(r.integer("RING_CACHE_CAPACITY", "a non-negative integer", 0, int64_t(c.cache_capacity)));
   c.timeout_seconds = r.number("RING_TIMEOUT_SECONDS", "a positive number of seconds", 0.001, c.timeout_seconds);
-  c.shm_ring_bytes = static_cast<size_t>(r.integer("RING_SHM_RING_BYTES", "an integer number of bytes of at least 4096",
-                                                   4096, int64_t(c.shm_ring_bytes)));
-  c.shm_ring_bytes &= ~size_t(63);
+  c.cache_overrides = read_cache_overrides(r);
   c.stall_check_seconds =
       r.number("RING_STALL_CHECK_TIME_SECONDS", "a non-negative number of seconds", 0, c.stall_check_seconds);
   c.stall_shutdown_seconds =
@@ -190,7 +217,6 @@ Config Config::from(const Getter& get) {
   c.timeline_mark_cycles = r.flag("RING_TIMELINE_MARK_CYCLES", c.timeline_mark_cycles);
   c.dynamic_process_sets = r.flag("RING_DYNAMIC_PROCESS_SETS", c.dynamic_process_sets);
   c.encrypt = r.flag("RING_ENCRYPT", c.encrypt);
-  c.streaming_stores = r.flag("RING_STREAMING_STORES", c.streaming_stores);
   c.fast_path = r.flag("RING_FAST_PATH", c.fast_path);
   if (const Setting s = r.find("RING_TRANSPORT")) {
     const auto t = parse_word(s.value, {"shm", "auto", "tcp"});

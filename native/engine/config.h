@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "collectives/allreduce_choice.h"
+#include "common/cache_tuning.h"
 #include "common/log.h"
 
 namespace ring {
@@ -22,7 +23,6 @@ struct Config {
   size_t cache_capacity = 1024;
   double timeout_seconds = 30.0;
   bool force_tcp = false;
-  size_t shm_ring_bytes = 1u << 20;
   LogLevel log_level = LogLevel::Warning;
   // Rank 0 warns about tensors that some ranks submitted and others have
   // not after this long (0: never); the job fails after the second (0: never).
@@ -40,7 +40,9 @@ struct Config {
   int autotune_warmup_samples = 1;
   bool timeline_mark_cycles = false;
   bool dynamic_process_sets = false;  // read by the front end's process-set registry
-  bool streaming_stores = false;  // RING_STREAMING_STORES (reduce/copy.h)
+  // RING_PAIR_BLOCK_BYTES, RING_SHM_RING_BYTES, RING_STREAMING_STORES: what
+  // the user set of the sizes common/cache_tuning.h chooses (unset: auto).
+  CacheTuningOverrides cache_overrides;
   bool fast_path = false;  // RING_FAST_PATH (engine/fast_path.h)
   bool encrypt = false;  // RING_ENCRYPT: TCP links are encrypted (transport/aead_channel.h)
   // RING_GPU_OPERATIONS=host: GPU tensors always take the host-staged path

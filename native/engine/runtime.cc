@@ -4,12 +4,12 @@
 #include <cstdio>
 
 #include "collectives/slices.h"
+#include "common/cache_tuning.h"
 #include "common/error.h"
 #include "engine/backends/registry.h"
 #include "engine/mesh_names.h"
 #include "engine/published.h"
 #include "gpu/cuda_driver.h"
-#include "reduce/copy.h"
 
 namespace ring {
 namespace {
@@ -48,7 +48,13 @@ Runtime::Runtime(RuntimeOptions opts)
     throw_error(ErrorKind::BadArgument, "rank " + std::to_string(opts_.rank) + " is outside a world of size " +
                                             std::to_string(opts_.size));
   set_log_config(config_.log_level, opts_.rank);
-  data_builder_ = std::make_unique<MeshBuilder>(mesh_options(opts_, config_, MeshRole::Data, config_.shm_ring_bytes));
+  // The sizes of the large-message paths, from this machine's caches (set
+  // before the data mesh, whose shared-memory rings take one of them).
+  const CacheSizes caches = read_cache_sizes();
+  const CacheTuning tuning = choose_cache_tuning(caches, config_.cache_overrides);
+  set_cache_tuning(tuning);
+  if (log_enabled(LogLevel::Debug)) log_line(LogLevel::Debug, describe_cache_tuning(caches, tuning));
+  data_builder_ = std::make_unique<MeshBuilder>(mesh_options(opts_, config_, MeshRole::Data, tuning.shm_ring_bytes));
   control_builder_ = std::make_unique<MeshBuilder>(mesh_options(opts_, config_, MeshRole::Control, 1u << 20));
 }
 
@@ -114,7 +120,6 @@ void Runtime::start() {
   // at np=2 the spin still helps many small tensors at once).
   constexpr double kSpinCpusPerRank = 1.0;
   Backoff::set_spin(cpus_per_rank_ >= kSpinCpusPerRank);
-  set_streaming_stores(config_.streaming_stores);
   queue_.set_doorbell(control_->doorbell());
   executor_ = std::make_unique<Executor>(&handles_);
   FastPathOptions fast;

@@ -1,7 +1,6 @@
 #include "reduce/copy.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <cstring>
 
@@ -46,14 +45,6 @@ void stream_store(void* dst, const void* src, size_t len) {
   std::memcpy(dst, src, len);
 #endif
 }
-
-namespace {
-std::atomic<bool> g_streaming{false};
-}  // namespace
-
-void set_streaming_stores(bool on) { g_streaming.store(on, std::memory_order_relaxed); }
-
-bool streaming_stores() { return g_streaming.load(std::memory_order_relaxed); }
 
 void stream_fence() {
 #if defined(__x86_64__)

@@ -21,11 +21,4 @@ void stream_copy(void* dst, const void* src, size_t len);
 void stream_store(void* dst, const void* src, size_t len);
 void stream_fence();
 
-// Whether copies that may stream do (process-wide; off by default,
-// RING_STREAMING_STORES): streaming saves memory traffic where memory
-// bandwidth is the limit, but costs more than plain stores where the caches
-// are large and fast, and it leaves the result out of the cache.
-void set_streaming_stores(bool on);
-bool streaming_stores();
-
 }  // namespace ring
