@@ -47,8 +47,10 @@ class Job:
 
     Attributes:
         region: The doc region its table goes into.
-        launcher: ``mpirun N`` (Open MPI), ``mpich N`` (MPICH's mpiexec),
-            ``ringrun N`` or ``netns N`` (namespace hosts of ``per_host`` ranks each).
+        launcher: ``mpirun N`` (Open MPI), ``mpirun-tcp N`` (Open MPI's TCP
+            transport on loopback, ring over TCP with its fast path),
+            ``mpich N`` (MPICH's mpiexec), ``ringrun N`` or ``netns N``
+            (namespace hosts of ``per_host`` ranks each).
         ranks: The world size.
         module: ``ring_strategy.bench`` or ``ring_strategy.bench.train``.
         args: The module's options, without ``--json``.
@@ -85,6 +87,11 @@ def standard_jobs() -> List[Job]:
         Job("allreduce-2", "mpirun", 2, bench, [*sizes, "--compare", "mpi", "--membw", "--check"], sizes_table),
         Job("allreduce-2-mpich", "mpich", 2, bench, ["--ops", "allreduce", "--sizes", "4,4K,64K,1M", "--compare",
                                                      "mpi", "--check"], sizes_table),
+        # The fast path over TCP (loopback: Open MPI cannot be started in
+        # the namespace hosts) against Open MPI's TCP transport.
+        Job("allreduce-2-tcp", "mpirun-tcp", 2, bench, ["--ops", "allreduce", "--sizes", "4,4K,64K", "--compare",
+                                                        "mpi", "--check", "--iters", "100", "--warmup", "10"],
+            sizes_table),
         Job("small-tensors-2", "mpirun", 2, bench, ["--case", "small-tensors", "--compare", "mpi", "--check"],
             case_table),
         Job("train-2", "ringrun", 2, train, ["--compare", "ddp"], train_table),
@@ -101,6 +108,10 @@ def _launch_words(launcher: str, ranks: int, shown: bool, per_host: int = 1) -> 
     if launcher == "mpirun":
         root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
         return ["mpirun", *root, "--oversubscribe", "-np", str(ranks)]
+    if launcher == "mpirun-tcp":  # both libraries over TCP on loopback, ring with its fast path
+        root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
+        return ["mpirun", *root, "--oversubscribe", "--mca", "pml", "ob1", "--mca", "btl", "tcp,self", "--mca",
+                "btl_tcp_if_include", "lo", "-np", str(ranks), "env", "RING_TRANSPORT=tcp", "RING_FAST_PATH=1"]
     if launcher == "mpich":  # no binding, as Open MPI's --oversubscribe does
         return ["mpiexec" if shown else str(MPICH_PREFIX / "bin" / "mpiexec"), "-bind-to", "none", "-n", str(ranks)]
     if launcher == "ringrun":
@@ -175,7 +186,7 @@ def run_job(job: Job, workdir: Path) -> List[Dict[str, Any]]:
     if job.launcher == "netns":
         result = _run_netns(job, json_path, workdir)
     else:
-        if job.launcher == "mpirun" and shutil.which("mpirun") is None:
+        if job.launcher.startswith("mpirun") and shutil.which("mpirun") is None:
             raise _Skipped("mpirun is missing (`make sysdeps` installs Open MPI)")
         env = _environment()
         if job.launcher == "mpich":
