@@ -36,7 +36,7 @@ import numpy as np
 from ring_strategy import _handles, _native, _native_ops
 from ring_strategy._rules import (Average, alltoall_splits, check_op, check_root, group_names, reducescatter_rows,
                                   require_rows)
-from ring_strategy.process_sets import ProcessSet, _check_process_set, global_process_set
+from ring_strategy.process_sets import ProcessSet, global_process_set, place_of
 
 __all__ = ["allreduce", "grouped_allreduce", "broadcast", "allgather", "alltoall", "reducescatter", "barrier",
            "join", "available"]
@@ -109,7 +109,7 @@ def grouped_allreduce(xs: Sequence[Any], name: Optional[str] = None, op: int = A
     xs = [jnp.asarray(x) for x in xs]
     if not xs:
         return []
-    place = _check_process_set(process_set)
+    place = place_of(process_set)
     names = group_names(_handles.auto_name("jax.grouped_allreduce", name, place.id), len(xs), True)
     return _call(_native.OP_ALLREDUCE, xs, names, [_like(x) for x in xs], check_op(op), prescale_factor,
                  postscale_factor, process_set=place.id)
@@ -129,7 +129,7 @@ def allreduce(x: Any, name: Optional[str] = None, op: int = Average, prescale_fa
     import jax.numpy as jnp
 
     x = jnp.asarray(x)
-    place = _check_process_set(process_set)
+    place = place_of(process_set)
     nm = _handles.auto_name("jax.allreduce", name, place.id)
     return _call(_native.OP_ALLREDUCE, [x], [nm], [_like(x)], check_op(op), prescale_factor, postscale_factor,
                  process_set=place.id)[0]
@@ -141,7 +141,7 @@ def broadcast(x: Any, root_rank: int, name: Optional[str] = None,
     import jax.numpy as jnp
 
     x = jnp.asarray(x)
-    place = _check_process_set(process_set)
+    place = place_of(process_set)
     nm = _handles.auto_name("jax.broadcast", name, place.id)
     return _call(_native.OP_BROADCAST, [x], [nm], [_like(x)], root=check_root(root_rank), process_set=place.id)[0]
 
@@ -156,7 +156,7 @@ def allgather(x: Any, name: Optional[str] = None, process_set: ProcessSet = glob
     x = jnp.asarray(x)
     if x.ndim == 0:
         x = x.reshape(1)
-    place = _check_process_set(process_set)
+    place = place_of(process_set)
     nm = _handles.auto_name("jax.allgather", name, place.id)
     out = jax.ShapeDtypeStruct((x.shape[0] * place.size,) + tuple(x.shape[1:]), x.dtype)
     return _call(_native.OP_ALLGATHER, [x], [nm], [out], process_set=place.id)[0]
@@ -171,7 +171,7 @@ def alltoall(x: Any, name: Optional[str] = None, process_set: ProcessSet = globa
 
     x = jnp.asarray(x)
     require_rows("alltoall", x.ndim, "array")
-    place = _check_process_set(process_set)
+    place = place_of(process_set)
     alltoall_splits(None, x.shape[0], place.size)
     nm = _handles.auto_name("jax.alltoall", name, place.id)
     return _call(_native.OP_ALLTOALL, [x], [nm], [_like(x)], process_set=place.id)[0]
@@ -187,7 +187,7 @@ def reducescatter(x: Any, op: int = Average, name: Optional[str] = None,
 
     x = jnp.asarray(x)
     require_rows("reducescatter", x.ndim, "array")
-    place = _check_process_set(process_set)
+    place = place_of(process_set)
     nm = _handles.auto_name("jax.reducescatter", name, place.id)
     rows = reducescatter_rows(x.shape[0], place.size, place.rank)
     out = jax.ShapeDtypeStruct((rows,) + tuple(x.shape[1:]), x.dtype)
@@ -200,7 +200,7 @@ def barrier(process_set: ProcessSet = global_process_set, name: Optional[str] = 
     import jax
     import jax.numpy as jnp
 
-    place = _check_process_set(process_set)
+    place = place_of(process_set)
     nm = _handles.auto_name("jax.barrier", name, place.id)
     token = jnp.zeros((1,), jnp.uint8)
     return _call(_native.OP_BARRIER, [token], [nm], [jax.ShapeDtypeStruct((1,), jnp.uint8)],
@@ -223,6 +223,6 @@ def native_group_allreduce(tensors: Sequence[Any], names: Sequence[str], op: int
     handlers (:meth:`ring_strategy._fused.Flattener.native_group`)."""
     if not available() or not _supported():
         return None
-    place = _check_process_set(process_set)
+    place = place_of(process_set)
     return _call(_native.OP_ALLREDUCE, list(tensors), list(names), [_like(t) for t in tensors], op, prescale,
                  postscale, process_set=place.id)

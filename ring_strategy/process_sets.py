@@ -51,9 +51,6 @@ from ring_strategy._core.registry import (
 __all__ = ["ProcessSet", "global_process_set", "SetPlace", "place_of", "by_id", "averages_here", "add_process_set",
            "remove_process_set"]
 
-# The check's former name, which front ends still import.
-_check_process_set = place_of
-
 
 def __getattr__(name: str) -> object:
     # The former per-module state: the sets now live in the current world.

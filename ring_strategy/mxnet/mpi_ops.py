@@ -47,7 +47,6 @@ from ring_strategy.build_queries import (  # noqa: F401  (re-exported: Horovod's
 from ring_strategy.exceptions import BadArgumentError
 from ring_strategy.process_sets import (  # noqa: F401  (re-exported)
     ProcessSet,
-    _check_process_set,
     add_process_set,
     global_process_set,
     remove_process_set,

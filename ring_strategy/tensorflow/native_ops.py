@@ -145,9 +145,9 @@ def native_group_allreduce(tensors: Sequence[Any], names: Sequence[str], op: int
     it (:meth:`ring_strategy._fused.Flattener.native_group`)."""
     if library() is None:
         return None
-    from ring_strategy.process_sets import _check_process_set
+    from ring_strategy.process_sets import place_of
 
-    return allreduce(tensors, names, op, prescale, postscale, _check_process_set(process_set).id)
+    return allreduce(tensors, names, op, prescale, postscale, place_of(process_set).id)
 
 
 @_ring_errors

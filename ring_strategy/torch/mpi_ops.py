@@ -81,7 +81,6 @@ from ring_strategy.torch.autograd import (  # noqa: F401  (re-exported)
 )
 from ring_strategy.torch.process_sets import (  # noqa: F401  (re-exported)
     ProcessSet,
-    _check_process_set,
     add_process_set,
     global_process_set,
     remove_process_set,
