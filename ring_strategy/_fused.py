@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from ring_strategy import ops
+from ring_strategy._core.arrays import allreduce_group
 from ring_strategy._core.registry import ProcessSet, global_process_set, place_of
 
 
@@ -94,7 +94,7 @@ def fused_allreduce(flattener: type, tensors: Sequence[Any], name: str, op: int,
     names = [f"{name}.{d}" for d in groups]
 
     def reduce_on_host(arrays: List[np.ndarray]) -> List[np.ndarray]:
-        return ops._allreduce_group(arrays, names, op, prescale, postscale, False, process_set)
+        return allreduce_group(arrays, names, op, prescale, postscale, process_set)
 
     reduced = flattener.host_call(reduce_on_host, flats)
     out: List[Any] = [None] * len(tensors)

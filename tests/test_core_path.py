@@ -14,7 +14,7 @@ import pytest
 
 import ring_strategy as rs
 
-CORE = ["world", "engine", "handles", "objects", "registry", "rules"]
+CORE = ["world", "engine", "handles", "objects", "registry", "rules", "arrays", "gpu_arrays"]
 
 
 def _entries(call):

@@ -154,12 +154,13 @@ def test_every_module_imports_alone_in_a_fresh_interpreter():
 FOUNDATION = ["ring_strategy.exceptions", "ring_strategy._contracts", "ring_strategy._config_values"]
 CORE_LAYERS = [
     FOUNDATION,
-    ["ring_strategy._core.rules"],
+    ["ring_strategy._core.rules", "ring_strategy._core.gpu_arrays"],
     ["ring_strategy._core.world"],
     ["ring_strategy._core.engine"],
     ["ring_strategy._core.handles"],
     ["ring_strategy._core.objects"],
     ["ring_strategy._core.registry"],
+    ["ring_strategy._core.arrays"],
 ]
 # The engine's folders (native/<folder>/, subfolders counted as their
 # folder), lowest first: each includes headers of its own folder or below.

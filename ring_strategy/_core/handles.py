@@ -3,7 +3,7 @@
 An operation in flight is an :class:`Operation`: the engine handle ids it
 waits for, the buffers the engine reads and writes until then, and how the
 engine's results become what ``synchronize`` returns. The numpy API hands
-out the object itself (:class:`ring_strategy.ops.Handle` is a subclass);
+out the object itself (:class:`ring_strategy._core.arrays.Handle`, a subclass);
 torch hands out Horovod's integer handles, the operation's number, and keeps
 the operation in the world's table (:func:`register`, :func:`take`).
 

@@ -26,6 +26,7 @@ import numpy as np
 import tensorflow as tf
 
 from ring_strategy import ops as _np
+from ring_strategy._core.arrays import allreduce_group
 from ring_strategy._host_call import in_xla_context, tensorflow_call  # noqa: F401  (in_xla_context re-exported)
 from ring_strategy._rules import (  # noqa: F401  (re-exported, as Horovod's mpi_ops does)
     Adasum,
@@ -105,7 +106,7 @@ def _grouped(xs: List[tf.Tensor], op: int, prescale: float, postscale: float, na
         return _ops.allreduce(xs, names, op, prescale, postscale, place.id)
 
     def reduce(arrays):
-        return _np._allreduce_group(arrays, names, op, prescale, postscale, False, process_set)
+        return allreduce_group(arrays, names, op, prescale, postscale, process_set)
 
     kind = "RingAllreduce" if single else "RingGroupedAllreduce"
     if tf.executing_eagerly() and not _recording():

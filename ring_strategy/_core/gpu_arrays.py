@@ -1,4 +1,5 @@
-"""Arrays on a CUDA GPU in the core API (:mod:`ring_strategy.ops`): cupy
+"""Layer 1 of the core, beside the rules: arrays on a CUDA GPU for the
+collectives on arrays (:mod:`ring_strategy._core.arrays`): cupy
 arrays, and any array whose ``__dlpack_device__`` says CUDA (taken as a cupy
 view, zero-copy). Their results are cupy arrays on the same GPU.
 
