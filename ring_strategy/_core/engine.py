@@ -196,11 +196,6 @@ def wait_all(handle_ids: Sequence[int], results: bool = True) -> Optional[List[R
     return rt.wait_release_group(handle_ids, results)
 
 
-def wait(handle_id: int) -> Result:
-    """:func:`wait_all` of one handle: its result."""
-    return wait_all([handle_id])[0]
-
-
 def poll(handle_id: int) -> bool:
     """True when the handle has finished."""
     return _rt().poll(handle_id)

@@ -44,7 +44,7 @@ def gpu_and_cpu(name, x, **kw):
     got = []
     for gpu in (True, False):
         out = np.full_like(x, 7)
-        data, shape, _ = _frontend.wait(submit(_frontend.ALLREDUCE, f"{name}.{gpu}", x, out, gpu, **kw))
+        data, shape, _ = _frontend.wait_all([submit(_frontend.ALLREDUCE, f"{name}.{gpu}", x, out, gpu, **kw)])[0]
         got.append(out if data is None else host_view(data, x.dtype, shape))
     return got
 
@@ -95,7 +95,7 @@ def check_collectives() -> None:
             got = []
             for gpu in (True, False):
                 out = None if out_shape is None else np.full(out_shape, 7, arr.dtype)
-                data, shape, _ = _frontend.wait(submit(kind, f"{name}.{dtype}.{gpu}", arr, out, gpu, **kw))
+                data, shape, _ = _frontend.wait_all([submit(kind, f"{name}.{dtype}.{gpu}", arr, out, gpu, **kw)])[0]
                 got.append(out if data is None else host_view(data, arr.dtype, shape))
             assert got[0].shape == got[1].shape and got[0].tobytes() == got[1].tobytes(), (name, dtype, got)
 
@@ -115,7 +115,7 @@ def check_sets() -> None:
         handles = [submit(_frontend.ALLREDUCE, f"set{s}.{step}.{gpu}", x, out, gpu, op=OPS["Sum"], process_set=s)
                    for (s, gpu), out in outs.items()]
         for h in handles:
-            _frontend.wait(h)
+            _frontend.wait_all([h])[0]
         for s in mine:
             assert outs[(s, True)].tobytes() == outs[(s, False)].tobytes(), (s, step)
     # Removed sets give back their communicators at the engine's next steps, before shutdown.
@@ -124,13 +124,13 @@ def check_sets() -> None:
     rt.remove_process_set(2)
     x = np.ones(8, np.float32)
     for step in range(3):
-        _frontend.wait(submit(_frontend.ALLREDUCE, f"after.{step}", x, np.empty_like(x), True, op=OPS["Sum"]))
+        _frontend.wait_all([submit(_frontend.ALLREDUCE, f"after.{step}", x, np.empty_like(x), True, op=OPS["Sum"])])[0]
     with open(os.environ["STUB_NCCL_LOG"], "a") as log:
         log.write("worker-done 0\n")
     # No rank shuts down (destroying the rest) before every rank wrote its line. A rank that has
     # its result and shuts down at once must not fail this operation on the others, whose
     # results the finalizer may not have delivered yet.
-    _frontend.wait(submit(_frontend.ALLREDUCE, "after.done", x, np.empty_like(x), True, op=OPS["Sum"]))
+    _frontend.wait_all([submit(_frontend.ALLREDUCE, "after.done", x, np.empty_like(x), True, op=OPS["Sum"])])[0]
 
 
 def expect_failure(run) -> None:
@@ -159,10 +159,11 @@ def main() -> None:
             os.environ["STUB_NCCL_ASYNC_ERROR"] = "6"  # ncclRemoteError
     if mode == "finalizer":
         out = np.zeros_like(x)
-        expect_failure(lambda: _frontend.wait(submit(_frontend.BROADCAST, "b", x, out, True, root=0)))
+        expect_failure(lambda: _frontend.wait_all([submit(_frontend.BROADCAST, "b", x, out, True, root=0)])[0])
         expect_failure(lambda: ring.allreduce(x, name="after"))
         return
-    expect_failure(lambda: _frontend.wait(submit(_frontend.ALLREDUCE, "g", x, np.zeros_like(x), True, op=OPS["Sum"])))
+    expect_failure(lambda: _frontend.wait_all([submit(_frontend.ALLREDUCE, "g", x, np.zeros_like(x), True,
+                                                      op=OPS["Sum"])]))
 
 
 if __name__ == "__main__":

@@ -51,7 +51,7 @@ def fused_on_gpu(xs, op: int):
     outs = [np.empty_like(x) for x in xs]
     handles = [submit(_frontend.ALLREDUCE, f"fused.{i}", x, o, True, op=op) for i, (x, o) in enumerate(zip(xs, outs))]
     for h in handles:
-        _frontend.wait(h)
+        _frontend.wait_all([h])[0]
     return outs
 
 
@@ -60,7 +60,8 @@ def both(kind, name, arr, with_out: bool, out_shape=None, **kw):
     got = []
     for gpu in (True, False):
         out = np.full(arr.shape if out_shape is None else out_shape, 7, arr.dtype) if with_out else None
-        data, shape, splits = _frontend.wait(submit(kind, f"{name}.{'gpu' if gpu else 'cpu'}", arr, out, gpu, **kw))
+        handle = submit(kind, f"{name}.{'gpu' if gpu else 'cpu'}", arr, out, gpu, **kw)
+        data, shape, splits = _frontend.wait_all([handle])[0]
         got.append(out if data is None else data.view(arr.dtype).reshape(shape))
     assert got[0].tobytes() == got[1].tobytes(), (name, got)
     return got[0]
@@ -93,7 +94,7 @@ def main() -> None:
     outs = fused_on_gpu(xs, ops["Sum"])
     for i, (x, o) in enumerate(zip(xs, outs)):
         ref = np.empty_like(x)
-        _frontend.wait(submit(_frontend.ALLREDUCE, f"fused.cpu.{i}", x, ref, False, op=ops["Sum"]))
+        _frontend.wait_all([submit(_frontend.ALLREDUCE, f"fused.cpu.{i}", x, ref, False, op=ops["Sum"])])[0]
         assert o.tobytes() == ref.tobytes(), i
     # An empty tensor, and alltoall (engine-allocated result, on the host).
     both(_frontend.ALLREDUCE, "empty", np.zeros(0, np.float32), True, op=ops["Sum"])

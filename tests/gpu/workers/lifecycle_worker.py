@@ -51,7 +51,7 @@ X = np.arange(64, dtype=np.float32)
 
 def allreduce(name: str, x: np.ndarray = X, **kw) -> np.ndarray:
     out = np.zeros_like(x)
-    _frontend.wait(submit(_frontend.ALLREDUCE, name, x, out, True, op=OPS["Sum"], **kw))
+    _frontend.wait_all([submit(_frontend.ALLREDUCE, name, x, out, True, op=OPS["Sum"], **kw)])[0]
     return out
 
 
@@ -60,9 +60,9 @@ def lost(me: int) -> bool:
         os.environ["STUB_CUDA_EVENTS_PENDING"] = "1"
     handle = submit(_frontend.ALLREDUCE, "g", X, np.zeros_like(X), True, op=OPS["Sum"])
     if me == 0:
-        expect_failure(lambda: _frontend.wait(handle))
+        expect_failure(lambda: _frontend.wait_all([handle])[0])
         return False
-    _frontend.wait(handle)
+    _frontend.wait_all([handle])[0]
     return True
 
 
@@ -91,8 +91,8 @@ def grow(me: int) -> bool:
 
 
 def teardown(me: int) -> bool:
-    data, _, _ = _frontend.wait(submit(_frontend.ALLGATHER, "g", X.reshape(8, 8), None, True))
-    _frontend.wait(submit(_frontend.ALLREDUCE, "h", X, np.zeros_like(X), True, op=OPS["Adasum"]))  # staged
+    data, _, _ = _frontend.wait_all([submit(_frontend.ALLGATHER, "g", X.reshape(8, 8), None, True)])[0]
+    _frontend.wait_all([submit(_frontend.ALLREDUCE, "h", X, np.zeros_like(X), True, op=OPS["Adasum"])])[0]  # staged
     ctypes.CDLL(os.environ["RING_CUDA_DRIVER_LIBRARY"]).stub_cuda_deinitialize()
     del data
     return True
@@ -128,7 +128,7 @@ def held(me: int) -> bool:
 
 def dlpack(me: int) -> bool:
     for stream in (0xDEF0, -1):
-        data, _, _ = _frontend.wait(submit(_frontend.ALLGATHER, f"g{stream}", X.reshape(8, 8), None, True))
+        data, _, _ = _frontend.wait_all([submit(_frontend.ALLGATHER, f"g{stream}", X.reshape(8, 8), None, True)])[0]
         data.__dlpack__(stream=stream)
     return True
 
@@ -145,7 +145,7 @@ def vanish(me: int) -> bool:
 
 def pool(me: int) -> bool:
     for step in range(5):
-        data, shape, _ = _frontend.wait(submit(_frontend.ALLGATHER, f"p{step}", X.reshape(8, 8), None, True))
+        data, shape, _ = _frontend.wait_all([submit(_frontend.ALLGATHER, f"p{step}", X.reshape(8, 8), None, True)])[0]
         assert host_view(data, X.dtype, shape).tobytes() == X.tobytes(), step
         del data
     return True

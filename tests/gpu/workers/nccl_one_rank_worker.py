@@ -35,7 +35,7 @@ def both(kind, name, arr, out_shape=None, with_out=True, **kw):
     got = []
     for gpu in (True, False):
         out = np.full(arr.shape if out_shape is None else out_shape, 7, arr.dtype) if with_out else None
-        data, shape, _ = _frontend.wait(submit(kind, f"{name}.{'gpu' if gpu else 'cpu'}", arr, out, gpu, **kw))
+        data, shape, _ = _frontend.wait_all([submit(kind, f"{name}.{'gpu' if gpu else 'cpu'}", arr, out, gpu, **kw)])[0]
         got.append(out if data is None else host_view(data, arr.dtype, shape))
     assert got[0].dtype == got[1].dtype and got[0].shape == got[1].shape, (name, got)
     assert got[0].tobytes() == got[1].tobytes(), (name, got)
@@ -63,7 +63,7 @@ def main() -> None:
     handles = [submit(_frontend.ALLREDUCE, f"fused.{i}", x, o, True, op=OPS["Sum"], prescale=2.0)
                for i, (x, o) in enumerate(zip(xs, outs))]
     for h in handles:
-        _frontend.wait(h)
+        _frontend.wait_all([h])[0]
     for x, o in zip(xs, outs):
         assert o.tobytes() == (x * np.float32(2.0)).tobytes()
     both(_frontend.ALLREDUCE, "empty", np.zeros(0, np.float32), op=OPS["Sum"])
@@ -74,7 +74,7 @@ def main() -> None:
         rt.add_process_set(7, [0])
         x = np.arange(5, dtype=np.float32)
         out = np.empty_like(x)
-        _frontend.wait(submit(_frontend.ALLREDUCE, f"set7.{turn}", x, out, True, op=OPS["Sum"], process_set=7))
+        _frontend.wait_all([submit(_frontend.ALLREDUCE, f"set7.{turn}", x, out, True, op=OPS["Sum"], process_set=7)])[0]
         assert out.tobytes() == x.tobytes()
         rt.remove_process_set(7)
     ring.shutdown()
