@@ -50,14 +50,14 @@ class Operation:
         finish: turns the engine results into what synchronize() returns.
     """
 
-    __slots__ = ("number", "ids", "keep", "finish", "world", "done")
+    __slots__ = ("number", "ids", "keep", "finish", "generation", "done")
 
     def __init__(self, ids: List[int], keep: Any, finish: Finish):
         self.number = next(_numbers)  # unique in the process, across worlds
         self.ids = ids
         self.keep = keep
         self.finish = finish
-        self.world = world.now.generation
+        self.generation = world.now.generation
         self.done = False  # synchronized (or given up)
 
     def __repr__(self) -> str:
@@ -102,7 +102,7 @@ def leave_behind(ended: world.World) -> None:
     engine is gone). Called by ``init()`` once a new world has begun."""
     with _ended_lock:
         for op in list(ended.live.values()):
-            _ended[op.number] = op.world
+            _ended[op.number] = op.generation
             op.keep = None
         ended.live.clear()
         ended.dropped.clear()
@@ -116,8 +116,8 @@ def _ended_error(number: int, generation: int) -> ShutdownError:
 
 
 def _check_current(op: Operation) -> None:
-    if op.world != world.now.generation:
-        raise _ended_error(op.number, op.world)
+    if op.generation != world.now.generation:
+        raise _ended_error(op.number, op.generation)
     if op.done:
         raise BadArgumentError(f"unknown {op!r} (already synchronized?)")
 
@@ -143,8 +143,8 @@ def find(number: Any) -> Optional[Operation]:
         if generation is not None:
             raise _ended_error(number, generation)
         return None
-    if op.world != world.now.generation:
-        raise _ended_error(number, op.world)
+    if op.generation != world.now.generation:
+        raise _ended_error(number, op.generation)
     return op
 
 
@@ -203,6 +203,6 @@ def abandon(op: Operation) -> None:
     its world has ended)."""
     if not op.done:
         op.done = True
-        if op.world == world.now.generation:
+        if op.generation == world.now.generation:
             engine.drop(op.ids, op.keep)
         op.keep = None
