@@ -26,7 +26,7 @@ import keras
 from keras_callbacks.compression import Compression, Compressor
 from ring_strategy import _objects
 from ring_strategy import ops as ring_ops
-from ring_strategy._rules import handle_average_backwards_compatibility
+from ring_strategy._core.rules import handle_average_backwards_compatibility
 from ring_strategy.process_sets import ProcessSet, global_process_set
 
 __all__ = ["allreduce", "allgather", "broadcast", "reducescatter", "broadcast_object", "allgather_object"]

@@ -33,8 +33,9 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ring_strategy import _handles, _native, _native_ops
-from ring_strategy._rules import (Average, alltoall_splits, check_op, check_root, group_names, reducescatter_rows,
+from ring_strategy import _native, _native_ops
+from ring_strategy._core.handles import auto_name, group_names
+from ring_strategy._core.rules import (Average, alltoall_splits, check_op, check_root, reducescatter_rows,
                                   require_rows)
 from ring_strategy.process_sets import ProcessSet, global_process_set, place_of
 
@@ -110,7 +111,7 @@ def grouped_allreduce(xs: Sequence[Any], name: Optional[str] = None, op: int = A
     if not xs:
         return []
     place = place_of(process_set)
-    names = group_names(_handles.auto_name("jax.grouped_allreduce", name, place.id), len(xs), True)
+    names = group_names(auto_name("jax.grouped_allreduce", name, place.id), len(xs), True)
     return _call(_native.OP_ALLREDUCE, xs, names, [_like(x) for x in xs], check_op(op), prescale_factor,
                  postscale_factor, process_set=place.id)
 
@@ -130,7 +131,7 @@ def allreduce(x: Any, name: Optional[str] = None, op: int = Average, prescale_fa
 
     x = jnp.asarray(x)
     place = place_of(process_set)
-    nm = _handles.auto_name("jax.allreduce", name, place.id)
+    nm = auto_name("jax.allreduce", name, place.id)
     return _call(_native.OP_ALLREDUCE, [x], [nm], [_like(x)], check_op(op), prescale_factor, postscale_factor,
                  process_set=place.id)[0]
 
@@ -142,7 +143,7 @@ def broadcast(x: Any, root_rank: int, name: Optional[str] = None,
 
     x = jnp.asarray(x)
     place = place_of(process_set)
-    nm = _handles.auto_name("jax.broadcast", name, place.id)
+    nm = auto_name("jax.broadcast", name, place.id)
     return _call(_native.OP_BROADCAST, [x], [nm], [_like(x)], root=check_root(root_rank), process_set=place.id)[0]
 
 
@@ -157,7 +158,7 @@ def allgather(x: Any, name: Optional[str] = None, process_set: ProcessSet = glob
     if x.ndim == 0:
         x = x.reshape(1)
     place = place_of(process_set)
-    nm = _handles.auto_name("jax.allgather", name, place.id)
+    nm = auto_name("jax.allgather", name, place.id)
     out = jax.ShapeDtypeStruct((x.shape[0] * place.size,) + tuple(x.shape[1:]), x.dtype)
     return _call(_native.OP_ALLGATHER, [x], [nm], [out], process_set=place.id)[0]
 
@@ -173,7 +174,7 @@ def alltoall(x: Any, name: Optional[str] = None, process_set: ProcessSet = globa
     require_rows("alltoall", x.ndim, "array")
     place = place_of(process_set)
     alltoall_splits(None, x.shape[0], place.size)
-    nm = _handles.auto_name("jax.alltoall", name, place.id)
+    nm = auto_name("jax.alltoall", name, place.id)
     return _call(_native.OP_ALLTOALL, [x], [nm], [_like(x)], process_set=place.id)[0]
 
 
@@ -188,7 +189,7 @@ def reducescatter(x: Any, op: int = Average, name: Optional[str] = None,
     x = jnp.asarray(x)
     require_rows("reducescatter", x.ndim, "array")
     place = place_of(process_set)
-    nm = _handles.auto_name("jax.reducescatter", name, place.id)
+    nm = auto_name("jax.reducescatter", name, place.id)
     rows = reducescatter_rows(x.shape[0], place.size, place.rank)
     out = jax.ShapeDtypeStruct((rows,) + tuple(x.shape[1:]), x.dtype)
     return _call(_native.OP_REDUCESCATTER, [x], [nm], [out], check_op(op), process_set=place.id)[0]
@@ -201,7 +202,7 @@ def barrier(process_set: ProcessSet = global_process_set, name: Optional[str] = 
     import jax.numpy as jnp
 
     place = place_of(process_set)
-    nm = _handles.auto_name("jax.barrier", name, place.id)
+    nm = auto_name("jax.barrier", name, place.id)
     token = jnp.zeros((1,), jnp.uint8)
     return _call(_native.OP_BARRIER, [token], [nm], [jax.ShapeDtypeStruct((1,), jnp.uint8)],
                  process_set=place.id)[0]

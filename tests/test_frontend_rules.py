@@ -1,4 +1,4 @@
-"""The argument rules every front end shares (ring_strategy/_rules.py), and
+"""The argument rules every front end shares (ring_strategy/_core/rules.py), and
 every front end taking the same root ranks on real workers (numpy integers
 included). See workers/frontend_core.py for the worker side."""
 
@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ring_strategy import _native, _rules
+from ring_strategy import _native
+from ring_strategy._core import rules
 from ring_strategy.exceptions import BadArgumentError
 from tests.workers.checks import passed_ranks
 
@@ -18,56 +19,56 @@ WORKER = Path(__file__).parent / "workers" / "frontend_core.py"
 
 @pytest.mark.parametrize("root", [0, 3, -1, np.int64(2), np.int32(1), np.uint8(7), 2 ** 31 - 1])
 def test_root_accepts_integers(root):
-    got = _rules.check_root(root)
+    got = rules.check_root(root)
     assert got == int(root) and type(got) is int
 
 
 @pytest.mark.parametrize("root", [True, False, 0.0, 1.5, np.float32(1), "0", None, 2 ** 31, -(2 ** 31) - 1, [0]])
 def test_root_refuses_the_rest(root):
     with pytest.raises(BadArgumentError, match="root_rank"):
-        _rules.check_root(root)
+        rules.check_root(root)
 
 
 def test_ops_and_average_flag():
-    assert _rules.check_op(_rules.Sum) == _rules.Sum and _rules.check_op(np.int64(_rules.Max)) == _rules.Max
+    assert rules.check_op(rules.Sum) == rules.Sum and rules.check_op(np.int64(rules.Max)) == rules.Max
     # Adasum is an engine op; its codes for the others are unchanged.
-    assert _rules.check_op(_rules.Adasum) == _rules.Adasum == _native.REDUCE_OPS["Adasum"]
-    assert [_rules.Sum, _rules.Average, _rules.Min, _rules.Max, _rules.Product] == [0, 1, 2, 3, 4]
+    assert rules.check_op(rules.Adasum) == rules.Adasum == _native.REDUCE_OPS["Adasum"]
+    assert [rules.Sum, rules.Average, rules.Min, rules.Max, rules.Product] == [0, 1, 2, 3, 4]
     with pytest.raises(NotImplementedError, match="sparse_as_dense"):
-        _rules.check_sparse_op(_rules.Adasum)
-    _rules.check_sparse_op(_rules.Sum)
+        rules.check_sparse_op(rules.Adasum)
+    rules.check_sparse_op(rules.Sum)
     for bad in (True, 42, "Sum", None, [0], np.zeros(2)):
         with pytest.raises(BadArgumentError, match="op should be one of"):
-            _rules.check_op(bad)
-    assert _rules.handle_average_backwards_compatibility(None, None) == _rules.Average
-    assert _rules.handle_average_backwards_compatibility(_rules.Min, None) == _rules.Min
+            rules.check_op(bad)
+    assert rules.handle_average_backwards_compatibility(None, None) == rules.Average
+    assert rules.handle_average_backwards_compatibility(rules.Min, None) == rules.Min
     with pytest.warns(DeprecationWarning, match="op"):
-        assert _rules.handle_average_backwards_compatibility(None, False) == _rules.Sum
+        assert rules.handle_average_backwards_compatibility(None, False) == rules.Sum
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        assert _rules.handle_average_backwards_compatibility(None, True) == _rules.Average
+        assert rules.handle_average_backwards_compatibility(None, True) == rules.Average
     with pytest.raises(ValueError, match="supersedes"):
-        _rules.handle_average_backwards_compatibility(_rules.Sum, True)
+        rules.handle_average_backwards_compatibility(rules.Sum, True)
 
 
 def test_alltoall_splits():
-    assert _rules.alltoall_splits(None, 6, 3) == [2, 2, 2]
-    assert _rules.alltoall_splits(None, 0, 4) == [0, 0, 0, 0]
+    assert rules.alltoall_splits(None, 6, 3) == [2, 2, 2]
+    assert rules.alltoall_splits(None, 0, 4) == [0, 0, 0, 0]
     with pytest.raises(BadArgumentError, match="divisible by size"):
-        _rules.alltoall_splits(None, 7, 3)
+        rules.alltoall_splits(None, 7, 3)
     for splits in ([1, 2, 3], (1, 2, 3), np.array([1, 2, 3], np.int64), np.array([[1], [2], [3]]), range(1, 4)):
-        assert _rules.alltoall_splits(splits, 6, 3) == [1, 2, 3]
+        assert rules.alltoall_splits(splits, 6, 3) == [1, 2, 3]
     with pytest.raises(BadArgumentError, match="splits"):
-        _rules.alltoall_splits(["a", "b"], 2, 2)
+        rules.alltoall_splits(["a", "b"], 2, 2)
 
 
 def test_reducescatter_rows_split_as_evenly_as_possible():
     for rows in range(0, 12):
         for size in range(1, 5):
-            counts = [_rules.reducescatter_rows(rows, size, r) for r in range(size)]
+            counts = [rules.reducescatter_rows(rows, size, r) for r in range(size)]
             assert sum(counts) == rows and max(counts) - min(counts) <= 1 and counts == sorted(counts, reverse=True)
     with pytest.raises(BadArgumentError, match="at least one dimension"):
-        _rules.require_rows("reducescatter", 0)
+        rules.require_rows("reducescatter", 0)
 
 
 @pytest.mark.parametrize("scenarios", [["roots_numpy", "roots_torch"], ["roots_tensorflow"]])

@@ -19,7 +19,7 @@ import mxnet as mx
 import numpy as np
 
 from ring_strategy import ops as _np
-from ring_strategy._rules import Average, Sum
+from ring_strategy._core.rules import Average, Sum
 from ring_strategy.basics import (  # noqa: F401  (re-exported, as Horovod's mpi_ops does)
     cross_rank,
     cross_size,

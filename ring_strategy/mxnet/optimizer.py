@@ -22,7 +22,7 @@ from typing import Any, Optional, Sequence
 import mxnet as mx
 
 from ring_strategy import ops as _np
-from ring_strategy._rules import Sum
+from ring_strategy._core.rules import Sum
 from ring_strategy.basics import size
 from ring_strategy.exceptions import BadArgumentError
 from ring_strategy.mxnet.compression import Compression

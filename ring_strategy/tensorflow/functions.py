@@ -11,7 +11,8 @@ import tensorflow as tf
 
 from ring_strategy import _objects
 from ring_strategy import ops as _np
-from ring_strategy._rules import check_root, group_names
+from ring_strategy._core.handles import group_names
+from ring_strategy._core.rules import check_root
 from ring_strategy.tensorflow.mpi_ops import (
     ProcessSet,
     place_of,

@@ -9,7 +9,7 @@ from typing import Any, List, Optional
 import tensorflow as tf
 
 from ring_strategy._fused import Flattener, fused_allreduce, reduce_except_local
-from ring_strategy._rules import predivide_scales
+from ring_strategy._core.rules import predivide_scales
 from ring_strategy.exceptions import BadArgumentError
 from ring_strategy.tensorflow.compression import Compression
 from ring_strategy.tensorflow.native_ops import native_group_allreduce

@@ -28,7 +28,7 @@ import tensorflow as tf
 from ring_strategy import ops as _np
 from ring_strategy._core.arrays import allreduce_group
 from ring_strategy._host_call import in_xla_context, tensorflow_call  # noqa: F401  (in_xla_context re-exported)
-from ring_strategy._rules import (  # noqa: F401  (re-exported, as Horovod's mpi_ops does)
+from ring_strategy._core.rules import (  # noqa: F401  (re-exported, as Horovod's mpi_ops does)
     Adasum,
     Average,
     Max,
@@ -37,8 +37,9 @@ from ring_strategy._rules import (  # noqa: F401  (re-exported, as Horovod's mpi
     Sum,
     handle_average_backwards_compatibility,
 )
-from ring_strategy._rules import (alltoall_splits, check_op, check_root, check_sparse_op, group_names,
-                                  reducescatter_rows, require_rows)
+from ring_strategy._core.handles import group_names
+from ring_strategy._core.rules import (alltoall_splits, check_op, check_root, check_sparse_op, reducescatter_rows,
+                                       require_rows)
 from ring_strategy.basics import (  # noqa: F401  (re-exported)
     cross_rank,
     cross_size,

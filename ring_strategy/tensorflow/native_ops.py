@@ -30,9 +30,10 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
-from ring_strategy import _handles, _native, _native_ops, exceptions
+from ring_strategy import _native, _native_ops, exceptions
+from ring_strategy._core.handles import auto_name, group_names
 from ring_strategy._host_call import XLA_ERROR, in_xla_context
-from ring_strategy._rules import Adasum, Average, Sum, group_names
+from ring_strategy._core.rules import Adasum, Average, Sum
 
 # RingQuery's codes (native/frameworks/engine_api.h: enum RingQuery).
 QUERY_RANK, QUERY_SIZE, QUERY_LOCAL_RANK, QUERY_LOCAL_SIZE, QUERY_SET_SIZE, QUERY_SET_RANK = range(6)
@@ -50,7 +51,7 @@ def op_name(label: str, name: Optional[str], process_set: int = 0) -> str:
     eagerly; in a graph, the graph's unique op name (``"tf.allreduce_1"``),
     which does not depend on how often a function was traced."""
     if name is not None or tf.executing_eagerly():
-        return _handles.auto_name(label, name, process_set)
+        return auto_name(label, name, process_set)
     scoped = label if process_set == 0 else f"{label}_set{process_set}"
     return "tf." + tf.compat.v1.get_default_graph().unique_name(scoped)
 

@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 import tensorflow as tf
 
-from ring_strategy._rules import check_root
+from ring_strategy._core.rules import check_root
 from ring_strategy.tensorflow.functions import broadcast_global_variables
 
 

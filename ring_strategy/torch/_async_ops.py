@@ -1,6 +1,6 @@
 """The non-differentiable torch collectives: every ``*_async`` operation, the
 in-place forms, and Horovod's integer handles, over the shared handle layer
-(:mod:`ring_strategy._handles`) and argument rules (:mod:`ring_strategy._rules`).
+(:mod:`ring_strategy._core.handles`) and argument rules (:mod:`ring_strategy._core.rules`).
 The differentiable forms (:mod:`ring_strategy.torch.autograd`) are built on
 these; :mod:`ring_strategy.torch.mpi_ops` gives both under Horovod's names.
 
@@ -28,7 +28,7 @@ import torch
 from ring_strategy import ops as _core_ops
 from ring_strategy._core import engine as _engine
 from ring_strategy._core import handles as _handles
-from ring_strategy._rules import (
+from ring_strategy._core.rules import (
     Average,
     Sum,
     alltoall_splits,

@@ -27,7 +27,7 @@ from typing import Any, List, Optional, Sequence
 
 import torch
 
-from ring_strategy._rules import Average, handle_average_backwards_compatibility
+from ring_strategy._core.rules import Average, handle_average_backwards_compatibility
 from ring_strategy.basics import rank
 from ring_strategy.process_sets import ProcessSet, place_of, global_process_set
 from ring_strategy.torch import _async_ops as _ops

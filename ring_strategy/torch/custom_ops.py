@@ -37,7 +37,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from ring_strategy._rules import Average, Sum, check_op, check_root, reducescatter_rows, require_rows
+from ring_strategy._core.rules import Average, Sum, check_op, check_root, reducescatter_rows, require_rows
 from ring_strategy.basics import rank
 from ring_strategy.exceptions import BadArgumentError
 from ring_strategy.process_sets import SetPlace, place_of, by_id

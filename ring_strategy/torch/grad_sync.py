@@ -61,7 +61,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequ
 
 import torch
 
-from ring_strategy._rules import predivide_scales
+from ring_strategy._core.rules import predivide_scales
 from ring_strategy._schedule import AFTER_BACKWARD, OVERLAP, gradient_schedule
 from ring_strategy.process_sets import averages_here
 from ring_strategy.torch.compression import Compression

@@ -14,7 +14,7 @@ CUDA tensors go to the engine's GPU path (docs/gpu.md).
 
 from __future__ import annotations
 
-from ring_strategy._rules import (  # noqa: F401  (re-exported)
+from ring_strategy._core.rules import (  # noqa: F401  (re-exported)
     Adasum,
     Average,
     Max,

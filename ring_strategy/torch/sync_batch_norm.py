@@ -23,7 +23,7 @@ from torch.autograd.function import once_differentiable
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from ring_strategy._batch_stats import global_moments
-from ring_strategy._rules import Sum
+from ring_strategy._core.rules import Sum
 from ring_strategy.process_sets import place_of, global_process_set
 from ring_strategy.torch._async_ops import allreduce_
 

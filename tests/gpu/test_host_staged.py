@@ -51,11 +51,11 @@ def test_gpu_tensor_without_a_gpu_path_is_refused_clearly(tmp_path) -> None:
         "import sys; sys.path.insert(0, %r)\n"
         "import numpy as np, ring_strategy as ring\n"
         "from host_staged_worker import on_gpu\n"
-        "from ring_strategy import _frontend\n"
+        "from ring_strategy._core import engine\n"
         "ring.init()\n"
         "x = np.ones(4, np.float32)\n"
         "try:\n"
-        "    _frontend.enqueue(_frontend.ALLREDUCE, 'g', on_gpu(x), on_gpu(x.copy()), _frontend.DTYPES['float32'], x.shape)\n"
+        "    engine.enqueue(engine.ALLREDUCE, 'g', on_gpu(x), on_gpu(x.copy()), engine.DTYPES['float32'], x.shape)\n"
         "except ring.BadArgumentError as e:\n"
         "    print('REFUSED', e, flush=True)\n"
         "class OnGpu:\n"  # what the core API sees of a GPU array: its DLPack device

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import ring_strategy
-from ring_strategy import _frontend
+from ring_strategy._core import engine as core_engine
 from ring_strategy.torch import _async_ops, mpi_ops
 
 _TORCH_DTYPES = {code: dtype for dtype, code in _async_ops._DTYPE_CODES.items()}
@@ -54,11 +54,11 @@ def engine(monkeypatch):
             c["out"].copy_(c["inp"] * 2)
         return None, c["shape"], []
 
-    monkeypatch.setattr(_frontend, "enqueue", enqueue)
-    monkeypatch.setattr(_frontend, "enqueue_group", enqueue_group)
-    monkeypatch.setattr(_frontend, "enqueue_reduce", enqueue_reduce)
-    monkeypatch.setattr(_frontend, "wait_all", lambda hids, results=True: [wait(h) for h in hids])
-    monkeypatch.setattr(_frontend, "poll", lambda hid: True)
+    monkeypatch.setattr(core_engine, "enqueue", enqueue)
+    monkeypatch.setattr(core_engine, "enqueue_group", enqueue_group)
+    monkeypatch.setattr(core_engine, "enqueue_reduce", enqueue_reduce)
+    monkeypatch.setattr(core_engine, "wait_all", lambda hids, results=True: [wait(h) for h in hids])
+    monkeypatch.setattr(core_engine, "poll", lambda hid: True)
     ring_strategy.init()
     yield calls
     ring_strategy.shutdown()
@@ -69,7 +69,7 @@ def test_inplace_contiguous_is_zero_copy(engine):
     h = mpi_ops.allreduce_async_(t, op=mpi_ops.Sum, name="zc")
     (c,) = engine.values()
     assert c["inp"].data_ptr() == t.data_ptr() and c["out"].data_ptr() == t.data_ptr()
-    assert c["dtype_code"] == _frontend.DTYPES["float32"] and c["shape"] == [2, 3] and c["name"] == "zc"
+    assert c["dtype_code"] == core_engine.DTYPES["float32"] and c["shape"] == [2, 3] and c["name"] == "zc"
     assert mpi_ops.poll(h)
     assert mpi_ops.synchronize(h) is t
     assert t.tolist() == [[0, 2, 4], [6, 8, 10]]
@@ -80,7 +80,7 @@ def test_out_of_place_reads_input_in_place(engine):
     out = mpi_ops.synchronize(mpi_ops.allreduce_async(t, name="oop"))
     (c,) = engine.values()
     assert c["inp"].data_ptr() == t.data_ptr() and c["out"].data_ptr() != t.data_ptr()
-    assert c["dtype_code"] == _frontend.DTYPES["bfloat16"] and c["op"] == mpi_ops.Average
+    assert c["dtype_code"] == core_engine.DTYPES["bfloat16"] and c["op"] == mpi_ops.Average
     assert out.tolist() == [0, 2, 4, 6] and t.tolist() == [0, 1, 2, 3]
 
 

@@ -16,7 +16,7 @@ import ml_dtypes
 import numpy as np
 
 import ring_strategy as rs
-from ring_strategy import _frontend
+from ring_strategy._core import engine
 from tests.workers.checks import equal, raises, run_scenarios
 
 # One tensor of every engine dtype, rank-dependent values; Sum of every rank's.
@@ -67,8 +67,8 @@ def bad_member() -> None:
                "tensor 'bad.1'")
     # A name twice in one group, through the front end's engine call.
     x, out = np.ones(2, np.float32), np.empty(2, np.float32)
-    f32 = _frontend.DTYPES["float32"]
-    raises(rs.BadArgumentError, lambda: _frontend.enqueue_group(_frontend.ALLREDUCE, ["dup", "dup"], [x, x],
+    f32 = engine.DTYPES["float32"]
+    raises(rs.BadArgumentError, lambda: engine.enqueue_group(engine.ALLREDUCE, ["dup", "dup"], [x, x],
                                                                 [out, out.copy()], [f32, f32]),
            "'dup' appears twice in one group")
     # The engine call itself refuses what the buffer protocol cannot give it:
@@ -76,10 +76,10 @@ def bad_member() -> None:
     # without a DLPack export), naming the member.
     strided, frozen = np.ones(8, np.float32)[::2], np.empty(4, np.float32)
     frozen.flags.writeable = False
-    raises(rs.BadArgumentError, lambda: _frontend.enqueue_group(_frontend.ALLREDUCE, ["ok", "strided"], [x, strided],
+    raises(rs.BadArgumentError, lambda: engine.enqueue_group(engine.ALLREDUCE, ["ok", "strided"], [x, strided],
                                                                 [out, None], [f32, f32]),
            "input of tensor 'strided' should be a C-contiguous array")
-    raises(rs.BadArgumentError, lambda: _frontend.enqueue_group(_frontend.ALLREDUCE, ["ok", "frozen"],
+    raises(rs.BadArgumentError, lambda: engine.enqueue_group(engine.ALLREDUCE, ["ok", "frozen"],
                                                                 [x, np.ones(4, np.float32)], [out, frozen],
                                                                 [f32, f32]),
            "output of tensor 'frozen'")
@@ -91,7 +91,7 @@ def bad_member() -> None:
                      ((0, 8, x.shape), "should be (address, nbytes, shape)"),
                      ((x.ctypes.data, 8, "2"), "should be (address, nbytes, shape)"),
                      ((x.ctypes.data, 4, x.shape), "has 4 bytes")]:
-        raises(rs.BadArgumentError, lambda: _frontend.enqueue_group(_frontend.ALLREDUCE, ["ok", "span"], [span, bad],
+        raises(rs.BadArgumentError, lambda: engine.enqueue_group(engine.ALLREDUCE, ["ok", "span"], [span, bad],
                                                                     [out, None], [f32, f32]),
                "'span'", why)
     # Had "bad.0" or "dup" been queued, these would be refused (name in flight) or pair with it.

@@ -12,6 +12,7 @@ import numpy as np
 
 import ring_strategy as rs
 from ring_strategy import _native_ops, jax_ops
+from ring_strategy._core.rules import reducescatter_rows
 
 rs.init()
 r, n = rs.rank(), rs.size()
@@ -54,8 +55,8 @@ for _ in range(2):
 # Rank k sent rows [2r, 2r+2) + 10k to rank r.
 assert np.array_equal(a2a, np.concatenate([np.arange(4.0 * n).reshape(2 * n, 2)[2 * r:2 * r + 2] + 10 * k
                                            for k in range(n)])), a2a
-lo = sum(rs._rules.reducescatter_rows(2 * n + 1, n, k) for k in range(r))
-rows = rs._rules.reducescatter_rows(2 * n + 1, n, r)
+lo = sum(reducescatter_rows(2 * n + 1, n, k) for k in range(r))
+rows = reducescatter_rows(2 * n + 1, n, r)
 assert np.array_equal(rsum, n * np.asarray(odd)[lo:lo + rows]), rsum
 try:
     jax_ops.alltoall(jnp.ones(2 * n + 1))

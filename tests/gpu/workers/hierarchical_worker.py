@@ -31,12 +31,12 @@ import sys
 import numpy as np
 
 import ring_strategy as ring
-from ring_strategy import _frontend
+from ring_strategy._core import engine
 
 from host_staged_worker import fused_on_gpu, submit
 from nccl_one_rank_worker import host_view
 
-OPS = _frontend.REDUCE_OPS
+OPS = engine.REDUCE_OPS
 
 
 def gpu_and_cpu(name, x, **kw):
@@ -44,7 +44,7 @@ def gpu_and_cpu(name, x, **kw):
     got = []
     for gpu in (True, False):
         out = np.full_like(x, 7)
-        data, shape, _ = _frontend.wait_all([submit(_frontend.ALLREDUCE, f"{name}.{gpu}", x, out, gpu, **kw)])[0]
+        data, shape, _ = engine.wait_all([submit(engine.ALLREDUCE, f"{name}.{gpu}", x, out, gpu, **kw)])[0]
         got.append(out if data is None else host_view(data, x.dtype, shape))
     return got
 
@@ -83,19 +83,19 @@ def check_collectives() -> None:
     for dtype in ("float32", "float16", "int64", "uint8"):
         x = (np.random.default_rng([me, 5]).standard_normal(6 * n * 5) * 10).astype(dtype).reshape(6 * n, 5)
         cases = [
-            (_frontend.BROADCAST, "bcast", x, x.shape, dict(root=n - 1)),
-            (_frontend.ALLGATHER, "gather", x[: me + 1], None, {}),  # a different first dimension per rank
-            (_frontend.ALLGATHER, "gather.even", x[:3], None, {}),
-            (_frontend.ALLTOALL, "a2a", x[: 3 * n], None, dict(splits=[(me + r) % 3 + 1 for r in range(n)][:n - 1]
+            (engine.BROADCAST, "bcast", x, x.shape, dict(root=n - 1)),
+            (engine.ALLGATHER, "gather", x[: me + 1], None, {}),  # a different first dimension per rank
+            (engine.ALLGATHER, "gather.even", x[:3], None, {}),
+            (engine.ALLTOALL, "a2a", x[: 3 * n], None, dict(splits=[(me + r) % 3 + 1 for r in range(n)][:n - 1]
                                                             + [3 * n - sum((me + r) % 3 + 1 for r in range(n - 1))])),
-            (_frontend.REDUCESCATTER, "rs.even", x, (6, 5), dict(op=OPS["Sum"])),
-            (_frontend.REDUCESCATTER, "rs.uneven", x[: 2 * n + 1], (3 if me == 0 else 2, 5), dict(op=OPS["Sum"])),
+            (engine.REDUCESCATTER, "rs.even", x, (6, 5), dict(op=OPS["Sum"])),
+            (engine.REDUCESCATTER, "rs.uneven", x[: 2 * n + 1], (3 if me == 0 else 2, 5), dict(op=OPS["Sum"])),
         ]
         for kind, name, arr, out_shape, kw in cases:
             got = []
             for gpu in (True, False):
                 out = None if out_shape is None else np.full(out_shape, 7, arr.dtype)
-                data, shape, _ = _frontend.wait_all([submit(kind, f"{name}.{dtype}.{gpu}", arr, out, gpu, **kw)])[0]
+                data, shape, _ = engine.wait_all([submit(kind, f"{name}.{dtype}.{gpu}", arr, out, gpu, **kw)])[0]
                 got.append(out if data is None else host_view(data, arr.dtype, shape))
             assert got[0].shape == got[1].shape and got[0].tobytes() == got[1].tobytes(), (name, dtype, got)
 
@@ -104,7 +104,7 @@ def check_sets() -> None:
     """Two overlapping process sets, each with its own communicators (rank 1 is in both), their
     GPU and CPU allreduces in flight together."""
     me = ring.rank()
-    rt = _frontend._runtime()
+    rt = engine._runtime()
     rt.add_process_set(1, [0, 1])
     rt.add_process_set(2, [1, 2])
     ring.barrier()  # every rank has registered both sets before any uses them
@@ -112,10 +112,10 @@ def check_sets() -> None:
     for step in range(4):
         x = (np.random.default_rng([me, step]).standard_normal(300) * 10).astype(np.float32)
         outs = {(s, gpu): np.full_like(x, 7) for s in mine for gpu in (True, False)}
-        handles = [submit(_frontend.ALLREDUCE, f"set{s}.{step}.{gpu}", x, out, gpu, op=OPS["Sum"], process_set=s)
+        handles = [submit(engine.ALLREDUCE, f"set{s}.{step}.{gpu}", x, out, gpu, op=OPS["Sum"], process_set=s)
                    for (s, gpu), out in outs.items()]
         for h in handles:
-            _frontend.wait_all([h])[0]
+            engine.wait_all([h])[0]
         for s in mine:
             assert outs[(s, True)].tobytes() == outs[(s, False)].tobytes(), (s, step)
     # Removed sets give back their communicators at the engine's next steps, before shutdown.
@@ -124,13 +124,13 @@ def check_sets() -> None:
     rt.remove_process_set(2)
     x = np.ones(8, np.float32)
     for step in range(3):
-        _frontend.wait_all([submit(_frontend.ALLREDUCE, f"after.{step}", x, np.empty_like(x), True, op=OPS["Sum"])])[0]
+        engine.wait_all([submit(engine.ALLREDUCE, f"after.{step}", x, np.empty_like(x), True, op=OPS["Sum"])])[0]
     with open(os.environ["STUB_NCCL_LOG"], "a") as log:
         log.write("worker-done 0\n")
     # No rank shuts down (destroying the rest) before every rank wrote its line. A rank that has
     # its result and shuts down at once must not fail this operation on the others, whose
     # results the finalizer may not have delivered yet.
-    _frontend.wait_all([submit(_frontend.ALLREDUCE, "after.done", x, np.empty_like(x), True, op=OPS["Sum"])])[0]
+    engine.wait_all([submit(engine.ALLREDUCE, "after.done", x, np.empty_like(x), True, op=OPS["Sum"])])[0]
 
 
 def expect_failure(run) -> None:
@@ -159,10 +159,10 @@ def main() -> None:
             os.environ["STUB_NCCL_ASYNC_ERROR"] = "6"  # ncclRemoteError
     if mode == "finalizer":
         out = np.zeros_like(x)
-        expect_failure(lambda: _frontend.wait_all([submit(_frontend.BROADCAST, "b", x, out, True, root=0)])[0])
+        expect_failure(lambda: engine.wait_all([submit(engine.BROADCAST, "b", x, out, True, root=0)])[0])
         expect_failure(lambda: ring.allreduce(x, name="after"))
         return
-    expect_failure(lambda: _frontend.wait_all([submit(_frontend.ALLREDUCE, "g", x, np.zeros_like(x), True,
+    expect_failure(lambda: engine.wait_all([submit(engine.ALLREDUCE, "g", x, np.zeros_like(x), True,
                                                       op=OPS["Sum"])]))
 
 

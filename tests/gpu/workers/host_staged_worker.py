@@ -1,7 +1,7 @@
 """One rank of the host-staged GPU path, run on the CUDA driver stand-in
 (tests/gpu/stub_cuda.c: "device" memory is host memory): arrays are numpy
 arrays whose DLPack capsules say cuda:0, handed to the engine as a front
-end hands it a GPU tensor (_frontend.enqueue with the producer's stream).
+end hands it a GPU tensor (engine.enqueue with the producer's stream).
 
 Every result is checked against numpy and, bitwise, against the same
 operation on the CPU path. Prints "OK <rank>" at the end. With an argument
@@ -18,7 +18,7 @@ import sys
 import numpy as np
 
 import ring_strategy as ring
-from ring_strategy import _frontend
+from ring_strategy._core import engine
 from ring_strategy.exceptions import BadArgumentError
 
 _GET = ctypes.pythonapi.PyCapsule_GetPointer
@@ -39,19 +39,19 @@ def on_gpu(arr: np.ndarray, device: int = 0):
 def submit(kind, name, arr, out, gpu: bool, **kw):
     """Enqueues the operation; on the GPU path its arrays are on this rank's own GPU (its local rank's, as
     NCCL refuses two ranks of a host on one GPU)."""
-    code = _frontend.DTYPES[arr.dtype.name]
+    code = engine.DTYPES[arr.dtype.name]
     device = ring.local_rank()
     inp = on_gpu(arr, device) if gpu else arr
     o = None if out is None else (on_gpu(out, device) if gpu else out)
-    return _frontend.enqueue(kind, name, inp, o, code, arr.shape, stream=STREAM if gpu else 0, **kw)
+    return engine.enqueue(kind, name, inp, o, code, arr.shape, stream=STREAM if gpu else 0, **kw)
 
 
 def fused_on_gpu(xs, op: int):
     """Allreduces of every array in ``xs`` on the GPU path, all in flight at once (so fused); their outputs."""
     outs = [np.empty_like(x) for x in xs]
-    handles = [submit(_frontend.ALLREDUCE, f"fused.{i}", x, o, True, op=op) for i, (x, o) in enumerate(zip(xs, outs))]
+    handles = [submit(engine.ALLREDUCE, f"fused.{i}", x, o, True, op=op) for i, (x, o) in enumerate(zip(xs, outs))]
     for h in handles:
-        _frontend.wait_all([h])[0]
+        engine.wait_all([h])[0]
     return outs
 
 
@@ -61,7 +61,7 @@ def both(kind, name, arr, with_out: bool, out_shape=None, **kw):
     for gpu in (True, False):
         out = np.full(arr.shape if out_shape is None else out_shape, 7, arr.dtype) if with_out else None
         handle = submit(kind, f"{name}.{'gpu' if gpu else 'cpu'}", arr, out, gpu, **kw)
-        data, shape, splits = _frontend.wait_all([handle])[0]
+        data, shape, splits = engine.wait_all([handle])[0]
         got.append(out if data is None else data.view(arr.dtype).reshape(shape))
     assert got[0].tobytes() == got[1].tobytes(), (name, got)
     return got[0]
@@ -73,40 +73,40 @@ def main() -> None:
     if len(sys.argv) > 1 and me == 0:
         os.environ["RING_NCCL_LIBRARY"] = sys.argv[1]  # read at the first GPU operation
     rng = np.random.default_rng(1234 + me)
-    ops = _frontend.REDUCE_OPS
+    ops = engine.REDUCE_OPS
     for i, dtype in enumerate(("float32", "float64", "float16", "int32")):
         everyone = [(np.random.default_rng([i, r]).standard_normal(1001) * 10).astype(dtype) for r in range(n)]
         x = everyone[me]
-        got = both(_frontend.ALLREDUCE, f"sum.{dtype}", x, True, op=ops["Sum"])
+        got = both(engine.ALLREDUCE, f"sum.{dtype}", x, True, op=ops["Sum"])
         np.testing.assert_allclose(got.astype(np.float64), np.sum([e.astype(np.float64) for e in everyone], 0),
                                    rtol=1e-2 if dtype == "float16" else 1e-6, atol=1e-2 if dtype == "float16" else 1e-9)
         if dtype != "int32":
-            both(_frontend.ALLREDUCE, f"avg.{dtype}", x, True, op=ops["Average"], prescale=0.5, postscale=3.0)
-        got = both(_frontend.BROADCAST, f"bcast.{dtype}", x, True, root=n - 1)
+            both(engine.ALLREDUCE, f"avg.{dtype}", x, True, op=ops["Average"], prescale=0.5, postscale=3.0)
+        got = both(engine.BROADCAST, f"bcast.{dtype}", x, True, root=n - 1)
         assert got.tobytes() == everyone[n - 1].tobytes()
         rows = x[: 3 * (me + 1)].reshape(me + 1, 3)
-        got = both(_frontend.ALLGATHER, f"gather.{dtype}", rows, False)
+        got = both(engine.ALLGATHER, f"gather.{dtype}", rows, False)
         assert got.shape == (sum(range(1, n + 1)), 3)
         rs = x[: 10 * n].reshape(2 * n, 5)
-        both(_frontend.REDUCESCATTER, f"rscatter.{dtype}", rs, True, out_shape=(2, 5), op=ops["Sum"])
+        both(engine.REDUCESCATTER, f"rscatter.{dtype}", rs, True, out_shape=(2, 5), op=ops["Sum"])
     # Several tensors in flight at once: fused into one response.
     xs = [rng.standard_normal(k).astype(np.float32) for k in (1, 17, 300, 4096)]
     outs = fused_on_gpu(xs, ops["Sum"])
     for i, (x, o) in enumerate(zip(xs, outs)):
         ref = np.empty_like(x)
-        _frontend.wait_all([submit(_frontend.ALLREDUCE, f"fused.cpu.{i}", x, ref, False, op=ops["Sum"])])[0]
+        engine.wait_all([submit(engine.ALLREDUCE, f"fused.cpu.{i}", x, ref, False, op=ops["Sum"])])[0]
         assert o.tobytes() == ref.tobytes(), i
     # An empty tensor, and alltoall (engine-allocated result, on the host).
-    both(_frontend.ALLREDUCE, "empty", np.zeros(0, np.float32), True, op=ops["Sum"])
+    both(engine.ALLREDUCE, "empty", np.zeros(0, np.float32), True, op=ops["Sum"])
     a = np.arange(2 * n, dtype=np.float32) + 100 * me
-    both(_frontend.ALLTOALL, "a2a", a, False, splits=[2] * n)
+    both(engine.ALLTOALL, "a2a", a, False, splits=[2] * n)
     # Bad input: a device this process does not have, and mixed devices.
     x = np.ones(4, np.float32)
-    F32 = _frontend.DTYPES["float32"]
+    F32 = engine.DTYPES["float32"]
     for call, text in (
-        (lambda: _frontend.enqueue(_frontend.ALLREDUCE, "bad.dev", on_gpu(x, 3), on_gpu(x.copy(), 3), F32, x.shape),
+        (lambda: engine.enqueue(engine.ALLREDUCE, "bad.dev", on_gpu(x, 3), on_gpu(x.copy(), 3), F32, x.shape),
          f"no backend for device cuda:3: cuda:3 does not exist: this process sees {n} GPU(s)"),
-        (lambda: _frontend.enqueue(_frontend.ALLREDUCE, "bad.mix", on_gpu(x, me), x.copy(), F32, x.shape),
+        (lambda: engine.enqueue(engine.ALLREDUCE, "bad.mix", on_gpu(x, me), x.copy(), F32, x.shape),
          f"the output of 'bad.mix' is on cpu; its input is on cuda:{me}"),
     ):
         try:

@@ -39,30 +39,30 @@ import time
 import numpy as np
 
 import ring_strategy as ring
-from ring_strategy import _frontend
+from ring_strategy._core import engine
 
 from hierarchical_worker import expect_failure
 from host_staged_worker import fused_on_gpu, submit
 from nccl_one_rank_worker import host_view
 
-OPS = _frontend.REDUCE_OPS
+OPS = engine.REDUCE_OPS
 X = np.arange(64, dtype=np.float32)
 
 
 def allreduce(name: str, x: np.ndarray = X, **kw) -> np.ndarray:
     out = np.zeros_like(x)
-    _frontend.wait_all([submit(_frontend.ALLREDUCE, name, x, out, True, op=OPS["Sum"], **kw)])[0]
+    engine.wait_all([submit(engine.ALLREDUCE, name, x, out, True, op=OPS["Sum"], **kw)])[0]
     return out
 
 
 def lost(me: int) -> bool:
     if me == 0:
         os.environ["STUB_CUDA_EVENTS_PENDING"] = "1"
-    handle = submit(_frontend.ALLREDUCE, "g", X, np.zeros_like(X), True, op=OPS["Sum"])
+    handle = submit(engine.ALLREDUCE, "g", X, np.zeros_like(X), True, op=OPS["Sum"])
     if me == 0:
-        expect_failure(lambda: _frontend.wait_all([handle])[0])
+        expect_failure(lambda: engine.wait_all([handle])[0])
         return False
-    _frontend.wait_all([handle])[0]
+    engine.wait_all([handle])[0]
     return True
 
 
@@ -91,8 +91,8 @@ def grow(me: int) -> bool:
 
 
 def teardown(me: int) -> bool:
-    data, _, _ = _frontend.wait_all([submit(_frontend.ALLGATHER, "g", X.reshape(8, 8), None, True)])[0]
-    _frontend.wait_all([submit(_frontend.ALLREDUCE, "h", X, np.zeros_like(X), True, op=OPS["Adasum"])])[0]  # staged
+    data, _, _ = engine.wait_all([submit(engine.ALLGATHER, "g", X.reshape(8, 8), None, True)])[0]
+    engine.wait_all([submit(engine.ALLREDUCE, "h", X, np.zeros_like(X), True, op=OPS["Adasum"])])[0]  # staged
     ctypes.CDLL(os.environ["RING_CUDA_DRIVER_LIBRARY"]).stub_cuda_deinitialize()
     del data
     return True
@@ -119,7 +119,7 @@ def join(me: int) -> bool:
 
 def held(me: int) -> bool:
     os.environ["STUB_CUDA_HOLD_STREAM"] = "1"
-    submit(_frontend.ALLREDUCE, "a", X, np.zeros_like(X), True, op=OPS["Sum"])
+    submit(engine.ALLREDUCE, "a", X, np.zeros_like(X), True, op=OPS["Sum"])
     time.sleep(0.2)  # its own response, on lane 0
     assert allreduce("b").tobytes() == X.tobytes()
     print(f"OK {me}", flush=True)
@@ -128,7 +128,7 @@ def held(me: int) -> bool:
 
 def dlpack(me: int) -> bool:
     for stream in (0xDEF0, -1):
-        data, _, _ = _frontend.wait_all([submit(_frontend.ALLGATHER, f"g{stream}", X.reshape(8, 8), None, True)])[0]
+        data, _, _ = engine.wait_all([submit(engine.ALLGATHER, f"g{stream}", X.reshape(8, 8), None, True)])[0]
         data.__dlpack__(stream=stream)
     return True
 
@@ -145,7 +145,7 @@ def vanish(me: int) -> bool:
 
 def pool(me: int) -> bool:
     for step in range(5):
-        data, shape, _ = _frontend.wait_all([submit(_frontend.ALLGATHER, f"p{step}", X.reshape(8, 8), None, True)])[0]
+        data, shape, _ = engine.wait_all([submit(engine.ALLGATHER, f"p{step}", X.reshape(8, 8), None, True)])[0]
         assert host_view(data, X.dtype, shape).tobytes() == X.tobytes(), step
         del data
     return True
