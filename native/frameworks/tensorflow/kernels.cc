@@ -205,18 +205,36 @@ class RingKernel : public AsyncOpKernel {
   int64_t process_set_ = 0;
 };
 
-// Copies an engine-allocated host result into a new output `index`.
-Finish copy_result(int index) {
-  return [index](OpKernelContext* ctx, const RingResult& r) -> absl::Status {
+// Moves a result the engine allocated (its shape known only once the ranks
+// agreed) into a new output `index` of the kernel whose engine arguments
+// are `a`: a host output by memcpy; a GPU output (a GPU kernel: device_type
+// 1) by RingEngineApi.copy_to_device on the op's stream, queued before the
+// engine may reuse the result's memory. The output comes from TensorFlow's
+// allocator on the engine's thread, as any async kernel's may.
+Finish copy_result(int index, const RingOpArgs& a) {
+  const bool gpu = a.device_type == 1;
+  const int32_t device = a.device_index;
+  const uint64_t stream = a.stream;
+  return [index, gpu, device, stream](OpKernelContext* ctx, const RingResult& r) -> absl::Status {
     TensorShape shape;
     for (int32_t i = 0; i < r.ndim; ++i) TF_RETURN_IF_ERROR(shape.AddDimWithStatus(r.shape[i]));
     Tensor* out = nullptr;
     TF_RETURN_IF_ERROR(ctx->allocate_output(index, shape, &out));
-    if (out->tensor_data().size() != r.nbytes)
-      return absl::InternalError("ring: the engine's result has " + std::to_string(r.nbytes) + " bytes, not " +
+    const void* src = r.device_data ? r.device_data : r.data;
+    const size_t bytes = r.device_data ? r.device_bytes : r.nbytes;
+    if (out->tensor_data().size() != bytes)
+      return absl::InternalError("ring: the engine's result has " + std::to_string(bytes) + " bytes, not " +
                                  std::to_string(out->tensor_data().size()));
-    if (r.nbytes) std::memcpy(const_cast<char*>(out->tensor_data().data()), r.data, r.nbytes);
-    return absl::OkStatus();
+    void* dst = const_cast<char*>(out->tensor_data().data());
+    if (!bytes) return absl::OkStatus();
+    if (!gpu) {
+      if (r.device_data) return absl::InternalError("ring: a GPU result for a host output");
+      std::memcpy(dst, src, bytes);
+      return absl::OkStatus();
+    }
+    char error[512];
+    const int32_t kind = g_api->copy_to_device(device, stream, dst, src, bytes, error, sizeof(error));
+    return kind == RING_OK ? absl::OkStatus() : ring_status(kind, error);
   };
 }
 
@@ -279,12 +297,9 @@ class SingleKernel : public RingKernel {
     std::vector<RingOpArgs> ops(1);
     Tensor* out = nullptr;
     absl::Status s;
-    if (op_ == ring::OpType::Broadcast) {
-      s = ctx->forward_input_or_allocate_output({0}, 0, ctx->input(0).shape(), &out);
-    } else {
-      g->finish[0] = copy_result(0);
-    }
+    if (op_ == ring::OpType::Broadcast) s = ctx->forward_input_or_allocate_output({0}, 0, ctx->input(0).shape(), &out);
     if (s.ok()) s = args(ctx, static_cast<int32_t>(op_), name, ctx->input(0), out, g->shapes[0], &ops[0]);
+    if (op_ != ring::OpType::Broadcast) g->finish[0] = copy_result(0, ops[0]);
     if (!s.ok()) {
       delete g;
       ctx->SetStatus(s);
@@ -323,18 +338,19 @@ class AlltoallKernel : public RingKernel {
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     const std::string name = name_input(ctx, 2);
     auto* g = new Group;
-    g->finish.push_back([](OpKernelContext* k, const RingResult& r) -> absl::Status {
-      TF_RETURN_IF_ERROR(copy_result(0)(k, r));
+    g->shapes.resize(2);
+    std::vector<RingOpArgs> ops(1);
+    absl::Status s = args(ctx, static_cast<int32_t>(ring::OpType::Alltoall), name, ctx->input(0), nullptr,
+                          g->shapes[0], &ops[0]);
+    // received_splits is a host output on every device (HostMemory on GPUs).
+    g->finish.push_back([rows = copy_result(0, ops[0])](OpKernelContext* k, const RingResult& r) -> absl::Status {
+      TF_RETURN_IF_ERROR(rows(k, r));
       Tensor* received = nullptr;
       TF_RETURN_IF_ERROR(k->allocate_output(1, TensorShape({r.nsplits}), &received));
       auto flat = received->flat<int32_t>();
       for (int32_t i = 0; i < r.nsplits; ++i) flat(i) = static_cast<int32_t>(r.received_splits[i]);
       return absl::OkStatus();
     });
-    g->shapes.resize(2);
-    std::vector<RingOpArgs> ops(1);
-    absl::Status s = args(ctx, static_cast<int32_t>(ring::OpType::Alltoall), name, ctx->input(0), nullptr,
-                          g->shapes[0], &ops[0]);
     if (s.ok()) s = splits(ctx, g->shapes[1]);
     if (!s.ok()) {
       delete g;
@@ -458,13 +474,23 @@ REGISTER_KERNEL_BUILDER(Name("RingBarrier").Device(DEVICE_CPU), BarrierKernel);
 REGISTER_KERNEL_BUILDER(Name("RingQuery").Device(DEVICE_CPU), QueryKernel);
 #if GOOGLE_CUDA
 // GPU tensors reach the engine's NCCL path on the op's stream. Results the
-// engine allocates (allgather, alltoall, reducescatter) live in GPU memory
-// TensorFlow does not own, so those ops keep their inputs and outputs in
-// host memory on a GPU device instead (TensorFlow copies them).
+// engine allocates (allgather, alltoall, reducescatter) are copied into
+// TensorFlow's output on that stream (copy_result). Names, splits and join's
+// and barrier's tokens stay in host memory.
 using ::tensorflow::DEVICE_GPU;
 REGISTER_KERNEL_BUILDER(Name("RingAllreduce").Device(DEVICE_GPU).HostMemory("tensor_name"), AllreduceKernel);
 REGISTER_KERNEL_BUILDER(Name("RingGroupedAllreduce").Device(DEVICE_GPU).HostMemory("tensor_names"), AllreduceKernel);
+REGISTER_KERNEL_BUILDER(Name("RingAllgather").Device(DEVICE_GPU).HostMemory("tensor_name"), AllgatherKernel);
 REGISTER_KERNEL_BUILDER(Name("RingBroadcast").Device(DEVICE_GPU).HostMemory("tensor_name"), BroadcastKernel);
+REGISTER_KERNEL_BUILDER(Name("RingAlltoall")
+                            .Device(DEVICE_GPU)
+                            .HostMemory("splits")
+                            .HostMemory("tensor_name")
+                            .HostMemory("received_splits"),
+                        AlltoallKernel);
+REGISTER_KERNEL_BUILDER(Name("RingReducescatter").Device(DEVICE_GPU).HostMemory("tensor_name"), ReducescatterKernel);
+REGISTER_KERNEL_BUILDER(Name("RingJoin").Device(DEVICE_GPU).HostMemory("last_rank"), JoinKernel);
+REGISTER_KERNEL_BUILDER(Name("RingBarrier").Device(DEVICE_GPU).HostMemory("tensor_name"), BarrierKernel);
 REGISTER_KERNEL_BUILDER(Name("RingQuery").Device(DEVICE_GPU).HostMemory("value"), QueryKernel);
 #endif
 
