@@ -43,9 +43,10 @@ const std::vector<ConfigEntry> kTable = {
      "(non-temporal) stores, which bypass the cache: faster where memory bandwidth limits it, slower where "
      "the cache is large (docs/performance.md); 0: never; auto: for buffers of at least 4 times the L3 "
      "cache (common/cache_tuning.h)"},
-    {"RING_FAST_PATH", "", "0",
+    {"RING_FAST_PATH", "", "1",
      "1: a small allreduce the ranks already agreed on (a response-cache hit) skips rank 0: the ranks exchange "
-     "it directly, one trip instead of three (docs/performance.md); the same on every rank"},
+     "it directly, one trip instead of three (docs/performance.md); 0: every allreduce is negotiated through "
+     "rank 0; the same on every rank"},
     {"RING_AUTOTUNE", "HOROVOD_AUTOTUNE", "0", "1: tune the fusion threshold and cycle time online, then settle"},
     {"RING_AUTOTUNE_LOG", "HOROVOD_AUTOTUNE_LOG", "", "path: rank 0 writes every autotune trial there (CSV)"},
     {"RING_AUTOTUNE_SAMPLE_SECONDS", "", "0.5", "seconds of work each autotune sample measures"},

@@ -43,7 +43,7 @@ struct Config {
   // RING_PAIR_BLOCK_BYTES, RING_SHM_RING_BYTES, RING_STREAMING_STORES: what
   // the user set of the sizes common/cache_tuning.h chooses (unset: auto).
   CacheTuningOverrides cache_overrides;
-  bool fast_path = false;  // RING_FAST_PATH (engine/fast_path.h)
+  bool fast_path = true;  // RING_FAST_PATH (engine/fast_path.h)
   bool encrypt = false;  // RING_ENCRYPT: TCP links are encrypted (transport/aead_channel.h)
   // RING_GPU_OPERATIONS=host: GPU tensors always take the host-staged path
   // (backends/gpu/host_staged.h), never NCCL (backends/gpu/nccl_backend.h).
