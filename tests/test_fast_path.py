@@ -16,8 +16,9 @@ from tests.jobs import run_ringrun
 from tests.workers.checks import passed_ranks
 
 HERE = Path(__file__).parent
-SCENARIOS = ["loop", "values", "changes", "late_rank", "async_and_grouped", "process_set", "timeline"]
+SCENARIOS = ["loop", "values", "changes", "late_rank", "async_and_grouped", "process_set", "timeline", "same_bits"]
 LOOP_STEPS = 40  # tests/workers/fast_path.py's
+BITS_CASES, BITS_STEPS = 16, 4  # its same_bits scenario's
 
 
 def run(np_, args, env, timeout=120):
@@ -39,6 +40,11 @@ def test_agreed_tensors_skip_rank_0_and_every_change_is_negotiated(np_, transpor
     # a few times at most when a rank fell behind; the rest went fast.
     negotiated = len(re.findall(r"allreduce of \d+ tensor\(s\), first 'fp\.loop'", out))
     assert negotiated <= np_ * 5, negotiated
+    # same_bits: at most half of its steps were negotiated (every rank logs
+    # each: the first step's, np_ x BITS_CASES lines); the rest went fast and
+    # gave the negotiated bits.
+    bits = len(re.findall(r"allreduce of \d+ tensor\(s\), first 'fp\.bits\.", out))
+    assert np_ * BITS_CASES <= bits <= np_ * BITS_CASES * BITS_STEPS // 2, bits
     # While rank 0 recorded, 'fp.tl' was negotiated: all three steps are in
     # the trace.
     rows = [e for e in json.loads(trace.read_text() or "[]") if isinstance(e, dict)]

@@ -23,6 +23,12 @@ AllreduceAlgorithm choose_allreduce(AllreduceMode mode, int n, bool one_host, si
   return batch_bytes < kDoublingMaxBytes ? A::Doubling : A::HalvingDoubling;
 }
 
+bool ring_order(AllreduceMode mode, int n, bool one_host) {
+  // Two ranks: every algorithm has the ring's order. Otherwise the choice
+  // between the ring and the tree allreduces does not depend on the size.
+  return n <= 2 || choose_allreduce(mode, n, one_host, 0) == AllreduceAlgorithm::Ring;
+}
+
 const char* allreduce_phase(AllreduceAlgorithm algorithm) {
   switch (algorithm) {
     case AllreduceAlgorithm::Doubling: return "DOUBLING_ALLREDUCE";

@@ -43,6 +43,12 @@ inline size_t alone_bytes(bool one_host) { return one_host ? size_t(128) << 10 :
 // on this host).
 AllreduceAlgorithm choose_allreduce(AllreduceMode mode, int n, bool one_host, size_t batch_bytes);
 
+// Whether every allreduce of a job of n ranks (without the hierarchical
+// allreduce) reduces in the ring's order (collectives/reducescatter.cc:
+// slice c of a tensor as x_c (op) (x_(c-1) (op) ... (op) x_(c+1))), at
+// every batch size: false where choose_allreduce takes the tree's order.
+bool ring_order(AllreduceMode mode, int n, bool one_host);
+
 // The timeline phase of an algorithm (RING_ALLREDUCE, ...).
 const char* allreduce_phase(AllreduceAlgorithm algorithm);
 

@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "collectives/slices.h"
+#include "collectives/tree_order.h"
 #include "common/error.h"
 #include "reduce/reduce.h"
 
@@ -12,6 +14,25 @@ namespace {
 constexpr size_t kMaxFastMessage = 16u << 20;
 
 size_t bytes_of(const Request& q) { return static_cast<size_t>(q.num_elements()) * dtype_size(q.dtype); }
+
+// out = the n contributions `parts` (count elements each) reduced in the
+// ring allreduce's order (collectives/reducescatter.cc), bit for bit what
+// the negotiated allreduce gives: slice c of the tensor (collectives/
+// slices.h) starts from rank c+1's and each next rank k = c+2, ..., c
+// (mod n) combines as x_k (op) partial.
+void reduce_in_ring_order(uint8_t* out, const std::vector<const uint8_t*>& parts, size_t count, DataType dtype,
+                          ReduceOp op) {
+  const int n = static_cast<int>(parts.size());
+  const size_t esize = dtype_size(dtype);
+  std::vector<uint8_t> scratch;
+  for (int c = 0; c < n; ++c) {
+    const size_t at = slice_offset(count, n, c) * esize, len = slice_count(count, n, c) * esize;
+    if (!len) continue;
+    std::memcpy(out + at, parts[(c + 1) % n] + at, len);
+    for (int k = 2; k <= n; ++k)
+      reduce_ordered(out + at, out + at, parts[(c + k) % n] + at, len, dtype, op, false, scratch);
+  }
+}
 
 }  // namespace
 
@@ -24,7 +45,7 @@ FastPath::FastPath(Mesh* control, const ResponseCache* cache, HandleTable* handl
       opts_(opts),
       rank_(control->rank()),
       size_(control->size()),
-      on_(opts.enabled && size_ >= 2 && size_ <= opts.max_ranks),
+      on_(opts.enabled && opts.ring_order && size_ >= 2 && size_ <= opts.max_ranks),
       inbox_(size_) {}
 
 bool FastPath::eligible(const Request& q) const {
@@ -240,9 +261,7 @@ void FastPath::run(const std::vector<uint32_t>& ids, const std::vector<const Fas
       res.data = std::make_shared<std::vector<uint8_t>>(bytes);
       out = res.data->data();
     }
-    // Rank order on every rank: the same result everywhere.
-    if (bytes) std::memcpy(out, parts[0], bytes);
-    for (int r = 1; r < size_; ++r) reduce_into(out, parts[r], count, q.dtype, q.reduce_op);
+    reduce_in_ring_order(out, parts, count, q.dtype, q.reduce_op);
     const double post = q.postscale * (q.reduce_op == ReduceOp::Average ? 1.0 / size_ : 1.0);
     if (post != 1.0) scale_buffer(out, count, q.dtype, post);
     res.shape = q.shape;

@@ -58,6 +58,11 @@ namespace ring {
 
 struct FastPathOptions {
   bool enabled = false;             // RING_FAST_PATH
+  // The job's negotiated allreduces reduce in the ring's order
+  // (collectives/allreduce_choice.h: ring_order, no hierarchical
+  // allreduce). The path reduces in that order too, so a tensor's bits
+  // never depend on which way it went; elsewhere it stays off.
+  bool ring_order = true;
   size_t tensor_bytes = 8u << 10;   // largest tensor taken
   size_t round_bytes = 32u << 10;   // data of one rank's message at most
   double patience_s = 0.05;         // held this long, a tensor goes back
@@ -78,7 +83,7 @@ class FastPath {
   FastPath(Mesh* control, const ResponseCache* cache, HandleTable* handles, PendingMap* pending,
            FastPathOptions opts);
 
-  // Whether the path runs in this job (enabled, 2..max_ranks ranks).
+  // Whether the path runs in this job (enabled, ring_order, 2..max_ranks ranks).
   bool on() const { return on_; }
 
   // Routing a fresh batch: begin_batch() with every entry of it, then

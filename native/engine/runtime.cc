@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "collectives/allreduce_choice.h"
 #include "collectives/slices.h"
 #include "common/cache_tuning.h"
 #include "common/error.h"
@@ -124,6 +125,8 @@ void Runtime::start() {
   executor_ = std::make_unique<Executor>(&handles_);
   FastPathOptions fast;
   fast.enabled = config_.fast_path;
+  fast.ring_order = ring_order(config_.allreduce_mode, opts_.size, opts_.local_size == opts_.size) &&
+                    !hierarchy_wanted(config_.hierarchical_allreduce, opts_.local_size, opts_.cross_size);
   fast.answer_timeout_s = config_.timeout_seconds;
   fast_ = std::make_unique<FastPath>(control_.get(), &cache_, &handles_, &pending_, fast);
   if (opts_.rank == 0 && !config_.timeline_path.empty())

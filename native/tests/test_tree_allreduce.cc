@@ -135,4 +135,10 @@ TEST(allreduce_choice_keeps_each_job_in_one_order) {
   CHECK(choose_allreduce(AllreduceMode::Tree, 8, true, 4) == AllreduceAlgorithm::Doubling);
   CHECK(choose_allreduce(AllreduceMode::Doubling, 8, true, 1 << 30) == AllreduceAlgorithm::Doubling);
   CHECK(choose_allreduce(AllreduceMode::HalvingDoubling, 8, true, 4) == AllreduceAlgorithm::HalvingDoubling);
+  // The job's order, which the fast path follows (engine/fast_path.h): the
+  // ring's unless the tree's is chosen at every size.
+  CHECK(ring::ring_order(Auto, 2, false) && ring::ring_order(AllreduceMode::Tree, 2, false));
+  CHECK(ring::ring_order(Auto, 8, true) && ring::ring_order(Auto, 6, false));
+  CHECK(ring::ring_order(AllreduceMode::Ring, 8, false));
+  CHECK(!ring::ring_order(Auto, 8, false) && !ring::ring_order(AllreduceMode::Tree, 4, true));
 }

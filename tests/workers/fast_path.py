@@ -134,7 +134,40 @@ def timeline() -> None:
     rs.barrier()
 
 
-SCENARIOS = {f.__name__: f for f in (loop, values, changes, late_rank, async_and_grouped, process_set, timeline)}
+BITS_STEPS = 4  # the test counts how many of them rank 0 negotiated
+
+
+def _bits_cases(rank: int):
+    """(name, array, op): values whose reduction depends on its order,
+    different on every rank: floats of mixed magnitudes and signs, and for
+    Min and Max signed zeros and NaNs with payloads."""
+    rng = np.random.default_rng(1000 + rank)
+    mixed = rng.standard_normal(37) * 10.0 ** rng.integers(-6, 7, 37)
+    zeros = np.where(rng.random(37) < 0.5, 0.0, -0.0).astype(np.float32)
+    nans = zeros.copy()
+    nans.view(np.uint32)[::5] = 0x7FC00000 | (rank + 1)  # a NaN per rank, payload rank + 1
+    cases = [(f"{d}.{op}", mixed.astype(ml_dtypes.bfloat16 if d == "bfloat16" else d), op)
+             for d in ("float16", "bfloat16", "float32", "float64") for op in (rs.Sum, rs.Average, rs.Product)]
+    cases += [("zeros.min", zeros, rs.Min), ("zeros.max", zeros, rs.Max), ("nans.min", nans, rs.Min),
+              ("nans.max", nans, rs.Max)]
+    return cases
+
+
+def same_bits() -> None:
+    """A tensor's bits do not depend on which way it went: the first step of
+    each name is negotiated (the ring's reduction), the next ones take the
+    fast path, and every step gives the first one's bytes exactly."""
+    first = {}
+    for step in range(BITS_STEPS):
+        for name, x, op in _bits_cases(rs.rank()):
+            got = rs.allreduce(x, op=op, name=f"fp.bits.{name}", prescale_factor=0.75, postscale_factor=1.5)
+            seen = got.view(np.uint8).tobytes()
+            first.setdefault(name, seen)
+            assert seen == first[name], (name, step, got)
+
+
+SCENARIOS = {f.__name__: f for f in (loop, values, changes, late_rank, async_and_grouped, process_set, timeline,
+                                     same_bits)}
 
 
 def main() -> None:

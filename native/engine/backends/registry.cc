@@ -16,9 +16,7 @@ namespace {
 // < 0 when there are several hosts of several ranks): the CPU ring's
 // subgroups, when the ranks are laid out host by host.
 void setup_hierarchy(CpuRingBackend& cpu, Mesh& data, const Config& config, const BackendLayout& o) {
-  const int mode = config.hierarchical_allreduce;
-  const bool several = o.cross_size > 1 && o.local_size > 1;
-  if (mode == 0 || (mode < 0 && !several)) return;
+  if (!hierarchy_wanted(config.hierarchical_allreduce, o.local_size, o.cross_size)) return;
   const bool regular =
       o.local_size * o.cross_size == o.size && o.rank == o.cross_rank * o.local_size + o.local_rank;
   if (!regular) {

@@ -41,6 +41,14 @@ struct BackendParts {
   BackendLayout layout;
 };
 
+// Whether RING_HIERARCHICAL_ALLREDUCE (`mode`: 0 off, 1 on, < 0 when there
+// are several hosts of several ranks) asks for the hierarchical allreduce
+// in this layout (which add_backends then sets up when the ranks are laid
+// out host by host).
+inline bool hierarchy_wanted(int mode, int local_size, int cross_size) {
+  return mode > 0 || (mode < 0 && cross_size > 1 && local_size > 1);
+}
+
 // Builds every backend from `parts` and adds them to `executor` in the
 // order above. RING_HIERARCHICAL_ALLREDUCE gives the CPU ring this host's
 // and this local rank's subgroups of the data mesh when the ranks are laid

@@ -65,10 +65,13 @@ def run(gate: Path, victim: bool) -> int:
         if victim:
             if step == WARMUP_STEPS:
                 (gate / "started").touch()
-            for clock, (before, now) in {"wall": (wall, time.time()), "monotonic": (mono, time.monotonic())}.items():
+            # Each reading is the next step's baseline: reading the clocks
+            # again here would hide a jump made between the two reads.
+            now_wall, now_mono = time.time(), time.monotonic()
+            for clock, (before, now) in {"wall": (wall, now_wall), "monotonic": (mono, now_mono)}.items():
                 seen = steps_seen[clock]
                 seen[:] = [max(seen[0], now - before), min(seen[1], now - before)]
-            wall, mono = time.time(), time.monotonic()
+            wall, mono = now_wall, now_mono
         finish = step > WARMUP_STEPS and (gate / "finish").exists()
         done = bool(rs.allreduce(np.array([finish], np.uint8), op=rs.Max, name="clock.finish")[0])
     if victim:
