@@ -123,16 +123,18 @@ void Runtime::start() {
   Backoff::set_spin(cpus_per_rank_ >= kSpinCpusPerRank);
   queue_.set_doorbell(control_->doorbell());
   executor_ = std::make_unique<Executor>(&handles_);
+  const BackendLayout layout{opts_.rank,       opts_.size,       opts_.local_rank,
+                             opts_.local_size, opts_.cross_rank, opts_.cross_size};
   FastPathOptions fast;
   fast.enabled = config_.fast_path;
+  // Alike on every rank wherever the ranks agree on using the hierarchy
+  // (registry.h: hierarchy_used; ranks that disagree get a clear error).
   fast.ring_order = ring_order(config_.allreduce_mode, opts_.size, opts_.local_size == opts_.size) &&
-                    !hierarchy_wanted(config_.hierarchical_allreduce, opts_.local_size, opts_.cross_size);
+                    !hierarchy_used(config_.hierarchical_allreduce, layout);
   fast.answer_timeout_s = config_.timeout_seconds;
   fast_ = std::make_unique<FastPath>(control_.get(), &cache_, &handles_, &pending_, fast);
   if (opts_.rank == 0 && !config_.timeline_path.empty())
     timeline_.start(config_.timeline_path, config_.timeline_mark_cycles);
-  const BackendLayout layout{opts_.rank,       opts_.size,       opts_.local_rank,
-                             opts_.local_size, opts_.cross_rank, opts_.cross_size};
   add_backends(*executor_, {data_.get(), &handles_, &sets_, &config_, opts_.rank == 0 ? &timeline_ : nullptr, layout});
   state_ = State::Running;
   thread_ = std::thread([this] { loop(); });

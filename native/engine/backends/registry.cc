@@ -16,10 +16,8 @@ namespace {
 // < 0 when there are several hosts of several ranks): the CPU ring's
 // subgroups, when the ranks are laid out host by host.
 void setup_hierarchy(CpuRingBackend& cpu, Mesh& data, const Config& config, const BackendLayout& o) {
-  if (!hierarchy_wanted(config.hierarchical_allreduce, o.local_size, o.cross_size)) return;
-  const bool regular =
-      o.local_size * o.cross_size == o.size && o.rank == o.cross_rank * o.local_size + o.local_rank;
-  if (!regular) {
+  if (!hierarchy_wanted(config.hierarchical_allreduce, o)) return;
+  if (!host_by_host(o)) {
     log_line(LogLevel::Warning,
              "hierarchical allreduce needs the ranks laid out host by host with the same number on every host; "
              "using the flat ring");

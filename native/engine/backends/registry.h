@@ -43,11 +43,19 @@ struct BackendParts {
 
 // Whether RING_HIERARCHICAL_ALLREDUCE (`mode`: 0 off, 1 on, < 0 when there
 // are several hosts of several ranks) asks for the hierarchical allreduce
-// in this layout (which add_backends then sets up when the ranks are laid
-// out host by host).
-inline bool hierarchy_wanted(int mode, int local_size, int cross_size) {
-  return mode > 0 || (mode < 0 && cross_size > 1 && local_size > 1);
+// in layout `o`.
+inline bool hierarchy_wanted(int mode, const BackendLayout& o) {
+  return mode > 0 || (mode < 0 && o.cross_size > 1 && o.local_size > 1);
 }
+
+// Whether the ranks are laid out host by host with the same number on
+// every host, as the hierarchical allreduce needs.
+inline bool host_by_host(const BackendLayout& o) {
+  return o.local_size * o.cross_size == o.size && o.rank == o.cross_rank * o.local_size + o.local_rank;
+}
+
+// Whether add_backends sets the hierarchical allreduce up in layout `o`.
+inline bool hierarchy_used(int mode, const BackendLayout& o) { return hierarchy_wanted(mode, o) && host_by_host(o); }
 
 // Builds every backend from `parts` and adds them to `executor` in the
 // order above. RING_HIERARCHICAL_ALLREDUCE gives the CPU ring this host's
