@@ -5,6 +5,7 @@
 #include "collectives/slices.h"
 #include "collectives/tree_order.h"
 #include "common/error.h"
+#include "common/log.h"
 #include "reduce/reduce.h"
 
 namespace ring {
@@ -167,6 +168,7 @@ void FastPath::send_round() {
   own_ = FastMessage::decode(std::move(msg));
   sent_ = true;
   sent_at_ = Clock::now();
+  warned_ = false;
   dirty_ = false;
 }
 
@@ -198,14 +200,19 @@ bool FastPath::step(Clock::time_point now, std::vector<Request>& back) {
   return progress;
 }
 
-void FastPath::check_answered(Clock::time_point now) const {
-  if (now - sent_at_ < std::chrono::duration<double>(opts_.answer_timeout_s)) return;
+void FastPath::check_answered(Clock::time_point now) {
+  const double waited = std::chrono::duration<double>(now - sent_at_).count();
+  const bool warn = !warned_ && opts_.warn_after_s > 0 && waited >= opts_.warn_after_s;
+  if (waited < opts_.answer_timeout_s && !warn) return;
   std::string who;
   for (int p = 0; p < size_; ++p)
     if (p != rank_ && inbox_[p].empty()) who += (who.empty() ? "" : ", ") + control_->peer_name(p);
-  throw_error(ErrorKind::Timeout, "fast path: no answer to round " + std::to_string(round_) + " from " + who +
-                                      " within " + std::to_string(opts_.answer_timeout_s) +
-                                      " s (is RING_FAST_PATH set alike on every rank?)");
+  const std::string what = "fast path: round " + std::to_string(round_) + " has waited " +
+                           std::to_string(static_cast<int>(waited)) + " s for " + who +
+                           " (a stopped or stalled rank, or RING_FAST_PATH not set alike on every rank)";
+  if (waited >= opts_.answer_timeout_s) throw_error(ErrorKind::Timeout, what);
+  warned_ = true;
+  log_line(LogLevel::Warning, what);
 }
 
 void FastPath::finish_round(std::vector<Request>& back) {

@@ -68,8 +68,13 @@ struct FastPathOptions {
   double patience_s = 0.05;         // held this long, a tensor goes back
   int max_ranks = 8;                // n*(n-1) messages a round: small jobs only
   // A round some peer has not answered after this long ends the job with
-  // RingError(Timeout) naming it (RING_TIMEOUT_SECONDS), never a hang.
+  // RingError(Timeout) naming it, never a hang: RING_TIMEOUT_SECONDS, or
+  // RING_STALL_SHUTDOWN_TIME_SECONDS when set and shorter (a rank stopped
+  // mid-job is a stall to the user, as it is to the stall inspector).
   double answer_timeout_s = 30.0;
+  // After this long (RING_STALL_CHECK_TIME_SECONDS; 0: never) a warning
+  // names the ranks a round waits for, once per round.
+  double warn_after_s = 60.0;
 };
 
 class FastPath {
@@ -153,8 +158,9 @@ class FastPath {
   uint64_t round_ = 0;
   bool sent_ = false;  // this rank's message of round_ is out
   Clock::time_point sent_at_{};
+  bool warned_ = false;  // check_answered() warned of this round
   // Throws RingError(Timeout) when a peer left round_ unanswered too long.
-  void check_answered(Clock::time_point now) const;
+  void check_answered(Clock::time_point now);
   bool dirty_ = false; // this rank's state changed since its last message
   FastMessage own_;
   std::vector<std::deque<FastMessage>> inbox_;  // by peer: its messages of round_, round_+1

@@ -1,5 +1,6 @@
 #include "engine/runtime.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -78,7 +79,7 @@ void Runtime::connect(const std::vector<std::string>& endpoints) {
   if (static_cast<int>(endpoints.size()) != opts_.size)
     throw_error(ErrorKind::BadArgument, "expected " + std::to_string(opts_.size) + " endpoints, got " +
                                             std::to_string(endpoints.size()));
-  std::vector<std::string> data, control, local_masks;
+  std::vector<std::string> data, control, local_masks, hosts;
   std::string mine;
   for (int r = 0; r < opts_.size; ++r) {
     const std::string& e = endpoints[r];
@@ -89,13 +90,15 @@ void Runtime::connect(const std::vector<std::string>& endpoints) {
     if (c3 == std::string::npos) throw_error(ErrorKind::BadArgument, "malformed endpoint from the rendezvous");
     data.push_back(e.substr(0, c1));
     control.push_back(e.substr(c1 + 1, c2 - c1 - 1));
-    if (e.compare(c3 + 1, std::string::npos, opts_.host_id) != 0) continue;
+    hosts.push_back(e.substr(c3 + 1));
+    if (hosts.back() != opts_.host_id) continue;
     local_masks.push_back(e.substr(c2 + 1, c3 - c2 - 1));
     if (r == opts_.rank) mine = local_masks.back();
   }
   data_builder_->connect(data);
   control_builder_->connect(control);
   cpus_per_rank_ = cpus_of_rank(mine, local_masks);
+  even_hosts_ = hosts_laid_out_evenly(hosts);
 }
 
 void Runtime::start() {
@@ -123,15 +126,17 @@ void Runtime::start() {
   Backoff::set_spin(cpus_per_rank_ >= kSpinCpusPerRank);
   queue_.set_doorbell(control_->doorbell());
   executor_ = std::make_unique<Executor>(&handles_);
-  const BackendLayout layout{opts_.rank,       opts_.size,       opts_.local_rank,
-                             opts_.local_size, opts_.cross_rank, opts_.cross_size};
+  const BackendLayout layout{opts_.rank,       opts_.size,       opts_.local_rank, opts_.local_size,
+                             opts_.cross_rank, opts_.cross_size, even_hosts_};
   FastPathOptions fast;
   fast.enabled = config_.fast_path;
-  // Alike on every rank wherever the ranks agree on using the hierarchy
-  // (registry.h: hierarchy_used; ranks that disagree get a clear error).
+  // Alike on every rank: hierarchy_used reads the job's hosts (registry.h).
   fast.ring_order = ring_order(config_.allreduce_mode, opts_.size, opts_.local_size == opts_.size) &&
                     !hierarchy_used(config_.hierarchical_allreduce, layout);
-  fast.answer_timeout_s = config_.timeout_seconds;
+  fast.answer_timeout_s = config_.stall_shutdown_seconds > 0
+                             ? std::min(config_.timeout_seconds, config_.stall_shutdown_seconds)
+                             : config_.timeout_seconds;
+  fast.warn_after_s = config_.stall_check_seconds;
   fast_ = std::make_unique<FastPath>(control_.get(), &cache_, &handles_, &pending_, fast);
   if (opts_.rank == 0 && !config_.timeline_path.empty())
     timeline_.start(config_.timeline_path, config_.timeline_mark_cycles);

@@ -284,6 +284,7 @@ class Runtime {
   mutable std::mutex state_mu_;
   std::condition_variable state_cv_;
   double cpus_per_rank_ = 1.0;
+  bool even_hosts_ = true;  // connect(): BackendLayout::even_hosts
   enum class State { Created, Running, Stopped } state_ = State::Created;
   ErrorKind stop_kind_ = ErrorKind::Shutdown;
   std::string stop_reason_;

@@ -1,5 +1,7 @@
 #include "engine/backends/registry.h"
 
+#include <set>
+
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,8 +19,8 @@ namespace {
 // subgroups, when the ranks are laid out host by host.
 void setup_hierarchy(CpuRingBackend& cpu, Mesh& data, const Config& config, const BackendLayout& o) {
   if (!hierarchy_wanted(config.hierarchical_allreduce, o)) return;
-  if (!host_by_host(o)) {
-    log_line(LogLevel::Warning,
+  if (!host_by_host(o)) {  // a warning where the user asked for it, else a note
+    log_line(config.hierarchical_allreduce > 0 ? LogLevel::Warning : LogLevel::Info,
              "hierarchical allreduce needs the ranks laid out host by host with the same number on every host; "
              "using the flat ring");
     return;
@@ -32,6 +34,20 @@ void setup_hierarchy(CpuRingBackend& cpu, Mesh& data, const Config& config, cons
 }
 
 }  // namespace
+
+bool hosts_laid_out_evenly(const std::vector<std::string>& host_of_rank) {
+  const size_t n = host_of_rank.size();
+  size_t per_host = 1;
+  while (per_host < n && host_of_rank[per_host] == host_of_rank[0]) ++per_host;
+  if (n == 0 || n % per_host) return n == 0;
+  std::set<std::string> seen;
+  for (size_t first = 0; first < n; first += per_host) {
+    for (size_t r = first; r < first + per_host; ++r)
+      if (host_of_rank[r] != host_of_rank[first]) return false;
+    if (!seen.insert(host_of_rank[first]).second) return false;  // a host's ranks in two runs
+  }
+  return true;
+}
 
 void add_backends(Executor& executor, const BackendParts& parts) {
   const Config& config = *parts.config;

@@ -11,6 +11,9 @@
 //                     (gpu/host_staged.h): what NCCL does not run
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include "engine/config.h"
 #include "engine/executor.h"
 #include "engine/handle_table.h"
@@ -28,7 +31,14 @@ struct BackendLayout {
   int local_size = 1;
   int cross_rank = 0;
   int cross_size = 1;
+  // Every host holds the same number of ranks, consecutive in rank order
+  // (hosts_laid_out_evenly over every rank's host: alike on every rank).
+  bool even_hosts = true;
 };
+
+// Whether `host_of_rank` (rank r's host id at r) gives every host the same
+// number of ranks, consecutive in rank order.
+bool hosts_laid_out_evenly(const std::vector<std::string>& host_of_rank);
 
 // What one job's backends are built from. Every pointer is owned by the
 // runtime and outlives the executor the backends are added to.
@@ -49,9 +59,12 @@ inline bool hierarchy_wanted(int mode, const BackendLayout& o) {
 }
 
 // Whether the ranks are laid out host by host with the same number on
-// every host, as the hierarchical allreduce needs.
+// every host, as the hierarchical allreduce needs: the job's hosts (alike
+// on every rank; this rank's sizes alone pass on a host of average size
+// among uneven ones) and this rank's place.
 inline bool host_by_host(const BackendLayout& o) {
-  return o.local_size * o.cross_size == o.size && o.rank == o.cross_rank * o.local_size + o.local_rank;
+  return o.even_hosts && o.local_size * o.cross_size == o.size &&
+         o.rank == o.cross_rank * o.local_size + o.local_rank;
 }
 
 // Whether add_backends sets the hierarchical allreduce up in layout `o`.
