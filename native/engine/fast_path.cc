@@ -1,6 +1,7 @@
 #include "engine/fast_path.h"
 
 #include <cstring>
+#include <thread>
 
 #include "collectives/slices.h"
 #include "collectives/tree_order.h"
@@ -129,6 +130,35 @@ void FastPath::poll() {
         throw_error(ErrorKind::Internal, "unexpected control message from " + control_->peer_name(p));
       receive(p, std::move(msg));
     }
+  }
+}
+
+void FastPath::finish_before_end(double grace_s) {
+  if (!on_) return;
+  const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(grace_s));
+  std::vector<bool> closed(size_, false);
+  std::vector<Request> back;  // the job ends: nothing goes back
+  try {
+    while (Clock::now() < until) {
+      bool in_round = sent_;
+      for (int p = 0; p < size_ && !in_round; ++p) in_round = p != rank_ && !inbox_[p].empty();
+      if (!in_round) return;
+      for (int p = 0; p < size_; ++p) {
+        if (p == rank_ || closed[p]) continue;
+        try {
+          while (control_->readable(p)) {
+            std::vector<uint8_t> msg = control_->recv_msg(p, kMaxFastMessage);
+            if (!msg.empty() && FastMessage::is_fast(msg)) receive(p, std::move(msg));
+          }
+        } catch (const RingError&) {
+          closed[p] = true;  // the rank that left: its messages came before the news
+        }
+      }
+      step(Clock::now(), back);
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  } catch (const RingError&) {
+    // The round cannot finish: its operations end with the job.
   }
 }
 

@@ -101,6 +101,12 @@ class FastPath {
   // from a link it reads itself. Throws RingError(Internal) for a message
   // of the wrong round.
   void receive(int peer, std::vector<uint8_t> msg);
+  // After another rank left, before the runtime ends: finishes a round
+  // this rank is in whose messages are still on their way (a rank that
+  // finished the round and left sent them before it left, on other links
+  // than the news), reading every link for them for at most `grace_s`.
+  // Its operations complete as in step(); anything else read is dropped.
+  void finish_before_end(double grace_s);
   // Reads the links the runtime does not: on a worker every worker's (rank
   // 0's is the runtime's), on rank 0 none. Heartbeats are skipped.
   void poll();

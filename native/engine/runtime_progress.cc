@@ -298,7 +298,10 @@ void Runtime::end_by_list(const ResponseList& list) {
   executor_->settle(config_.timeout_seconds);
   if (list.shutdown_rank >= 0 && list.shutdown_rank != opts_.rank) {
     // Another rank left: to this one it is a lost peer (an error worth
-    // logging only if this rank still had work in flight).
+    // logging only if this rank still had work in flight). A fast round it
+    // finished before leaving finishes here too.
+    constexpr double kLeftRoundGraceSeconds = 1.0;
+    fast_->finish_before_end(kLeftRoundGraceSeconds);
     end(ErrorKind::PeerFailure, "lost " + control_->peer_name(list.shutdown_rank) + ": it left the job (called shutdown())",
         true, unfinished_names().empty());
   } else {
