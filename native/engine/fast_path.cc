@@ -140,9 +140,7 @@ void FastPath::finish_before_end(double grace_s) {
   std::vector<Request> back;  // the job ends: nothing goes back
   try {
     while (Clock::now() < until) {
-      bool in_round = sent_;
-      for (int p = 0; p < size_ && !in_round; ++p) in_round = p != rank_ && !inbox_[p].empty();
-      if (!in_round) return;
+      if (!sent_ && !peer_spoke()) return;  // in no round
       for (int p = 0; p < size_; ++p) {
         if (p == rank_ || closed[p]) continue;
         try {
@@ -202,6 +200,12 @@ void FastPath::send_round() {
   dirty_ = false;
 }
 
+bool FastPath::peer_spoke() const {
+  for (int p = 0; p < size_; ++p)
+    if (p != rank_ && !inbox_[p].empty()) return true;
+  return false;
+}
+
 bool FastPath::round_complete() const {
   for (int p = 0; p < size_; ++p)
     if (p != rank_ && inbox_[p].empty()) return false;
@@ -212,9 +216,7 @@ bool FastPath::step(Clock::time_point now, std::vector<Request>& back) {
   if (!on_) return false;
   bool progress = false;
   while (true) {
-    bool asked = false;  // a peer's message of this round is here
-    for (int p = 0; p < size_ && !asked; ++p) asked = p != rank_ && !inbox_[p].empty();
-    if (!sent_ && (dirty_ || asked)) {
+    if (!sent_ && (dirty_ || peer_spoke())) {
       send_round();
       progress = true;
     }
@@ -299,7 +301,7 @@ void FastPath::run(const std::vector<uint32_t>& ids, const std::vector<const Fas
       out = res.data->data();
     }
     reduce_in_ring_order(out, parts, count, q.dtype, q.reduce_op);
-    const double post = q.postscale * (q.reduce_op == ReduceOp::Average ? 1.0 / size_ : 1.0);
+    const double post = q.post_factor(size_);
     if (post != 1.0) scale_buffer(out, count, q.dtype, post);
     res.shape = q.shape;
     handles.push_back(e.handle);

@@ -142,6 +142,7 @@ class FastPath {
   Entry& entry_of(const std::string& name);
   void send_round();
   bool round_complete() const;
+  bool peer_spoke() const;  // some peer's message of round_ is here
   void finish_round(std::vector<Request>& back);
   // Runs the tensors `ids` (ascending, all held) from the round's messages.
   void run(const std::vector<uint32_t>& ids, const std::vector<const FastMessage*>& msgs);

@@ -41,6 +41,9 @@ struct Request {
 
   int64_t num_elements() const;
   int64_t row_elements() const;  // elements per first-dimension row
+  // What a reduction's result over n ranks is scaled by: postscale, times
+  // 1/n for Average (every CPU reduction path applies this one).
+  double post_factor(int n) const { return postscale * (reduce_op == ReduceOp::Average ? 1.0 / n : 1.0); }
   bool operator==(const Request& o) const;
   bool operator!=(const Request& o) const { return !(*this == o); }
   void encode(ByteWriter& w) const;

@@ -1,8 +1,7 @@
 #include "engine/backends/registry.h"
 
-#include <set>
-
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -39,7 +38,8 @@ bool hosts_laid_out_evenly(const std::vector<std::string>& host_of_rank) {
   const size_t n = host_of_rank.size();
   size_t per_host = 1;
   while (per_host < n && host_of_rank[per_host] == host_of_rank[0]) ++per_host;
-  if (n == 0 || n % per_host) return n == 0;
+  if (n == 0) return true;
+  if (n % per_host) return false;
   std::set<std::string> seen;
   for (size_t first = 0; first < n; first += per_host) {
     for (size_t r = first; r < first + per_host; ++r)

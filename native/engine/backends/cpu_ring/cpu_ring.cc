@@ -12,11 +12,6 @@
 namespace ring {
 namespace {
 
-// Scale factor applied after the reduction: postscale, and 1/n for Average.
-double post_factor(const Request& q, int n) {
-  return q.postscale * (q.reduce_op == ReduceOp::Average ? 1.0 / n : 1.0);
-}
-
 // Calls f(entry, c, at, len) for slice c of every entry, chunk by chunk
 // (the chunk-major order); `at` and `len` are the slice's bytes.
 template <class F>
@@ -181,7 +176,7 @@ void CpuRingBackend::allreduce(std::vector<Entry>& entries) {
   std::vector<size_t> chunks(n, 0);
   const bool staged = memory_overlaps(entries, esize);
   Parts buf = staged ? stage_in(entries, n, esize, chunks) : in_place(entries, n, esize, chunks);
-  reduce(q, buf, chunks, post_factor(q, mesh_->size()));
+  reduce(q, buf, chunks, q.post_factor(mesh_->size()));
   if (staged) stage_out(entries, n, esize);
 }
 
@@ -327,7 +322,7 @@ OpResult CpuRingBackend::reducescatter(Entry& e) {
     scale_buffer(work, total, q.dtype, q.prescale);
     src = work;
   }
-  ring_reducescatter(*mesh_, src, work, chunks, q.dtype, q.reduce_op, post_factor(q, n));
+  ring_reducescatter(*mesh_, src, work, chunks, q.dtype, q.reduce_op, q.post_factor(n));
   uint8_t* mine = work + slice_offset(rows, n, me) * row * esize;
   OpResult res;
   uint8_t* out = output_for(e, chunks[me] * esize, res);
