@@ -1,6 +1,6 @@
 """Typed stub of the native engine module (native/bindings/module.cc)."""
 
-from typing import Any, Dict, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -57,6 +57,10 @@ def engine_api_address() -> int:
     """The address of the engine's C interface (native/frameworks/engine_api.h),
     handed to framework operation libraries built outside this module."""
 def engine_api_version() -> int: ...
+def answer_signals(fn: Callable[[], Any]) -> Any:
+    """fn(), during which a framework kernel that waits on this thread runs
+    Python's signal handlers; an exception a handler raised is raised from
+    here (native/bindings/signals.cc)."""
 
 HAS_XLA_FFI: bool
 def xla_ffi_handlers(platform: str = "cpu") -> Dict[str, Any]:

@@ -37,6 +37,7 @@ using namespace nb::literals;
 
 void register_parsers(nb::module_& m);  // parsers.cc
 void register_gpu(nb::module_& m);      // gpu.cc
+void register_signals(nb::module_& m);  // signals.cc
 void search_nccl_once();                // gpu.cc
 
 namespace {
@@ -552,4 +553,5 @@ NB_MODULE(_native, m) {
   register_runtime(m);
   register_device_array(m);
   register_gpu(m);
+  register_signals(m);
 }

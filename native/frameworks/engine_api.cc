@@ -143,12 +143,22 @@ int32_t api_copy_to_device(int32_t device, uint64_t stream, void* dst, const voi
   }
 }
 
-const RingEngineApi kApi = {RING_ENGINE_API_VERSION, sizeof(RingEngineApi), &api_enqueue, &api_query,
-                            &api_copy_to_device, &api_enqueue_stream_ordered};
+std::atomic<int32_t (*)(int32_t)> g_signals_hook{nullptr};
+
+int32_t api_signals(int32_t what) {
+  int32_t (*hook)(int32_t) = g_signals_hook.load();
+  return hook ? hook(what) : 0;
+}
+
+const RingEngineApi kApi = {RING_ENGINE_API_VERSION,     sizeof(RingEngineApi), &api_enqueue, &api_query,
+                            &api_copy_to_device,         &api_enqueue_stream_ordered,
+                            &api_signals};
 
 }  // namespace
 
 const RingEngineApi* engine_api() { return &kApi; }
+
+void set_signals_hook(int32_t (*hook)(int32_t what)) { g_signals_hook.store(hook); }
 
 void on_result(Runtime& rt, int64_t handle, std::function<void(const OpResult*, const RingError*)> fn) {
   Runtime* r = &rt;

@@ -26,6 +26,9 @@ extern "C" {
 /* error kind passed to RingDone on success (others: common/error.h's ErrorKind) */
 #define RING_OK (-1)
 #define RING_ERROR_SHUTDOWN 5
+/* RingEngineApi.signals' questions */
+#define RING_SIGNALS_ASK 0
+#define RING_SIGNALS_RUN 1
 
 /* One operation to queue. Memory is the caller's and must stay valid (and,
  * for the output, unread) until its RingDone has been called. */
@@ -114,6 +117,17 @@ typedef struct RingEngineApi {
    * written on the engine's stream: copy it on `stream` (copy_to_device). */
   int32_t (*enqueue_stream_ordered)(const RingOpArgs* ops, int32_t n, RingDone done, void* const* ctxs, char* error,
                                     size_t error_len);
+  /* Appended: Python's signals for a kernel that waits on the thread that
+   * called it (TensorFlow runs an eager op's kernel on the Python thread and
+   * blocks that thread until done() is called, where no signal handler can
+   * run). RING_SIGNALS_ASK: nonzero when the calling thread is in a front-end
+   * call that answers signals while it waits (ring_strategy marks it); the
+   * kernel may then wait for its operations itself. RING_SIGNALS_RUN (on such
+   * a thread): runs Python's signal handlers; nonzero when one raised: the
+   * exception is kept and raised by the front end once the call returns, and
+   * the kernel stops waiting (its operations finish unseen; it must keep
+   * their memory alive). 0 where no Python front end is loaded. */
+  int32_t (*signals)(int32_t what);
 } RingEngineApi;
 
 #ifdef __cplusplus

@@ -20,5 +20,8 @@ const RingEngineApi* engine_api();
 void on_result(Runtime& rt, int64_t handle, std::function<void(const OpResult*, const RingError*)> fn);
 // A RingQuery's value on `rt`; BadArgument for an unknown query or set.
 int64_t query(Runtime& rt, int32_t what, int32_t process_set);
+// What RingEngineApi.signals calls (the Python binding sets it once; until
+// then every question answers 0).
+void set_signals_hook(int32_t (*hook)(int32_t what));
 
 }  // namespace ring

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import re
+import threading
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
@@ -67,8 +68,10 @@ def _compiled() -> bool:
 
 def _ring_errors(fn: Callable) -> Callable:
     """Eagerly, a TensorFlow error the kernels marked as ring's becomes
-    ring's exception. In a graph XLA will compile, a clear error for the
-    collectives without an XLA lowering."""
+    ring's exception, and on the main thread the call answers Python's
+    signals while its kernel waits (``_native.answer_signals``: TensorFlow
+    blocks that thread in an eager op's kernel). In a graph XLA will
+    compile, a clear error for the collectives without an XLA lowering."""
     @functools.wraps(fn)
     def call(*args, **kwargs):
         if fn.__name__ not in _LOWERED and _compiled():
@@ -76,6 +79,8 @@ def _ring_errors(fn: Callable) -> Callable:
                                f"allreduce, grouped_allreduce, allgather, broadcast, alltoall and reducescatter): "
                                f"call it outside the compiled function, or use jit_compile=False")
         try:
+            if tf.executing_eagerly() and threading.current_thread() is threading.main_thread():
+                return _native.answer_signals(functools.partial(fn, *args, **kwargs))
             return fn(*args, **kwargs)
         except tf.errors.OpError as e:
             found = _ERROR.search(e.message or "")

@@ -5,9 +5,17 @@
 // of collectives, run in any order. GPU kernels (built when TensorFlow was
 // built with CUDA) hand the engine the op's stream.
 //
+// One exception: an eager op, whose kernel TensorFlow runs on the Python
+// thread and blocks until done(). Called through the front end's
+// answer_signals (RingEngineApi.signals), the kernel waits there itself and
+// runs Python's signal handlers while it waits, so Ctrl-C and SIGALRM come
+// out of an eager collective as out of ring's other waits.
+//
 // The library is loaded by ring_strategy/tensorflow/native_ops.py, which
 // then calls ring_tf_set_engine_api() with the extension's RingEngineApi.
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -89,38 +97,77 @@ std::string name_input(OpKernelContext* ctx, int index, int64_t i = 0) {
 using Finish = std::function<absl::Status(OpKernelContext*, const RingResult&)>;
 
 // One kernel invocation's operations in flight: done() runs once the last
-// member finished, with the first error any member met.
+// member finished, with the first error any member met. A kernel that
+// waits on its calling thread (waiting) is woken instead and calls done()
+// itself; if it gave up (abandoned), the members only release the group.
 struct Group {
   OpKernelContext* ctx;
   AsyncOpKernel::DoneCallback done;
   std::atomic<int> left{0};
-  std::mutex mu;
+  std::mutex mu;  // guards what follows, and ctx while a member fills outputs
   absl::Status status;
   std::vector<Finish> finish;               // per member; empty function: nothing to fill
   std::vector<std::vector<int64_t>> shapes;  // per member, kept until the engine copied them
   std::vector<std::pair<Group*, int>> members;
-
-  void fail(const absl::Status& s) {
-    std::lock_guard<std::mutex> lock(mu);
-    if (status.ok()) status = s;
-  }
+  bool waiting = false;
+  bool finished = false;   // every member completed (a waiting group)
+  bool abandoned = false;  // the waiter gave up: ctx is gone
+  std::condition_variable finished_cv;
+  std::vector<Tensor> keep;  // an abandoned group's inputs and outputs, alive until the engine is done
 };
+
+// done() of a group whose members all completed.
+void complete(Group* g, OpKernelContext* ctx, AsyncOpKernel::DoneCallback done) {
+  if (!g->status.ok()) ctx->SetStatus(g->status);
+  delete g;
+  done();
+}
 
 void member_done(void* arg, int32_t kind, const char* message, const RingResult* result) {
   auto* m = static_cast<std::pair<Group*, int>*>(arg);
   Group* g = m->first;
-  if (kind != RING_OK) {
-    g->fail(ring_status(kind, message ? message : ""));
-  } else if (g->finish[m->second]) {
-    absl::Status s = g->finish[m->second](g->ctx, *result);
-    if (!s.ok()) g->fail(s);
+  {
+    std::lock_guard<std::mutex> lock(g->mu);
+    if (g->abandoned) {
+    } else if (kind != RING_OK) {
+      if (g->status.ok()) g->status = ring_status(kind, message ? message : "");
+    } else if (g->finish[m->second]) {
+      absl::Status s = g->finish[m->second](g->ctx, *result);
+      if (!s.ok() && g->status.ok()) g->status = s;
+    }
   }
-  if (g->left.fetch_sub(1) == 1) {
-    if (!g->status.ok()) g->ctx->SetStatus(g->status);
-    AsyncOpKernel::DoneCallback done = std::move(g->done);
+  if (g->left.fetch_sub(1) != 1) return;
+  std::unique_lock<std::mutex> lock(g->mu);
+  if (g->abandoned) {
+    lock.unlock();
     delete g;
-    done();
+  } else if (g->waiting) {
+    g->finished = true;
+    g->finished_cv.notify_all();
+  } else {
+    lock.unlock();
+    complete(g, g->ctx, std::move(g->done));
   }
+}
+
+// Waits for a waiting group's members on the calling thread, running
+// Python's signal handlers every 0.1 s; false when a handler raised
+// (the group is then abandoned: its last member deletes it).
+bool wait_answering_signals(Group* g, OpKernelContext* ctx) {
+  std::unique_lock<std::mutex> lock(g->mu);
+  while (!g->finished_cv.wait_for(lock, std::chrono::milliseconds(100), [g] { return g->finished; })) {
+    lock.unlock();
+    const bool raised = g_api->signals(RING_SIGNALS_RUN) != 0;
+    lock.lock();
+    if (raised && !g->finished) {
+      for (int i = 0; i < ctx->num_inputs(); ++i) g->keep.push_back(ctx->input(i));
+      for (int i = 0; i < ctx->num_outputs(); ++i)
+        if (ctx->mutable_output(i)) g->keep.push_back(*ctx->mutable_output(i));
+      g->abandoned = true;
+      return false;
+    }
+  }
+  return true;
 }
 
 // The device and stream fields of `a` for this kernel's device.
@@ -174,7 +221,8 @@ class RingKernel : public AsyncOpKernel {
   }
 
   // Queues `ops` (one per member of `g`, whose finish/shapes are filled);
-  // done() is called by the last member's completion, or here on refusal.
+  // done() is called by the last member's completion, or here on refusal,
+  // or, on a thread that answers signals, here once the members completed.
   void submit(OpKernelContext* ctx, DoneCallback done, Group* g, std::vector<RingOpArgs>& ops) const {
     if (!g_api) {
       delete g;
@@ -184,7 +232,8 @@ class RingKernel : public AsyncOpKernel {
     }
     const int n = static_cast<int>(ops.size());
     g->ctx = ctx;
-    g->done = std::move(done);
+    g->waiting = g_api->signals(RING_SIGNALS_ASK) != 0;
+    if (!g->waiting) g->done = std::move(done);
     g->left = n;
     g->members.resize(n);
     std::vector<void*> ctxs(n);
@@ -195,11 +244,20 @@ class RingKernel : public AsyncOpKernel {
     char error[1024];
     const int32_t kind = g_api->enqueue(ops.data(), n, &member_done, ctxs.data(), error, sizeof(error));
     if (kind != RING_OK) {
-      DoneCallback d = std::move(g->done);
+      DoneCallback d = g->waiting ? std::move(done) : std::move(g->done);
       delete g;
       ctx->SetStatus(ring_status(kind, error));
       d();
+      return;
     }
+    if (!g->waiting) return;
+    if (wait_answering_signals(g, ctx)) {
+      complete(g, ctx, std::move(done));
+      return;
+    }
+    // The front end raises the handler's exception in place of this status.
+    ctx->SetStatus(absl::CancelledError("RingInterrupted: a Python signal handler raised while the op waited"));
+    done();
   }
 
   int64_t process_set_ = 0;
