@@ -97,6 +97,9 @@ def test_horovod_tensorflow_pair(keras_reference: Callable[[], str]) -> None:
     assert _under_ringrun("horovod_tensorflow_after.py") == keras_reference()
 
 
+# 9 s of make test's budget: slow-marked (pytest -m slow); tests/lightning/test_lightning.py
+# runs Lightning under ringrun there.
+@pytest.mark.slow
 def test_lightning_pair(reference: str) -> None:
     before = _start_one_process("lightning_ddp_before.py", "1")  # beside the ringrun job: mostly imports
     try:

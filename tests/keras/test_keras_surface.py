@@ -21,7 +21,8 @@ from tests.workers.checks import passed_ranks
 
 HERE = Path(__file__).parent
 WORKER = HERE / "workers" / "keras_surface_worker.py"
-BACKENDS = ["tensorflow", "jax", "torch"]
+# torch: slow-marked for make test's budget (pytest -m slow), as in test_keras_fit.py.
+BACKENDS = ["tensorflow", "jax", pytest.param("torch", marks=pytest.mark.slow)]
 SCENARIOS = ["objects", "values", "timeline", "partial_optimizer", "exports"]
 _runs: dict = {}
 

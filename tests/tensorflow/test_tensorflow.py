@@ -34,14 +34,19 @@ def _run(run_output, path: str = "native") -> str:
     return _runs[path]
 
 
-@pytest.mark.parametrize("path", ["native", "host"])
+# The host-call path (RING_NATIVE_OPS=0, the fallback without a compiler): slow-marked for
+# make test's budget (pytest -m slow); in make test, test_keras_fit.py's tensorflow-host covers that path.
+PATHS = ["native", pytest.param("host", marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_scenario(scenario, path, run_output):
     out = _run(run_output, path)
     assert {"0", "1"} <= set(passed_ranks(out, scenario)), f"{scenario}:\n{out[-8000:]}"
 
 
-@pytest.mark.parametrize("path", ["native", "host"])
+@pytest.mark.parametrize("path", PATHS)
 def test_exit_code(path, run_output):
     out = _run(run_output, path)
     assert out.startswith("[ringrun exit code 0]"), out[-8000:]

@@ -25,7 +25,7 @@ import numpy as np
 import ring_strategy as rs
 from tests.workers.checks import equal, run_scenarios
 
-LATE = 3.0  # seconds rank 1 waits before it submits
+LATE = 2.0  # seconds rank 1 waits before it submits
 SIGNAL_AT = 0.3  # seconds after the wait began that rank 0 gets the signal
 
 
