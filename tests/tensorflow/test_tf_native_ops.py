@@ -22,8 +22,7 @@ pytest.importorskip("tensorflow")
 WORKER = Path(__file__).parent / "workers" / "tf1_many_collectives.py"
 
 
-# np=4: slow-marked for make test's budget (pytest -m slow); the host-call path hung at np=2 already.
-@pytest.mark.parametrize("np_", [2, pytest.param(4, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("np_", [2, 4])
 def test_many_collectives_in_one_session_run(np_, run_output):
     env = {k: v for k, v in os.environ.items() if not k.startswith("RING_")}
     env.update(TF_CPP_MIN_LOG_LEVEL="2", OMP_NUM_THREADS="1")
