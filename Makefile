@@ -6,7 +6,8 @@
 #   make native-test  C++ unit tests (build/py/ring_native_tests, next to the extension,
 #                     so the engine compiles once for both)
 #   make sysdeps      system packages the tests use (mpirun, ip/tc, ssh, sshd, java, faketime), as root only
-#   make test         venv + build + native-test + sysdeps + pytest
+#   make test         venv + build + native-test + sysdeps + pytest (two files at a time,
+#                     then the serial-marked tests alone)
 #   make slow-test    the slow-marked tests (pytest -m slow), outside make test
 #   make mxnet-test   ring_strategy.mxnet's tests in .venv-mxnet (MXNet 1.9.1 and
 #                     numpy < 1.24, which cannot share .venv); after `make build`
@@ -41,6 +42,7 @@ BUILD_TYPE  ?= Release
 PY_BUILD    := build/py
 PYTEST_TIMEOUT ?= 300
 PYTEST_ARGS ?=
+PYTEST_WORKERS ?= 2
 
 # The local CPU wheel of torch, where this machine has one (pip's own
 # find-links setting normally points there too; naming it again is harmless).
@@ -127,8 +129,14 @@ native-test: $(PY_BUILD)/build.ninja
 	cmake --build $(PY_BUILD) --target ring_native_tests
 	$(PY_BUILD)/ring_native_tests
 
+# The suite in two parts: two files at a time (pytest-xdist), then the tests
+# marked serial alone (timing- and network-sensitive: tests/conftest.py's
+# SERIAL). Exit status 5 (nothing selected, e.g. by PYTEST_ARGS="-k ...") is
+# not a failure.
 test: venv build native-test sysdeps
-	$(VPY) -m pytest -q --timeout=$(PYTEST_TIMEOUT) tests $(PYTEST_ARGS)
+	$(VPY) -m pytest -q --timeout=$(PYTEST_TIMEOUT) -n $(PYTEST_WORKERS) --dist loadfile -m "not slow and not serial" \
+	  tests $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(VPY) -m pytest -q --timeout=$(PYTEST_TIMEOUT) -m "not slow and serial" tests $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 # MXNet 1.9.1, Apache MXNet's last release, needs numpy < 1.24 while .venv has
 # numpy 2, so its front end is tested in a venv of its own holding only MXNet,

@@ -39,6 +39,10 @@ OPENMPI = {
     "OMPI_MCA_orte_precondition_transports": "30ec5edc0e9047c3-f7e6bf51db9c746b",
 }
 HYDRA = {"PMI_RANK": "2", "PMI_SIZE": "4", "MPI_LOCALRANKID": "2", "MPI_LOCALNRANKS": "4"}
+# What a process started by an Open MPI singleton (MPI initialised without
+# mpirun, e.g. by Lightning's MPIEnvironment.detect()) inherits.
+OPENMPI_SINGLETON = {"OMPI_MCA_ess": "singleton", "OMPI_MCA_orte_launch": "1", "PMIX_RANK": "0",
+                     "PMIX_NAMESPACE": "2097741825", "OMPI_APP_CTX_NUM_PROCS": "1"}
 SLURM = {
     "SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_STEP_NUM_TASKS": "8", "SLURM_LOCALID": "1",
     "SLURM_NODEID": "2", "SLURM_NNODES": "4", "SLURM_STEP_NUM_NODES": "4",
@@ -260,6 +264,8 @@ SLURM_BATCH = {"SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_JOB_ID": "4242",
     (SLURM, SlurmEnvironment),
     ({**SLURM, "PMI_RANK": "5", "PMI_SIZE": "8"}, SlurmEnvironment),  # srun --mpi=pmi2
     (SLURM_BATCH, LocalEnvironment),  # a program run directly by a batch script
+    (OPENMPI_SINGLETON, LocalEnvironment),  # started by a process that initialised MPI alone
+    ({**OPENMPI_SINGLETON, **RINGRUN}, RingrunEnvironment),
 ])
 def test_detect(variables, expected):
     with mock.patch.dict(os.environ, variables, clear=True):

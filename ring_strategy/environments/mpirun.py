@@ -67,6 +67,13 @@ class MpirunEnvironment(ExternalLauncherEnvironment):
         env = os.environ
         if "OMPI_COMM_WORLD_RANK" in env or "MPI_LOCALRANKID" in env:
             return True
+        # An Open MPI singleton (a process that initialised MPI without
+        # mpirun: Lightning's MPIEnvironment.detect() does, where mpi4py is
+        # installed) sets PMIX_RANK and OMPI_MCA_ess=singleton in its C
+        # environment, which the processes it starts inherit: they are not
+        # ranks of an mpirun job (mpirun's own ranks have OMPI_MCA_ess=^singleton).
+        if env.get("OMPI_MCA_ess") == "singleton":
+            return False
         # srun sets PMI_RANK or PMIX_RANK too (--mpi=pmi2/pmix): then the
         # process is a Slurm task, and SlurmEnvironment describes it better.
         return ("PMI_RANK" in env or "PMIX_RANK" in env) and "SLURM_PROCID" not in env

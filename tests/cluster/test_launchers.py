@@ -80,6 +80,20 @@ def test_mpirun_with_explicit_secret_and_port():
     assert sorted(proc.stdout.splitlines()) == [f"0 127.0.0.1:{port} 3.0", f"1 127.0.0.1:{port} 3.0"], proc.stdout
 
 
+def test_process_started_by_an_mpi_singleton_is_a_world_of_one():
+    """A process that initialised MPI without mpirun (Lightning's
+    MPIEnvironment.detect() does where mpi4py is installed) leaves Open MPI's
+    singleton variables in the environment its children inherit; a child
+    that calls init() is a world of one, not a rank of an mpirun job."""
+    pytest.importorskip("mpi4py")
+    child = "import ring_strategy as rs; rs.init(); print('size', rs.size(), type(rs.basics._env()).__name__)"
+    parent = ("from mpi4py import MPI; import subprocess, sys; assert MPI.COMM_WORLD.Get_size() == 1; "
+              f"sys.exit(subprocess.run([sys.executable, '-c', {child!r}]).returncode)")
+    proc = _run([sys.executable, "-c", parent], timeout=120)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-8000:]
+    assert proc.stdout.strip() == "size 1 LocalEnvironment", (proc.stdout + proc.stderr)[-8000:]
+
+
 def test_torchrun_port_in_use_is_a_clear_error():
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
