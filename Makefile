@@ -130,13 +130,14 @@ native-test: $(PY_BUILD)/build.ninja
 	$(PY_BUILD)/ring_native_tests
 
 # The suite in two parts: two files at a time (pytest-xdist), then the tests
-# marked serial alone (timing- and network-sensitive: tests/conftest.py's
-# SERIAL). Exit status 5 (nothing selected, e.g. by PYTEST_ARGS="-k ...") is
+# marked serial alone (timing- and network-sensitive: tests/serial.py lists
+# them). Exit status 5 (nothing selected, e.g. by PYTEST_ARGS="-k ...") is
 # not a failure.
 test: venv build native-test sysdeps
 	$(VPY) -m pytest -q --timeout=$(PYTEST_TIMEOUT) -n $(PYTEST_WORKERS) --dist loadfile -m "not slow and not serial" \
 	  tests $(PYTEST_ARGS) || [ $$? -eq 5 ]
-	$(VPY) -m pytest -q --timeout=$(PYTEST_TIMEOUT) -m "not slow and serial" tests $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(VPY) -m pytest -q --timeout=$(PYTEST_TIMEOUT) -m "not slow and serial" $$($(VPY) -m tests.serial) \
+	  $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 # MXNet 1.9.1, Apache MXNet's last release, needs numpy < 1.24 while .venv has
 # numpy 2, so its front end is tested in a venv of its own holding only MXNet,

@@ -5,7 +5,7 @@ Multi-process tests launch real workers exactly as users do, through
 
 ``make test`` runs the suite in two parts: the tests not marked ``serial``
 two files at a time (pytest-xdist, ``-n 2 --dist loadfile``), then the
-``serial`` ones alone. :data:`SERIAL` says which are serial.
+``serial`` ones alone: :mod:`tests.serial` says which.
 """
 
 from __future__ import annotations
@@ -20,28 +20,18 @@ if str(Path(__file__).resolve().parents[1]) not in sys.path:  # `pytest` rather 
     sys.path.append(str(Path(__file__).resolve().parents[1]))
 
 from tests.jobs import REPO_ROOT, JobResult, run_ringrun  # noqa: E402
+from tests.serial import is_serial  # noqa: E402
 
-__all__ = ["REPO_ROOT", "SERIAL", "ringrun_output", "run_ringrun"]
+__all__ = ["REPO_ROOT", "ringrun_output", "run_ringrun"]
 
-# Tests whose verdict depends on elapsed time or on the machine as a whole:
-# clock jumps, lost peers' deadlines, stall warnings, signals, delayed and
-# tampered links, shaped links and namespace hosts on 10.99.0.0/24
-# (multihost/), autotune's timings, elastic jobs whose training races a
-# discovery change, and the store's and launcher's response-time bounds.
-# ``make test`` runs them alone, after the rest; paths relative to tests/, a
-# folder ending in "/".
-SERIAL = (
-    "multihost/", "autotune/", "elastic/test_elastic_launch.py", "test_store.py", "test_launcher.py",
-    *(f"reliability/test_{name}.py" for name in ("clock_jump", "lost_peers", "security", "signals", "stall", "tampering")),
-)
 _TESTS = Path(__file__).resolve().parent
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:
-    """Marks the tests under :data:`SERIAL` ``serial``."""
+    """Marks the tests :mod:`tests.serial` lists ``serial``."""
     for item in items:
         path = Path(str(item.fspath)).resolve()
-        if path.is_relative_to(_TESTS) and path.relative_to(_TESTS).as_posix().startswith(SERIAL):
+        if path.is_relative_to(_TESTS) and is_serial(path.relative_to(_TESTS).as_posix()):
             item.add_marker(pytest.mark.serial)
 
 
