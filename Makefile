@@ -6,7 +6,8 @@
 #   make native-test  C++ unit tests (build/py/ring_native_tests, next to the extension,
 #                     so the engine compiles once for both)
 #   make sysdeps      system packages the tests use (mpirun, ip/tc, ssh, sshd, java, faketime), as root only
-#   make test         venv + build + native-test + sysdeps + pytest (two files at a time,
+#   make test         venv + sysdeps + build + native-test (the engine compiling while pip
+#                     installs the frameworks) + pytest (two files at a time,
 #                     then the serial-marked tests alone)
 #   make slow-test    the slow-marked tests (pytest -m slow), outside make test
 #   make mxnet-test   ring_strategy.mxnet's tests in .venv-mxnet (MXNet 1.9.1 and
@@ -57,7 +58,7 @@ BUILD_TOOLS := "scikit-build-core>=0.10" "nanobind>=2.4" "cmake>=3.18" ninja
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: venv build sysdeps native-test test docs ptx-check gpu-wheels slow-test mxnet-test oldest-test large-tensor-test chaos-test bench scaling demo clean distclean
+.PHONY: venv build engine sysdeps native-test test docs ptx-check gpu-wheels slow-test mxnet-test oldest-test large-tensor-test chaos-test bench scaling demo clean distclean
 
 # ---------------------------------------------------------------- venv
 $(VPY):
@@ -66,9 +67,12 @@ $(VPY):
 
 # torch goes in first, from the local CPU wheel, so nothing later resolves a
 # CUDA build; everything after it is installed against the same constraints.
+# jaxlib comes with the build tools: CMake's configure step looks for its
+# headers (the XLA FFI handlers), so the engine can compile while pip
+# installs the rest (see `test`).
 $(VENV)/.deps-stamp: $(VPY) constraints.txt Makefile
 	$(PIP) install $(FIND_LINKS) $(CONSTRAINTS) "torch==2.13.0"
-	$(PIP) install $(CONSTRAINTS) $(BUILD_TOOLS)
+	$(PIP) install $(CONSTRAINTS) $(BUILD_TOOLS) jaxlib
 	touch $@
 
 venv: $(VENV)/.deps-stamp
@@ -96,6 +100,12 @@ $(PY_BUILD)/build.ninja: $(VENV)/.deps-stamp
 
 build: $(VENV)/.editable-stamp $(PY_BUILD)/build.ninja
 	cmake --build $(PY_BUILD) --target _native ring_tf_ops
+
+# What compiles with the build tools alone (the engine, its unit tests, the
+# extension; not TensorFlow's op library, which needs TensorFlow).
+engine: $(PY_BUILD)/build.ninja
+	cmake -S . -B $(PY_BUILD) -DRING_BUILD_TESTS=ON >/dev/null
+	cmake --build $(PY_BUILD) --target _native ring_native_tests
 
 # ---------------------------------------------------------------- tests
 # tests/cluster runs real mpirun jobs; tests/multihost builds hosts from network
@@ -133,7 +143,9 @@ native-test: $(PY_BUILD)/build.ninja
 # marked serial alone (timing- and network-sensitive: tests/serial.py lists
 # them). Exit status 5 (nothing selected, e.g. by PYTEST_ARGS="-k ...") is
 # not a failure.
-test: venv build native-test sysdeps
+test: venv sysdeps
+	$(MAKE) --no-print-directory -j2 engine $(VENV)/.editable-stamp  # pip uses one core: compile on the other
+	$(MAKE) --no-print-directory build native-test
 	$(VPY) -m pytest -q --timeout=$(PYTEST_TIMEOUT) -n $(PYTEST_WORKERS) --dist loadfile -m "not slow and not serial" \
 	  tests $(PYTEST_ARGS) || [ $$? -eq 5 ]
 	$(VPY) -m pytest -q --timeout=$(PYTEST_TIMEOUT) -m "not slow and serial" $$($(VPY) -m tests.serial) \
