@@ -103,9 +103,11 @@ build: $(VENV)/.editable-stamp $(PY_BUILD)/build.ninja
 
 # What compiles with the build tools alone (the engine, its unit tests, the
 # extension; not TensorFlow's op library, which needs TensorFlow).
+# Ninja keeps its own job count: MAKEFLAGS (make -j2's jobserver, whose pipe
+# a recipe does not inherit) is cleared for it.
 engine: $(PY_BUILD)/build.ninja
 	cmake -S . -B $(PY_BUILD) -DRING_BUILD_TESTS=ON >/dev/null
-	cmake --build $(PY_BUILD) --target _native ring_native_tests
+	MAKEFLAGS= cmake --build $(PY_BUILD) --target _native ring_native_tests
 
 # ---------------------------------------------------------------- tests
 # tests/cluster runs real mpirun jobs; tests/multihost builds hosts from network
