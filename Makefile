@@ -102,7 +102,8 @@ build: $(VENV)/.editable-stamp $(PY_BUILD)/build.ninja
 	cmake --build $(PY_BUILD) --target _native ring_tf_ops
 
 # What compiles with the build tools alone (the engine, its unit tests, the
-# extension; not TensorFlow's op library, which needs TensorFlow).
+# extension; not TensorFlow's op library, which needs TensorFlow). The
+# configure step again turns the tests on in a build/py made without them.
 # Ninja keeps its own job count: MAKEFLAGS (make -j2's jobserver, whose pipe
 # a recipe does not inherit) is cleared for it.
 engine: $(PY_BUILD)/build.ninja
@@ -136,9 +137,7 @@ sysdeps:
 	fi
 
 # The C++ unit tests share build/py (and its compiled engine) with the extension.
-native-test: $(PY_BUILD)/build.ninja
-	cmake -S . -B $(PY_BUILD) -DRING_BUILD_TESTS=ON >/dev/null
-	cmake --build $(PY_BUILD) --target ring_native_tests
+native-test: engine
 	$(PY_BUILD)/ring_native_tests
 
 # The suite in two parts: two files at a time (pytest-xdist), then the tests
