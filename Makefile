@@ -6,9 +6,10 @@
 #   make native-test  C++ unit tests (build/py/ring_native_tests, next to the extension,
 #                     so the engine compiles once for both)
 #   make sysdeps      system packages the tests use (mpirun, ip/tc, ssh, sshd, java, faketime), as root only
-#   make test         venv + sysdeps + build + native-test (the engine compiling while pip
-#                     installs the frameworks) + pytest (two files at a time,
-#                     then the serial-marked tests alone)
+#   make test         venv + sysdeps + build + native-test (the engine compiling while uv
+#                     installs the frameworks, then beside TensorFlow's op library) +
+#                     pytest (two files at a time, then the serial-marked tests by group,
+#                     two groups at a time)
 #   make slow-test    the slow-marked tests (pytest -m slow), outside make test
 #   make mxnet-test   ring_strategy.mxnet's tests in .venv-mxnet (MXNet 1.9.1 and
 #                     numpy < 1.24, which cannot share .venv); after `make build`
@@ -38,6 +39,7 @@ PYTHON_BOOTSTRAP ?= python3.11
 VENV        := .venv
 VPY         := $(CURDIR)/$(VENV)/bin/python
 PIP         := $(VPY) -m pip
+UV_INSTALL  := $(CURDIR)/$(VENV)/bin/uv pip install --quiet --python $(VPY) -c $(CURDIR)/constraints.txt
 CONSTRAINTS := -c $(CURDIR)/constraints.txt
 BUILD_TYPE  ?= Release
 PY_BUILD    := build/py
@@ -58,21 +60,23 @@ BUILD_TOOLS := "scikit-build-core>=0.10" "nanobind>=2.4" "cmake>=3.18" ninja
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: venv build engine sysdeps native-test test docs ptx-check gpu-wheels slow-test mxnet-test oldest-test large-tensor-test chaos-test bench scaling demo clean distclean
+.PHONY: venv build engine tf-ops sysdeps native-test test docs ptx-check gpu-wheels slow-test mxnet-test oldest-test large-tensor-test chaos-test bench scaling demo clean distclean
 
 # ---------------------------------------------------------------- venv
 $(VPY):
 	$(PYTHON_BOOTSTRAP) -m venv $(VENV)
 	$(PIP) install --upgrade pip
 
-# torch goes in first, from the local CPU wheel, so nothing later resolves a
-# CUDA build; everything after it is installed against the same constraints.
-# jaxlib comes with the build tools: CMake's configure step looks for its
-# headers (the XLA FFI handlers), so the engine can compile while pip
-# installs the rest (see `test`).
+# torch goes in first, from the local CPU wheel (pip: uv does not look for
+# it there), so nothing later resolves a CUDA build; everything after it is
+# installed by uv against the same constraints. uv installs the releases pip
+# would (the same `pip freeze`), downloading and unpacking in parallel: the
+# extras took 26 s where pip took 90 s. jaxlib comes with the build tools:
+# CMake's configure step looks for its headers (the XLA FFI handlers), so the
+# engine can compile while the rest installs (see `test`).
 $(VENV)/.deps-stamp: $(VPY) constraints.txt Makefile
-	$(PIP) install $(FIND_LINKS) $(CONSTRAINTS) "torch==2.13.0"
-	$(PIP) install $(CONSTRAINTS) $(BUILD_TOOLS) jaxlib
+	$(PIP) install $(FIND_LINKS) $(CONSTRAINTS) "torch==2.13.0" uv
+	$(UV_INSTALL) $(BUILD_TOOLS) jaxlib
 	touch $@
 
 venv: $(VENV)/.deps-stamp
@@ -87,7 +91,7 @@ venv: $(VENV)/.deps-stamp
 #    from anywhere else load the same, fresh module. After editing C++ just run
 #    `make build` (or `cmake --build build/py`).
 $(VENV)/.editable-stamp: $(VENV)/.deps-stamp pyproject.toml constraints.txt
-	RING_EDITABLE_SOURCE_TREE=1 $(PIP) install --no-build-isolation $(CONSTRAINTS) -e ".[test,lightning,keras,tensorflow,jax,ray,spark,bench,docs]"
+	RING_EDITABLE_SOURCE_TREE=1 $(UV_INSTALL) --no-build-isolation -e ".[test,lightning,keras,tensorflow,jax,ray,spark,bench,docs]"
 	touch $@
 
 $(PY_BUILD)/build.ninja: $(VENV)/.deps-stamp
@@ -98,8 +102,21 @@ $(PY_BUILD)/build.ninja: $(VENV)/.deps-stamp
 	  -Dnanobind_DIR="$$($(VPY) -m nanobind --cmake_dir)" \
 	  -DCMAKE_LIBRARY_OUTPUT_DIRECTORY=$(CURDIR)/ring_strategy
 
-build: $(VENV)/.editable-stamp $(PY_BUILD)/build.ninja
-	cmake --build $(PY_BUILD) --target _native ring_tf_ops
+build: $(VENV)/.editable-stamp $(PY_BUILD)/build.ninja tf-ops
+	cmake --build $(PY_BUILD) --target _native
+
+# TensorFlow's op library, by the script CMake's ring_tf_ops target runs for
+# a wheel (ring_strategy/_op_build.py), here outside Ninja so that it can
+# compile beside the engine (see `test`: one Ninja run per build folder at a
+# time). Remade when TensorFlow or the sources it compiles change.
+TF_OPS_INPUTS := ring_strategy/_op_build.py native/frameworks/engine_api.h $(wildcard native/common/*.h \
+  native/frameworks/tensorflow/*.cc native/frameworks/tensorflow/missing_headers/*.h \
+  native/frameworks/tensorflow/missing_headers/*/*.h native/frameworks/xla/*.cc native/frameworks/xla/*.h)
+$(PY_BUILD)/tf-ops.stamp: $(VENV)/.editable-stamp $(TF_OPS_INPUTS)
+	@mkdir -p $(PY_BUILD)
+	$(VPY) ring_strategy/_op_build.py --into ring_strategy --stamp $@
+
+tf-ops: $(PY_BUILD)/tf-ops.stamp
 
 # What compiles with the build tools alone (the engine, its unit tests, the
 # extension; not TensorFlow's op library, which needs TensorFlow). The
@@ -140,16 +157,19 @@ sysdeps:
 native-test: engine
 	$(PY_BUILD)/ring_native_tests
 
-# The suite in two parts: two files at a time (pytest-xdist), then the tests
-# marked serial alone (timing- and network-sensitive: tests/serial.py lists
-# them). Exit status 5 (nothing selected, e.g. by PYTEST_ARGS="-k ...") is
-# not a failure.
+# The suite in two parts, each two at a time (pytest-xdist): the files not
+# marked serial, then the serial ones (timing- and network-sensitive, mostly
+# waiting: tests/serial.py lists them), away from the framework tests that
+# keep both cores busy, by group (tests/conftest.py's scheduler for
+# loadgroup). Exit status 5 (nothing selected, e.g. by PYTEST_ARGS="-k ...")
+# is not a failure.
 test: venv sysdeps
-	$(MAKE) --no-print-directory -j2 engine $(VENV)/.editable-stamp  # pip uses one core: compile on the other
+	$(MAKE) --no-print-directory -j2 engine tf-ops  # the engine compiles while uv installs, then beside TensorFlow's ops
 	$(MAKE) --no-print-directory build native-test
 	$(VPY) -m pytest -q --timeout=$(PYTEST_TIMEOUT) -n $(PYTEST_WORKERS) --dist loadfile -m "not slow and not serial" \
 	  tests $(PYTEST_ARGS) || [ $$? -eq 5 ]
-	$(VPY) -m pytest -q --timeout=$(PYTEST_TIMEOUT) -m "not slow and serial" $$($(VPY) -m tests.serial) \
+	$(VPY) -m pytest -q --timeout=$(PYTEST_TIMEOUT) -n $(PYTEST_WORKERS) --dist loadgroup -m "not slow and serial" \
+	  $$($(VPY) -m tests.serial) \
 	  $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 # MXNet 1.9.1, Apache MXNet's last release, needs numpy < 1.24 while .venv has

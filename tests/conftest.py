@@ -5,7 +5,8 @@ Multi-process tests launch real workers exactly as users do, through
 
 ``make test`` runs the suite in two parts: the tests not marked ``serial``
 two files at a time (pytest-xdist, ``-n 2 --dist loadfile``), then the
-``serial`` ones alone: :mod:`tests.serial` says which.
+``serial`` ones two groups at a time (``--dist loadgroup``, scheduled here):
+:mod:`tests.serial` says which.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ if str(Path(__file__).resolve().parents[1]) not in sys.path:  # `pytest` rather 
     sys.path.append(str(Path(__file__).resolve().parents[1]))
 
 from tests.jobs import REPO_ROOT, JobResult, run_ringrun  # noqa: E402
+from tests.serial import group as serial_group  # noqa: E402
 from tests.serial import is_serial  # noqa: E402
 
 __all__ = ["REPO_ROOT", "ringrun_output", "run_ringrun"]
@@ -33,6 +35,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item
         path = Path(str(item.fspath)).resolve()
         if path.is_relative_to(_TESTS) and is_serial(path.relative_to(_TESTS).as_posix()):
             item.add_marker(pytest.mark.serial)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> Optional[object]:
+    """``-n N --dist loadgroup`` (make test's serial part): one file at a
+    time per worker, but a serial test's whole group (:func:`tests.serial.group`,
+    multihost/'s files) as one unit. pytest-xdist's own loadgroup cannot
+    group here: it renames node ids, which pytest 9 no longer reads."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SerialGroups(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = super()._split_scope(nodeid)
+            relative = path.removeprefix("tests/")
+            return serial_group(relative) if is_serial(relative) else path
+
+    return SerialGroups(config, log)
 
 
 def ringrun_output(np: int, args: List[str], env: Optional[Mapping[str, str]] = None, timeout: float = 240) -> str:

@@ -1,8 +1,10 @@
-"""The tests ``make test`` runs alone, after running the rest two files at a
-time (pytest-xdist): those whose verdict depends on elapsed time or on the
-machine as a whole. tests/conftest.py marks them ``serial``;
-``python -m tests.serial`` prints their paths, so that the Makefile's serial
-part collects only them.
+"""The tests ``make test`` runs after the rest, apart from the framework
+tests that keep both cores busy: those whose verdict depends on elapsed time
+or on the machine as a whole. They mostly wait (a third of the CPUs busy,
+measured), so two groups run at once: each entry of ``SERIAL`` is one group
+(``group``), a folder's files in one. tests/conftest.py marks them
+``serial`` and schedules them by group; ``python -m tests.serial`` prints their
+paths, so that the Makefile's serial part collects only them.
 """
 
 from __future__ import annotations
@@ -23,6 +25,14 @@ SERIAL = (
 def is_serial(relative: str) -> bool:
     """Whether the test file at ``relative`` (to tests/, with "/") is serial."""
     return relative.startswith(SERIAL)
+
+
+def group(relative: str) -> str:
+    """The entry of ``SERIAL`` that the serial test file at ``relative``
+    falls under: the serial part runs one group at a time per pytest-xdist
+    worker (tests/conftest.py's scheduler; two groups at once), so a
+    folder's files (multihost/'s one subnet) never overlap."""
+    return next(entry for entry in SERIAL if relative.startswith(entry))
 
 
 def paths() -> List[str]:
