@@ -39,7 +39,7 @@ PYTHON_BOOTSTRAP ?= python3.11
 VENV        := .venv
 VPY         := $(CURDIR)/$(VENV)/bin/python
 PIP         := $(VPY) -m pip
-UV_INSTALL  := $(CURDIR)/$(VENV)/bin/uv pip install --quiet --python $(VPY) -c $(CURDIR)/constraints.txt
+UV_INSTALL  := $(CURDIR)/$(VENV)/bin/uv pip install --quiet --compile-bytecode --python $(VPY) -c $(CURDIR)/constraints.txt
 CONSTRAINTS := -c $(CURDIR)/constraints.txt
 BUILD_TYPE  ?= Release
 PY_BUILD    := build/py
@@ -71,7 +71,10 @@ $(VPY):
 # it there), so nothing later resolves a CUDA build; everything after it is
 # installed by uv against the same constraints. uv installs the releases pip
 # would (the same `pip freeze`), downloading and unpacking in parallel: the
-# extras took 26 s where pip took 90 s. jaxlib comes with the build tools:
+# extras took 26 s where pip took 90 s. It writes the bytecode as pip does
+# (--compile-bytecode): where PYTHONDONTWRITEBYTECODE is set, nothing would
+# write it later, and every worker would compile TensorFlow's modules again
+# (the parallel tests then took 25% longer). jaxlib comes with the build tools:
 # CMake's configure step looks for its headers (the XLA FFI handlers), so the
 # engine can compile while the rest installs (see `test`).
 $(VENV)/.deps-stamp: $(VPY) constraints.txt Makefile
