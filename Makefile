@@ -9,7 +9,7 @@
 #   make test         venv + sysdeps + build + native-test (the engine compiling while uv
 #                     installs the frameworks, then beside TensorFlow's op library) +
 #                     pytest (two files at a time, then the serial-marked tests by group,
-#                     two groups at a time)
+#                     three groups at a time)
 #   make slow-test    the slow-marked tests (pytest -m slow), outside make test
 #   make mxnet-test   ring_strategy.mxnet's tests in .venv-mxnet (MXNet 1.9.1 and
 #                     numpy < 1.24, which cannot share .venv); after `make build`
@@ -46,6 +46,7 @@ PY_BUILD    := build/py
 PYTEST_TIMEOUT ?= 300
 PYTEST_ARGS ?=
 PYTEST_WORKERS ?= 2
+SERIAL_WORKERS ?= 3
 
 # The local CPU wheel of torch, where this machine has one (pip's own
 # find-links setting normally points there too; naming it again is harmless).
@@ -160,18 +161,18 @@ sysdeps:
 native-test: engine
 	$(PY_BUILD)/ring_native_tests
 
-# The suite in two parts, each two at a time (pytest-xdist): the files not
-# marked serial, then the serial ones (timing- and network-sensitive, mostly
-# waiting: tests/serial.py lists them), away from the framework tests that
-# keep both cores busy, by group (tests/conftest.py's scheduler for
-# loadgroup). Exit status 5 (nothing selected, e.g. by PYTEST_ARGS="-k ...")
-# is not a failure.
+# The suite in two parts (pytest-xdist): the files not marked serial two at a
+# time, then the serial ones (timing- and network-sensitive, mostly waiting:
+# tests/serial.py lists them) away from those framework tests that keep both
+# cores busy, three groups at a time (tests/conftest.py's scheduler for
+# loadgroup; 84 s where one at a time took 205 s, measured). Exit status 5
+# (nothing selected, e.g. by PYTEST_ARGS="-k ...") is not a failure.
 test: venv sysdeps
 	$(MAKE) --no-print-directory -j2 engine tf-ops  # the engine compiles while uv installs, then beside TensorFlow's ops
 	$(MAKE) --no-print-directory build native-test
 	$(VPY) -m pytest -q --timeout=$(PYTEST_TIMEOUT) -n $(PYTEST_WORKERS) --dist loadfile -m "not slow and not serial" \
 	  tests $(PYTEST_ARGS) || [ $$? -eq 5 ]
-	$(VPY) -m pytest -q --timeout=$(PYTEST_TIMEOUT) -n $(PYTEST_WORKERS) --dist loadgroup -m "not slow and serial" \
+	$(VPY) -m pytest -q --timeout=$(PYTEST_TIMEOUT) -n $(SERIAL_WORKERS) --dist loadgroup -m "not slow and serial" \
 	  $$($(VPY) -m tests.serial) \
 	  $(PYTEST_ARGS) || [ $$? -eq 5 ]
 

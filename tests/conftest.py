@@ -5,7 +5,7 @@ Multi-process tests launch real workers exactly as users do, through
 
 ``make test`` runs the suite in two parts: the tests not marked ``serial``
 two files at a time (pytest-xdist, ``-n 2 --dist loadfile``), then the
-``serial`` ones two groups at a time (``--dist loadgroup``, scheduled here):
+``serial`` ones three groups at a time (``--dist loadgroup``, scheduled here):
 :mod:`tests.serial` says which.
 """
 

@@ -1,7 +1,7 @@
 """The tests ``make test`` runs after the rest, apart from the framework
 tests that keep both cores busy: those whose verdict depends on elapsed time
 or on the machine as a whole. They mostly wait (a third of the CPUs busy,
-measured), so two groups run at once: each entry of ``SERIAL`` is one group
+measured), so three groups run at once: each entry of ``SERIAL`` is one group
 (``group``), a folder's files in one. tests/conftest.py marks them
 ``serial`` and schedules them by group; ``python -m tests.serial`` prints their
 paths, so that the Makefile's serial part collects only them.
@@ -30,7 +30,7 @@ def is_serial(relative: str) -> bool:
 def group(relative: str) -> str:
     """The entry of ``SERIAL`` that the serial test file at ``relative``
     falls under: the serial part runs one group at a time per pytest-xdist
-    worker (tests/conftest.py's scheduler; two groups at once), so a
+    worker (tests/conftest.py's scheduler; three groups at once), so a
     folder's files (multihost/'s one subnet) never overlap."""
     return next(entry for entry in SERIAL if relative.startswith(entry))
 
