@@ -5,6 +5,7 @@ rank; anything else is a failure the calling test reports.
 """
 
 import hashlib
+import os
 import sys
 import threading
 import time
@@ -161,8 +162,8 @@ def cached_changes():
 
 
 def forever():
-    """Allreduces until killed (for the Ctrl-C test)."""
-    print(f"{rs.rank()}: started", flush=True)
+    """Allreduces until killed (for the Ctrl-C test, which reads the job id)."""
+    print(f"{rs.rank()}: started job {os.environ['RING_JOB_ID']}", flush=True)
     while True:
         rs.allreduce(np.ones(1000, np.float32), name="spin")
 
