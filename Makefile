@@ -39,8 +39,8 @@ PYTHON_BOOTSTRAP ?= python3.11
 VENV        := .venv
 VPY         := $(CURDIR)/$(VENV)/bin/python
 PIP         := $(VPY) -m pip
-UV_INSTALL  := $(CURDIR)/$(VENV)/bin/uv pip install --quiet --compile-bytecode --python $(VPY) -c $(CURDIR)/constraints.txt
 CONSTRAINTS := -c $(CURDIR)/constraints.txt
+UV_INSTALL  := $(CURDIR)/$(VENV)/bin/uv pip install --quiet --compile-bytecode --python $(VPY) $(CONSTRAINTS)
 BUILD_TYPE  ?= Release
 PY_BUILD    := build/py
 PYTEST_TIMEOUT ?= 300
@@ -117,10 +117,9 @@ build: $(VENV)/.editable-stamp $(PY_BUILD)/build.ninja tf-ops
 # TensorFlow's op library, by the script CMake's ring_tf_ops target runs for
 # a wheel (ring_strategy/_op_build.py), here outside Ninja so that it can
 # compile beside the engine (see `test`: one Ninja run per build folder at a
-# time). Remade when TensorFlow or the sources it compiles change.
-TF_OPS_INPUTS := ring_strategy/_op_build.py native/frameworks/engine_api.h $(wildcard native/common/*.h \
-  native/frameworks/tensorflow/*.cc native/frameworks/tensorflow/missing_headers/*.h \
-  native/frameworks/tensorflow/missing_headers/*/*.h native/frameworks/xla/*.cc native/frameworks/xla/*.h)
+# time). Remade when TensorFlow or the files the script reads change (it
+# lists them: standard library only, so any Python 3 can ask).
+TF_OPS_INPUTS := $(shell $(PYTHON_BOOTSTRAP) ring_strategy/_op_build.py --inputs)
 $(PY_BUILD)/tf-ops.stamp: $(VENV)/.editable-stamp $(TF_OPS_INPUTS)
 	@mkdir -p $(PY_BUILD)
 	$(VPY) ring_strategy/_op_build.py --into ring_strategy --stamp $@

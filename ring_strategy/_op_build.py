@@ -209,11 +209,20 @@ def cached_library(tf_version: str) -> Path:
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Install-time build: ``python _op_build.py --into DIR`` writes
-    ``DIR/_tf_ops_<version>.so``; without TensorFlow it says so and succeeds."""
+    ``DIR/_tf_ops_<version>.so``; without TensorFlow it says so and succeeds.
+    ``--inputs`` prints the files the build reads instead (the Makefile's
+    prerequisites), one per line."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--into", required=True, help="the folder of the built library (ring_strategy/)")
+    p.add_argument("--into", help="the folder of the built library (ring_strategy/)")
     p.add_argument("--stamp", help="a file touched when done (the build system's output)")
+    p.add_argument("--inputs", action="store_true", help="print the files the build reads, and build nothing")
     args = p.parse_args(argv)
+    if args.inputs:
+        root = source_root()
+        print("\n".join([__file__] + [str(root / f) for f in TF_SOURCES + XLA_SOURCES + TF_HEADERS]))
+        return 0
+    if not args.into:
+        p.error("--into is required")
     try:
         import tensorflow as tf
     except ImportError:

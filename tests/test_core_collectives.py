@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from ring_strategy._contracts import job_shm_paths
 from tests.jobs import job_environment, ringrun_command, run_ringrun, start_job
 
 HERE = Path(__file__).parent
@@ -90,12 +91,6 @@ def test_before_init_is_shutdown_error():
     assert "raised ring is not initialized" in proc.stdout, proc.stdout + proc.stderr
 
 
-def _ring_segments(job_id):
-    """The shared-memory segments of job ``job_id`` (other jobs, such as the
-    other pytest-xdist worker's, make and remove their own meanwhile)."""
-    return {p.name for p in Path("/dev/shm").glob(f"ring.{job_id}*")}
-
-
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_ctrl_c_leaves_no_process_or_segment(transport):
     import signal
@@ -118,7 +113,8 @@ def test_ctrl_c_leaves_no_process_or_segment(transport):
     assert rc != 0
     leftovers = subprocess.run(["pgrep", "-f", "scenarios.py forever"], capture_output=True, text=True).stdout
     assert leftovers.strip() == "", leftovers
-    assert _ring_segments(jobs.pop()) == set()
+    # This job's segments only: other jobs (the other xdist worker's) make their own meanwhile.
+    assert job_shm_paths(jobs.pop()) == []
 
 
 @pytest.mark.parametrize("scenario", ["many_in_flight", "deterministic", "join"])

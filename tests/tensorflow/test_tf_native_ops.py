@@ -95,3 +95,19 @@ def test_collectives_compiled_by_xla(run_output):
     out = run_output(2, [sys.executable, str(XLA_WORKER)], env=env, timeout=180)
     for check in ("many", "gradient", "unequal_rows", "scatter"):
         assert set(passed_ranks(out, check)) == {"0", "1"}, f"{check}:\n{out[-6000:]}"
+
+
+def test_build_script_lists_its_inputs_and_needs_a_folder():
+    """``_op_build.py --inputs`` (the Makefile's prerequisites) names the
+    script and every source and header it compiles; building needs --into."""
+    from ring_strategy import _op_build
+
+    script = Path(_op_build.__file__)
+    done = subprocess.run([sys.executable, str(script), "--inputs"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    listed = done.stdout.split()
+    names = _op_build.TF_SOURCES + _op_build.XLA_SOURCES + _op_build.TF_HEADERS
+    assert len(listed) == 1 + len(names) and Path(listed[0]).resolve() == script.resolve()
+    assert all(Path(p).is_file() for p in listed) and all(p.endswith(n) for p, n in zip(listed[1:], names))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "--into is required" in done.stderr

@@ -13,6 +13,7 @@ import time
 import numpy as np
 
 import ring_strategy as rs
+from ring_strategy import _contracts as names
 from tests.workers.checks import equal, raises
 
 
@@ -163,7 +164,7 @@ def cached_changes():
 
 def forever():
     """Allreduces until killed (for the Ctrl-C test, which reads the job id)."""
-    print(f"{rs.rank()}: started job {os.environ['RING_JOB_ID']}", flush=True)
+    print(f"{rs.rank()}: started job {os.environ[names.JOB_ID]}", flush=True)
     while True:
         rs.allreduce(np.ones(1000, np.float32), name="spin")
 
